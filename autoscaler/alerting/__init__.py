@@ -1,0 +1,1 @@
+"""Alert rules (pure), lifecycle, rendering and delivery."""

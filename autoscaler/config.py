@@ -1,0 +1,575 @@
+"""YAML -> frozen, typed configuration, validated once at load with every problem reported.
+
+Durations are read from strings like ``30s``/``5m``/``4h`` and held as float seconds.
+The environment is read here and nowhere else (``${VAR}`` in any string value).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.configload import Reader, Secret, _join
+from autoscaler.domain import RunnerType, normalize_labels
+from autoscaler.errors import ConfigError
+
+PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
+RECEIVER_TYPES = ("webhook", "slack", "pagerduty", "alertmanager", "github_issue")
+
+
+@dataclass(frozen=True)
+class GitHubAppConfig:
+    app_id: int
+    """The GitHub App's id."""
+    installation_id: int
+    """The installation of the app on the owner (org or user)."""
+    private_key: Secret = field(repr=False)
+    """The app's PEM private key, read from ``private_key_file`` at load."""
+
+
+@dataclass(frozen=True)
+class GitHubConfig:
+    owner: str
+    """The org (or user) whose repositories and self-hosted runners are watched."""
+    api_url: str = "https://api.github.com"
+    """REST API root; GitHub Enterprise Server: ``https://HOST/api/v3``."""
+    repos: tuple[str, ...] | None = None
+    """Repository names to watch; ``None`` lists every repository of the owner."""
+    token: Secret | None = field(default=None, repr=False)
+    """A token with Actions read and org self-hosted runner read/write."""
+    app: GitHubAppConfig | None = field(default=None, repr=False)
+    """GitHub App credentials, instead of a token."""
+    timeout: float = 10.0
+    """Per-request timeout in seconds (connect, read, write and pool)."""
+    max_concurrency: int = 16
+    """Requests in flight at once."""
+
+
+@dataclass(frozen=True)
+class RunnerTypeConfig:
+    name: str
+    """The runner type's name (the key under ``runner_types``)."""
+    labels: frozenset[str]
+    """Labels every runner of this type carries (lower-cased)."""
+    pools: tuple[str, ...] = ()
+    """Auto Scaling group names, tried in this order."""
+    min_idle: int = 0
+    """Warm runners kept idle."""
+    max: int | None = None
+    """Never more instances than this across the type's pools (nor the ASG MaxSize)."""
+    priority: int = 0
+    """Higher gets capacity first under a shared budget."""
+    idle_timeout: float = 600.0
+    """An idle runner older than this may be scaled in."""
+    boot_timeout: float = 900.0
+    """An instance with no registered runner after this long is an orphan."""
+
+    @property
+    def runner_type(self) -> RunnerType:
+        return RunnerType(self.name, self.labels)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    name: str
+    """The budget's name (the key under ``budgets``)."""
+    max_instances: int
+    """Instances the matching runner types may hold together."""
+    runner_types: tuple[str, ...]
+    """Glob patterns over runner type names."""
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    max_attempts: int = 4
+    """Attempts per cloud call, the first included."""
+    deadline: float = 30.0
+    """No new attempt starts after this many seconds."""
+    initial_backoff: float = 0.5
+    """Upper bound of the first full-jitter wait, in seconds; doubles each attempt."""
+    max_backoff: float = 8.0
+    """Cap on one wait, in seconds."""
+
+
+@dataclass(frozen=True)
+class AwsConfig:
+    region: str = "us-east-1"
+    """AWS region of the runner pools."""
+    endpoint_url: str | None = None
+    """Set for moto or another AWS-compatible endpoint."""
+    retry: RetryConfig = RetryConfig()
+    """Our retry policy around every AWS call."""
+    botocore_max_attempts: int = 1
+    """botocore's own ``total_max_attempts`` (1: botocore does not retry; we do)."""
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    enabled: bool = True
+    """False: observe and alert only, never touch a pool."""
+    max_scale_in_per_tick: int = 5
+    """Idle runners removed per tick at most."""
+    max_cleanup_per_tick: int = 5
+    """Orphan instances and stale runners cleaned up per tick at most."""
+    capacity_backoff_initial: float = 300.0
+    """How long a pool out of capacity is skipped at first; doubles each time."""
+    capacity_backoff_max: float = 1800.0
+    """Cap on the capacity back-off."""
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    path: str | None = None
+    """SQLite file for alert state; ``None`` keeps it in memory (lost on restart)."""
+
+
+@dataclass(frozen=True)
+class AlertRuleConfig:
+    name: str
+    team: str
+    priority: str
+    description: str
+    receivers: tuple[str, ...]
+    runbook_url: str = ""
+    dashboard_url: str = ""
+    runner_types: tuple[str, ...] = ("*",)
+    """Glob patterns over runner type names."""
+    exclude_runner_types: tuple[str, ...] = ()
+    per_runner_type: bool = False
+    """True: one alert per runner type; False: one over all covered types."""
+    max_queue_size: int | None = None
+    """Trips when the observed max queue size is above this."""
+    max_queue_time: float | None = None
+    """Trips when the observed max queue time (seconds) is above this."""
+    match: str = "any"
+    """``any``: one tripped check fires; ``all``: every configured check must trip."""
+    min_job_age: float = 0.0
+    """Jobs younger than this (seconds) are not counted."""
+    for_: float = 0.0
+    """Pending this long (seconds) before firing (YAML key ``for``)."""
+    repeat_interval: float = 4 * 3600.0
+    """Re-notify while still firing."""
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    name: str
+    type: str
+    url: str | None = None
+    """Where to POST (webhook, slack, alertmanager, pagerduty override)."""
+    routing_key: Secret | None = field(default=None, repr=False)
+    """PagerDuty Events API v2 integration key."""
+    repo: str | None = None
+    """github_issue: ``owner/name`` to open issues in."""
+    token: Secret | None = field(default=None, repr=False)
+    """github_issue: token; defaults to the github section's token."""
+    labels: tuple[str, ...] = ()
+    """github_issue: extra labels."""
+    timeout: float = 5.0
+    """Per-attempt timeout in seconds."""
+    max_attempts: int = 3
+    """Delivery attempts per tick."""
+
+
+@dataclass(frozen=True)
+class BuiltinAlertsConfig:
+    team: str = "dev-infra"
+    priority: str = "P2"
+    receivers: tuple[str, ...] = ()
+    """Receivers of the built-in alerts; empty: every receiver."""
+    unmatched_jobs: bool = True
+    """Alert on jobs whose labels no runner type serves."""
+    github_unreachable_after: float = 600.0
+    """Alert when no poll of GitHub succeeded for this long."""
+    runbook_url: str = ""
+    dashboard_url: str = ""
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    rules: tuple[AlertRuleConfig, ...] = ()
+    receivers: Mapping[str, ReceiverConfig] = field(default_factory=dict)
+    builtin: BuiltinAlertsConfig = BuiltinAlertsConfig()
+
+
+@dataclass(frozen=True)
+class Config:
+    github: GitHubConfig
+    runner_types: tuple[RunnerTypeConfig, ...]
+    poll_interval: float = 30.0
+    """Seconds between ticks."""
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 9464
+    """Where /metrics, /healthz and /readyz are served."""
+    log_level: str = "info"
+    aws: AwsConfig = AwsConfig()
+    budgets: tuple[BudgetConfig, ...] = ()
+    scaling: ScalingConfig = ScalingConfig()
+    state: StateConfig = StateConfig()
+    alerts: AlertsConfig = AlertsConfig()
+
+    def runner_type(self, name: str) -> RunnerTypeConfig:
+        for rt in self.runner_types:
+            if rt.name == name:
+                return rt
+        raise KeyError(name)
+
+
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    """Read and validate a YAML file. Raises ConfigError listing every problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {_yaml_where(exc)}"]) from None
+    return parse_config(raw, env=env, base_dir=Path(path).parent)
+
+
+def parse_config(
+    raw: Any, env: Mapping[str, str] | None = None, base_dir: Path | None = None
+) -> Config:
+    """Validate an already-parsed document. Raises ConfigError listing every problem."""
+    r = Reader(env)
+    base = base_dir or Path.cwd()
+    top = r.mapping(
+        raw,
+        "",
+        (
+            "poll_interval", "listen", "log_level", "github", "runner_types", "aws",
+            "budgets", "scaling", "state", "alerts",
+        ),
+    )
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(r.problems)
+    host, port = _listen(r, top.get("listen"))
+    config = Config(
+        poll_interval=r.duration(top.get("poll_interval"), "poll_interval", 30.0),
+        listen_host=host,
+        listen_port=port,
+        log_level=r.choice(
+            top.get("log_level"), "log_level", ("debug", "info", "warning", "error"), "info"
+        ),
+        github=_github(r, top.get("github"), base),
+        runner_types=_runner_types(r, top.get("runner_types")),
+        aws=_aws(r, top.get("aws")),
+        budgets=_budgets(r, top.get("budgets")),
+        scaling=_scaling(r, top.get("scaling")),
+        state=StateConfig(path=r.optional_string(r.mapping(top.get("state"), "state", ("path",)).get("path"), "state.path")),
+        alerts=_alerts(r, top.get("alerts"), base),
+    )
+    if config.poll_interval <= 0 and "poll_interval" in top:
+        r.problem("poll_interval", "must be greater than zero")
+    _cross_check(r, config)
+    if r.problems:
+        raise ConfigError(r.problems)
+    return config
+
+
+def _listen(r: Reader, value: Any) -> tuple[str, int]:
+    if value is None:
+        return "0.0.0.0", 9464
+    text = str(value)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        r.problem("listen", f"must be HOST:PORT, got {text!r}")
+        return "0.0.0.0", 9464
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
+    path = "github"
+    if value is None:
+        r.problem(path, "is required")
+        return GitHubConfig(owner="")
+    m = r.mapping(
+        value, path, ("api_url", "owner", "repos", "token", "app", "timeout", "max_concurrency")
+    )
+    app = None
+    if m.get("app") is not None:
+        a = r.mapping(m["app"], "github.app", ("app_id", "installation_id", "private_key_file"))
+        key_path = r.string(a.get("private_key_file"), "github.app.private_key_file")
+        key = ""
+        if key_path:
+            try:
+                key = (base / key_path).read_text(encoding="utf-8")
+            except OSError as exc:
+                r.problem("github.app.private_key_file", f"cannot read: {exc.strerror}")
+        app = GitHubAppConfig(
+            app_id=r.integer(a.get("app_id"), "github.app.app_id", minimum=1),
+            installation_id=r.integer(
+                a.get("installation_id"), "github.app.installation_id", minimum=1
+            ),
+            private_key=Secret(key),
+        )
+    token = r.secret(m.get("token"), "github.token")
+    if token is None and app is None:
+        r.problem(path, "needs either token or app")
+    if token is not None and app is not None:
+        r.problem(path, "set token or app, not both")
+    api_url = r.string(m.get("api_url"), "github.api_url", "https://api.github.com")
+    if not api_url.startswith(("http://", "https://")):
+        r.problem("github.api_url", f"must be an http(s) URL, got {api_url!r}")
+    return GitHubConfig(
+        owner=r.string(m.get("owner"), "github.owner"),
+        api_url=api_url.rstrip("/"),
+        repos=None if m.get("repos") is None else r.string_list(m["repos"], "github.repos"),
+        token=token,
+        app=app,
+        timeout=r.duration(m.get("timeout"), "github.timeout", 10.0),
+        max_concurrency=r.integer(
+            m.get("max_concurrency"), "github.max_concurrency", 16, minimum=1
+        ),
+    )
+
+
+def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
+    path = "runner_types"
+    if value is None:
+        r.problem(path, "is required (at least one runner type)")
+        return ()
+    if not isinstance(value, dict) or not value:
+        r.problem(path, "must be a non-empty mapping of name -> {labels: [...]}")
+        return ()
+    out = []
+    for name, body in value.items():
+        p = _join(path, str(name))
+        m = r.mapping(
+            body,
+            p,
+            ("labels", "pools", "min_idle", "max", "priority", "idle_timeout", "boot_timeout"),
+        )
+        out.append(
+            RunnerTypeConfig(
+                name=str(name),
+                labels=normalize_labels(r.string_list(m.get("labels"), f"{p}.labels")),
+                pools=r.string_list(m["pools"], f"{p}.pools") if "pools" in m else (),
+                min_idle=r.integer(m.get("min_idle"), f"{p}.min_idle", 0),
+                max=r.optional_integer(m.get("max"), f"{p}.max"),
+                priority=r.integer(m.get("priority"), f"{p}.priority", 0),
+                idle_timeout=r.duration(m.get("idle_timeout"), f"{p}.idle_timeout", 600.0),
+                boot_timeout=r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0),
+            )
+        )
+    return tuple(out)
+
+
+def _aws(r: Reader, value: Any) -> AwsConfig:
+    m = r.mapping(value, "aws", ("region", "endpoint_url", "retry", "botocore_max_attempts"))
+    rt = r.mapping(
+        m.get("retry"), "aws.retry", ("max_attempts", "deadline", "initial_backoff", "max_backoff")
+    )
+    return AwsConfig(
+        region=r.string(m.get("region"), "aws.region", "us-east-1"),
+        endpoint_url=r.optional_string(m.get("endpoint_url"), "aws.endpoint_url"),
+        retry=RetryConfig(
+            max_attempts=r.integer(rt.get("max_attempts"), "aws.retry.max_attempts", 4, minimum=1),
+            deadline=r.duration(rt.get("deadline"), "aws.retry.deadline", 30.0),
+            initial_backoff=r.duration(rt.get("initial_backoff"), "aws.retry.initial_backoff", 0.5),
+            max_backoff=r.duration(rt.get("max_backoff"), "aws.retry.max_backoff", 8.0),
+        ),
+        botocore_max_attempts=r.integer(
+            m.get("botocore_max_attempts"), "aws.botocore_max_attempts", 1, minimum=1
+        ),
+    )
+
+
+def _budgets(r: Reader, value: Any) -> tuple[BudgetConfig, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        r.problem("budgets", "must be a mapping of name -> {max_instances, runner_types}")
+        return ()
+    out = []
+    for name, body in value.items():
+        p = _join("budgets", str(name))
+        m = r.mapping(body, p, ("max_instances", "runner_types"))
+        out.append(
+            BudgetConfig(
+                name=str(name),
+                max_instances=r.integer(m.get("max_instances"), f"{p}.max_instances"),
+                runner_types=r.string_list(m.get("runner_types"), f"{p}.runner_types"),
+            )
+        )
+    return tuple(out)
+
+
+def _scaling(r: Reader, value: Any) -> ScalingConfig:
+    p = "scaling"
+    m = r.mapping(
+        value,
+        p,
+        (
+            "enabled", "max_scale_in_per_tick", "max_cleanup_per_tick",
+            "capacity_backoff_initial", "capacity_backoff_max",
+        ),
+    )
+    return ScalingConfig(
+        enabled=r.boolean(m.get("enabled"), f"{p}.enabled", True),
+        max_scale_in_per_tick=r.integer(m.get("max_scale_in_per_tick"), f"{p}.max_scale_in_per_tick", 5),
+        max_cleanup_per_tick=r.integer(m.get("max_cleanup_per_tick"), f"{p}.max_cleanup_per_tick", 5),
+        capacity_backoff_initial=r.duration(
+            m.get("capacity_backoff_initial"), f"{p}.capacity_backoff_initial", 300.0
+        ),
+        capacity_backoff_max=r.duration(
+            m.get("capacity_backoff_max"), f"{p}.capacity_backoff_max", 1800.0
+        ),
+    )
+
+
+_RULE_KEYS = (
+    "name", "team", "priority", "description", "runbook_url", "dashboard_url", "runner_types",
+    "exclude_runner_types", "per_runner_type", "max_queue_size", "max_queue_time", "match",
+    "min_job_age", "for", "repeat_interval", "receivers",
+)
+
+
+def _rule(r: Reader, value: Any, p: str) -> AlertRuleConfig | None:
+    if not isinstance(value, dict):
+        r.problem(p, "must be a mapping")
+        return None
+    m = r.mapping(value, p, _RULE_KEYS)
+    rule = AlertRuleConfig(
+        name=r.string(m.get("name"), f"{p}.name"),
+        team=r.string(m.get("team"), f"{p}.team"),
+        priority=r.choice(m.get("priority"), f"{p}.priority", PRIORITIES, "P2"),
+        description=r.string(m.get("description"), f"{p}.description"),
+        receivers=r.string_list(m.get("receivers"), f"{p}.receivers"),
+        runbook_url=r.string(m.get("runbook_url"), f"{p}.runbook_url", ""),
+        dashboard_url=r.string(m.get("dashboard_url"), f"{p}.dashboard_url", ""),
+        runner_types=r.string_list(m.get("runner_types"), f"{p}.runner_types", default=("*",)),
+        exclude_runner_types=r.string_list(
+            m.get("exclude_runner_types"), f"{p}.exclude_runner_types", default=()
+        ),
+        per_runner_type=r.boolean(m.get("per_runner_type"), f"{p}.per_runner_type", False),
+        max_queue_size=r.optional_integer(m.get("max_queue_size"), f"{p}.max_queue_size"),
+        max_queue_time=r.optional_duration(m.get("max_queue_time"), f"{p}.max_queue_time"),
+        match=r.choice(m.get("match"), f"{p}.match", ("any", "all"), "any"),
+        min_job_age=r.duration(m.get("min_job_age"), f"{p}.min_job_age", 0.0),
+        for_=r.duration(m.get("for"), f"{p}.for", 0.0),
+        repeat_interval=r.duration(m.get("repeat_interval"), f"{p}.repeat_interval", 4 * 3600.0),
+    )
+    if rule.max_queue_size is None and rule.max_queue_time is None:
+        r.problem(p, "needs max_queue_size or max_queue_time (or both)")
+    return rule
+
+
+def _rule_files(r: Reader, patterns: tuple[str, ...], base: Path) -> tuple[AlertRuleConfig, ...]:
+    rules: list[AlertRuleConfig] = []
+    for i, pattern in enumerate(patterns):
+        full = pattern if os.path.isabs(pattern) else str(base / pattern)
+        matches = sorted(glob.glob(full))
+        if not matches:
+            r.problem(f"alerts.rule_files[{i}]", f"no file matches {pattern!r}")
+        for file in matches:
+            try:
+                doc = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError) as exc:
+                r.problem(file, f"cannot read rules: {_yaml_where(exc)}")
+                continue
+            if isinstance(doc, dict):
+                doc = r.mapping(doc, file, ("rules",)).get("rules")
+            rules.extend(r.each(doc, f"{file}: rules", lambda v, p: _rule(r, v, p)))
+    return tuple(rules)
+
+
+def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
+    p = _join("alerts.receivers", name)
+    m = r.mapping(
+        value,
+        p,
+        ("type", "url", "routing_key", "repo", "token", "labels", "timeout", "max_attempts"),
+    )
+    rtype = r.choice(m.get("type"), f"{p}.type", RECEIVER_TYPES, "webhook")
+    if m.get("type") is None:
+        r.problem(f"{p}.type", f"is required (one of {', '.join(RECEIVER_TYPES)})")
+    rc = ReceiverConfig(
+        name=name,
+        type=rtype,
+        url=r.optional_string(m.get("url"), f"{p}.url"),
+        routing_key=r.secret(m.get("routing_key"), f"{p}.routing_key"),
+        repo=r.optional_string(m.get("repo"), f"{p}.repo"),
+        token=r.secret(m.get("token"), f"{p}.token"),
+        labels=r.string_list(m.get("labels"), f"{p}.labels", default=()),
+        timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0),
+        max_attempts=r.integer(m.get("max_attempts"), f"{p}.max_attempts", 3, minimum=1),
+    )
+    if rtype in ("webhook", "slack", "alertmanager") and rc.url is None:
+        r.problem(f"{p}.url", f"is required for a {rtype} receiver")
+    if rtype == "pagerduty" and rc.routing_key is None:
+        r.problem(f"{p}.routing_key", "is required for a pagerduty receiver")
+    if rtype == "github_issue" and (rc.repo is None or "/" not in rc.repo):
+        r.problem(f"{p}.repo", "is required for a github_issue receiver, as owner/name")
+    return rc
+
+
+def _alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
+    m = r.mapping(value, "alerts", ("rule_files", "rules", "receivers", "builtin"))
+    files = r.string_list(m.get("rule_files"), "alerts.rule_files", default=())
+    rules = _rule_files(r, files, base) + r.each(
+        m.get("rules"), "alerts.rules", lambda v, p: _rule(r, v, p)
+    )
+    raw_receivers = m.get("receivers") or {}
+    if not isinstance(raw_receivers, dict):
+        r.problem("alerts.receivers", "must be a mapping of name -> receiver")
+        raw_receivers = {}
+    receivers = {str(n): _receiver(r, str(n), body) for n, body in raw_receivers.items()}
+    b = r.mapping(
+        m.get("builtin"),
+        "alerts.builtin",
+        (
+            "team", "priority", "receivers", "unmatched_jobs", "github_unreachable_after",
+            "runbook_url", "dashboard_url",
+        ),
+    )
+    builtin = BuiltinAlertsConfig(
+        team=r.string(b.get("team"), "alerts.builtin.team", "dev-infra"),
+        priority=r.choice(b.get("priority"), "alerts.builtin.priority", PRIORITIES, "P2"),
+        receivers=r.string_list(b.get("receivers"), "alerts.builtin.receivers", default=()),
+        unmatched_jobs=r.boolean(b.get("unmatched_jobs"), "alerts.builtin.unmatched_jobs", True),
+        github_unreachable_after=r.duration(
+            b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
+        ),
+        runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
+        dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
+    )
+    return AlertsConfig(rules=rules, receivers=receivers, builtin=builtin)
+
+
+def _cross_check(r: Reader, config: Config) -> None:
+    """Problems that span sections: references to names defined elsewhere."""
+    known = set(config.alerts.receivers)
+    for i, rule in enumerate(config.alerts.rules):
+        for name in rule.receivers:
+            if name not in known:
+                r.problem(f"alerts.rules[{i}].receivers", f"unknown receiver {name!r}")
+    for name in config.alerts.builtin.receivers:
+        if name not in known:
+            r.problem("alerts.builtin.receivers", f"unknown receiver {name!r}")
+    seen: dict[str, str] = {}
+    for rt in config.runner_types:
+        for pool in rt.pools:
+            if pool in seen:
+                r.problem(
+                    f"runner_types.{rt.name}.pools",
+                    f"pool {pool!r} is already used by runner type {seen[pool]!r}",
+                )
+            seen[pool] = rt.name
+        if rt.max is not None and rt.min_idle > rt.max:
+            r.problem(f"runner_types.{rt.name}.min_idle", f"must not exceed max ({rt.max})")
+
+
+def _yaml_where(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(getattr(exc, "strerror", None) or problem)

@@ -1,0 +1,156 @@
+"""Plain values the pure core works on. No I/O, no vendor types.
+
+Labels are stored lower-cased: GitHub compares runner labels case-insensitively.
+All datetimes are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+def normalize_labels(labels: Iterable[str]) -> frozenset[str]:
+    """Lower-case and strip a label list, the way GitHub compares labels."""
+    return frozenset(label.strip().lower() for label in labels if label.strip())
+
+
+class JobStatus(enum.Enum):
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    WAITING = "waiting"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One workflow job as the CI source reports it."""
+
+    id: int
+    run_id: int
+    repo: str
+    name: str
+    labels: frozenset[str]
+    status: JobStatus
+    created_at: datetime
+    started_at: datetime | None = None
+    has_steps: bool = False
+    run_completed: bool = False
+    runner_name: str | None = None
+
+
+class RunnerState(enum.Enum):
+    IDLE = "idle"
+    BUSY = "busy"
+    OFFLINE = "offline"
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    """One self-hosted runner registered with the CI provider."""
+
+    id: int
+    name: str
+    labels: frozenset[str]
+    online: bool
+    busy: bool
+
+    @property
+    def state(self) -> RunnerState:
+        if not self.online:
+            return RunnerState.OFFLINE
+        return RunnerState.BUSY if self.busy else RunnerState.IDLE
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerType:
+    """A named label set; runners of this type carry all of these labels."""
+
+    name: str
+    labels: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What one poll of the CI source saw."""
+
+    observed_at: datetime
+    jobs: tuple[Job, ...]
+    runners: tuple[Runner, ...]
+    #: Items skipped because the provider returned bad data for them.
+    skipped_items: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerCounts:
+    idle: int = 0
+    busy: int = 0
+    offline: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Per runner type: the demand waiting and the runners serving it."""
+
+    runner_type: str
+    queue_size: int
+    max_queue_time_seconds: float
+    runners: RunnerCounts
+    #: Jobs still marked queued that GitHub will never run (have steps / run completed).
+    ghost_jobs: int = 0
+    #: created_at of the oldest fresh queued job, for budget tie-breaks.
+    oldest_queued_at: datetime | None = None
+    #: Queue time in seconds of every fresh queued job, oldest first (for min_job_age).
+    queued_ages_seconds: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """The queue per runner type at one instant."""
+
+    observed_at: datetime
+    per_type: Mapping[str, QueueStats]
+    unmatched_jobs: int
+    ghost_jobs: int
+    #: Queue time in seconds of every unmatched job (nothing will ever run them).
+    unmatched_ages_seconds: tuple[float, ...] = field(default=())
+
+
+class InstanceLifecycle(enum.Enum):
+    PENDING = "pending"
+    IN_SERVICE = "in_service"
+    TERMINATING = "terminating"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One cloud instance in a runner pool."""
+
+    id: str
+    pool: str
+    lifecycle: InstanceLifecycle
+    launched_at: datetime | None
+    protected_from_scale_in: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """A cloud runner pool (an EC2 Auto Scaling group) as last described."""
+
+    name: str
+    min_size: int
+    max_size: int
+    desired_capacity: int
+    instances: tuple[Instance, ...]
+
+    @property
+    def live_instances(self) -> int:
+        """Instances in service or booting: supply that already exists or is on its way."""
+        return sum(
+            1
+            for i in self.instances
+            if i.lifecycle in (InstanceLifecycle.PENDING, InstanceLifecycle.IN_SERVICE)
+        )

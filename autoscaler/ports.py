@@ -1,0 +1,56 @@
+"""Narrow ports owned by the core. Adapters implement them; tests hand-write fakes.
+
+Runner <-> instance convention: a runner's name ends with its EC2 instance id
+(``ci-gpu-spot-i-0abc123def4567890``); :func:`instance_id_of` reads it back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from autoscaler.domain import Observation, PoolState
+
+_INSTANCE_ID = re.compile(r"(i-[0-9a-f]{8,17})$")
+
+
+def instance_id_of(runner_name: str) -> str | None:
+    """The EC2 instance id a runner's name ends with, or None when it carries none."""
+    match = _INSTANCE_ID.search(runner_name)
+    return match.group(1) if match else None
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class JobSource(Protocol):
+    """The CI provider: queued/in-progress jobs and the self-hosted runners."""
+
+    def observe(self, now: datetime) -> Observation:
+        """Poll the provider. Raises TransientError/PermanentError on failure."""
+        ...
+
+    def remove_runner(self, runner_id: int) -> None:
+        """Deregister a runner. Raises RejectedError when the runner is busy (GitHub 422)."""
+        ...
+
+
+class RunnerPool(Protocol):
+    """Cloud capacity: EC2 Auto Scaling groups, or a fake."""
+
+    def describe(self, names: Sequence[str]) -> dict[str, PoolState]:
+        """The named pools; a name that does not exist is absent from the result."""
+        ...
+
+    def set_desired_capacity(self, pool: str, desired: int) -> None: ...
+
+    def protect_instances(self, pool: str, instance_ids: Sequence[str]) -> None:
+        """Mark instances protected from scale-in so the group never picks a victim."""
+        ...
+
+    def terminate_instance(self, pool: str, instance_id: str) -> None:
+        """Terminate one instance and decrement the group's desired capacity."""
+        ...

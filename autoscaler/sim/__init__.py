@@ -1,0 +1,1 @@
+"""Simulation: virtual clock, fleet emulator, workloads."""

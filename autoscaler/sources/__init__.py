@@ -1,0 +1,1 @@
+"""CI providers behind the JobSource port (GitHub today)."""

@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): ratios measured side by side, never timed unit tests."""
