@@ -1,0 +1,198 @@
+"""Every metric the controller exports, defined once on an injected registry.
+
+Names follow Prometheus conventions: prefix ``ci_autoscaler_``, base units, counters end
+in ``_total``. Labels are bounded by the configuration (runner types, pools, receivers,
+rules) or by code (operation, status, result); never a job id or a repository list.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from autoscaler import __version__
+
+P = "ci_autoscaler_"
+_FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """The metric objects, registered on ``registry`` (a fresh one per test)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        Info(P + "build", "Build information.", registry=r).info({"version": __version__})
+
+        # --- the queue (issue: see the queue)
+        self.queue_size = Gauge(
+            P + "queue_size", "Fresh queued jobs per runner type.", ["runner_type"], registry=r
+        )
+        self.queue_max_age = Gauge(
+            P + "queue_max_age_seconds",
+            "Queue time of the oldest fresh queued job per runner type.",
+            ["runner_type"],
+            registry=r,
+        )
+        self.runners = Gauge(
+            P + "runners", "Registered runners by state.", ["runner_type", "state"], registry=r
+        )
+        self.unmatched_jobs = Gauge(
+            P + "unmatched_jobs", "Queued jobs whose labels no runner type serves.", registry=r
+        )
+        self.unmatched_max_age = Gauge(
+            P + "unmatched_max_age_seconds", "Queue time of the oldest unmatched job.", registry=r
+        )
+        self.ghost_jobs = Gauge(
+            P + "ghost_jobs",
+            "Jobs GitHub still marks queued that will never run (steps present or run done).",
+            registry=r,
+        )
+        self.last_successful_poll = Gauge(
+            P + "last_successful_poll_timestamp_seconds",
+            "Unix time of the last complete poll of the CI provider.",
+            registry=r,
+        )
+        self.polls = Counter(
+            P + "polls_total", "Polls of the CI provider by result.", ["result"], registry=r
+        )
+        self.tick_duration = Histogram(
+            P + "tick_duration_seconds", "Wall time of one reconcile tick.", buckets=_FAST,
+            registry=r,
+        )
+
+        # --- GitHub adapter
+        self.github_requests = Counter(
+            P + "github_requests_total",
+            "GitHub API requests by endpoint kind and HTTP status (or 'error').",
+            ["endpoint", "status"],
+            registry=r,
+        )
+        self.github_request_duration = Histogram(
+            P + "github_request_duration_seconds",
+            "GitHub API request latency by endpoint kind.",
+            ["endpoint"],
+            buckets=_FAST,
+            registry=r,
+        )
+        self.github_rate_limit_remaining = Gauge(
+            P + "github_rate_limit_remaining",
+            "x-ratelimit-remaining of the last response, by resource.",
+            ["resource"],
+            registry=r,
+        )
+        self.github_rate_limit_limit = Gauge(
+            P + "github_rate_limit_limit", "x-ratelimit-limit, by resource.", ["resource"],
+            registry=r,
+        )
+        self.github_rate_limit_reset = Gauge(
+            P + "github_rate_limit_reset_timestamp_seconds",
+            "x-ratelimit-reset (unix time), by resource.",
+            ["resource"],
+            registry=r,
+        )
+        self.github_skipped_items = Counter(
+            P + "github_skipped_items_total",
+            "Items skipped because GitHub returned malformed data for them.",
+            ["kind"],
+            registry=r,
+        )
+
+        # --- alerts
+        self.alerts_firing = Gauge(
+            P + "alerts_firing", "Alerts currently firing, by rule.", ["rule", "priority"],
+            registry=r,
+        )
+        self.alert_transitions = Counter(
+            P + "alert_transitions_total", "Alert state transitions.", ["rule", "state"],
+            registry=r,
+        )
+        self.alert_notifications = Counter(
+            P + "alert_notifications_total",
+            "Notification attempts by receiver and result (sent, failed, retried).",
+            ["receiver", "result"],
+            registry=r,
+        )
+        self.alert_notifications_pending = Gauge(
+            P + "alert_notifications_pending",
+            "Notifications not yet delivered (retried next tick).",
+            ["receiver"],
+            registry=r,
+        )
+
+        # --- pools and scaling
+        self.pool_desired_capacity = Gauge(
+            P + "pool_desired_capacity", "Desired capacity of a pool.", ["runner_type", "pool"],
+            registry=r,
+        )
+        self.pool_instances = Gauge(
+            P + "pool_instances",
+            "Instances in a pool by lifecycle (pending, in_service, terminating, other).",
+            ["runner_type", "pool", "lifecycle"],
+            registry=r,
+        )
+        self.pool_max_size = Gauge(
+            P + "pool_max_size", "MaxSize of a pool.", ["runner_type", "pool"], registry=r
+        )
+        self.scale_actions = Counter(
+            P + "scale_actions_total",
+            "Scaling actions taken (scale_up, scale_in, terminate_orphan, deregister_stale).",
+            ["runner_type", "pool", "action"],
+            registry=r,
+        )
+        self.cloud_retries = Counter(
+            P + "cloud_retries_total", "Retried cloud calls by pool and error class.",
+            ["pool", "error_class"], registry=r,
+        )
+        self.cloud_failures = Counter(
+            P + "cloud_failures_total",
+            "Cloud calls that failed after retries, by pool and error class.",
+            ["pool", "error_class"],
+            registry=r,
+        )
+        self.pool_failovers = Counter(
+            P + "pool_failovers_total",
+            "Capacity failovers from a pool to the next.",
+            ["runner_type", "pool"],
+            registry=r,
+        )
+        self.provisioning_failures = Counter(
+            P + "provisioning_failures_total",
+            "Instances that never became runners, and capacity failures.",
+            ["runner_type", "pool", "reason"],
+            registry=r,
+        )
+        self.pool_backoff_remaining = Gauge(
+            P + "pool_capacity_backoff_seconds",
+            "Seconds a pool out of capacity is still skipped (0: available).",
+            ["pool"],
+            registry=r,
+        )
+        self.budget_instances = Gauge(
+            P + "budget_instances", "Instances counted against a budget.", ["budget"], registry=r
+        )
+        self.budget_max_instances = Gauge(
+            P + "budget_max_instances", "A budget's limit.", ["budget"], registry=r
+        )
+        self.aws_calls = Counter(
+            P + "aws_calls_total", "AWS API calls by operation and error code ('' = ok).",
+            ["operation", "code"], registry=r,
+        )
+        self.aws_call_duration = Histogram(
+            P + "aws_call_duration_seconds",
+            "AWS API call latency by operation and error code.",
+            ["operation", "code"],
+            buckets=_FAST,
+            registry=r,
+        )
+
+    @contextmanager
+    def timed_github(self, endpoint: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.github_request_duration.labels(endpoint).observe(time.perf_counter() - start)
