@@ -1,0 +1,27 @@
+"""Shared test helpers. In CI (CI=true) a missing external tool fails instead of skipping."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+
+def require_tool(name: str) -> str:
+    """The tool's path; skip when missing locally, fail when missing in CI."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (.ci/run installs it)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
