@@ -244,8 +244,16 @@ def parse_config(
         raw,
         "",
         (
-            "poll_interval", "listen", "log_level", "github", "runner_types", "aws",
-            "budgets", "scaling", "state", "alerts",
+            "poll_interval",
+            "listen",
+            "log_level",
+            "github",
+            "runner_types",
+            "aws",
+            "budgets",
+            "scaling",
+            "state",
+            "alerts",
         ),
     )
     if raw is not None and not isinstance(raw, dict):
@@ -263,7 +271,11 @@ def parse_config(
         aws=_aws(r, top.get("aws")),
         budgets=_budgets(r, top.get("budgets")),
         scaling=_scaling(r, top.get("scaling")),
-        state=StateConfig(path=r.optional_string(r.mapping(top.get("state"), "state", ("path",)).get("path"), "state.path")),
+        state=StateConfig(
+            path=r.optional_string(
+                r.mapping(top.get("state"), "state", ("path",)).get("path"), "state.path"
+            )
+        ),
         alerts=_alerts(r, top.get("alerts"), base),
     )
     if config.poll_interval <= 0 and "poll_interval" in top:
@@ -408,14 +420,21 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
         value,
         p,
         (
-            "enabled", "max_scale_in_per_tick", "max_cleanup_per_tick",
-            "capacity_backoff_initial", "capacity_backoff_max",
+            "enabled",
+            "max_scale_in_per_tick",
+            "max_cleanup_per_tick",
+            "capacity_backoff_initial",
+            "capacity_backoff_max",
         ),
     )
     return ScalingConfig(
         enabled=r.boolean(m.get("enabled"), f"{p}.enabled", True),
-        max_scale_in_per_tick=r.integer(m.get("max_scale_in_per_tick"), f"{p}.max_scale_in_per_tick", 5),
-        max_cleanup_per_tick=r.integer(m.get("max_cleanup_per_tick"), f"{p}.max_cleanup_per_tick", 5),
+        max_scale_in_per_tick=r.integer(
+            m.get("max_scale_in_per_tick"), f"{p}.max_scale_in_per_tick", 5
+        ),
+        max_cleanup_per_tick=r.integer(
+            m.get("max_cleanup_per_tick"), f"{p}.max_cleanup_per_tick", 5
+        ),
         capacity_backoff_initial=r.duration(
             m.get("capacity_backoff_initial"), f"{p}.capacity_backoff_initial", 300.0
         ),
@@ -426,9 +445,22 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
 
 
 _RULE_KEYS = (
-    "name", "team", "priority", "description", "runbook_url", "dashboard_url", "runner_types",
-    "exclude_runner_types", "per_runner_type", "max_queue_size", "max_queue_time", "match",
-    "min_job_age", "for", "repeat_interval", "receivers",
+    "name",
+    "team",
+    "priority",
+    "description",
+    "runbook_url",
+    "dashboard_url",
+    "runner_types",
+    "exclude_runner_types",
+    "per_runner_type",
+    "max_queue_size",
+    "max_queue_time",
+    "match",
+    "min_job_age",
+    "for",
+    "repeat_interval",
+    "receivers",
 )
 
 
@@ -526,8 +558,13 @@ def _alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         m.get("builtin"),
         "alerts.builtin",
         (
-            "team", "priority", "receivers", "unmatched_jobs", "github_unreachable_after",
-            "runbook_url", "dashboard_url",
+            "team",
+            "priority",
+            "receivers",
+            "unmatched_jobs",
+            "github_unreachable_after",
+            "runbook_url",
+            "dashboard_url",
         ),
     )
     builtin = BuiltinAlertsConfig(

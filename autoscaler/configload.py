@@ -194,8 +194,8 @@ class Reader:
             self.problem(path, "must be a non-empty list")
             return default or ()
         out: list[str] = []
-        for i, item in enumerate(value):
-            item = self.expand(item, f"{path}[{i}]")
+        for i, raw in enumerate(value):
+            item = self.expand(raw, f"{path}[{i}]")
             if not isinstance(item, str) or not item.strip():
                 self.problem(f"{path}[{i}]", "must be a non-empty string")
             else:
@@ -211,9 +211,7 @@ class Reader:
             return default
         return str(value)
 
-    def each(
-        self, value: Any, path: str, read: Callable[[Any, str], T | None]
-    ) -> tuple[T, ...]:
+    def each(self, value: Any, path: str, read: Callable[[Any, str], T | None]) -> tuple[T, ...]:
         """Read every item of a list (``None`` means an empty list)."""
         if value is None:
             return ()

@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from autoscaler import __version__
+from autoscaler.domain import QueueSnapshot
 
 P = "ci_autoscaler_"
 _FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -59,8 +61,16 @@ class Metrics:
         self.polls = Counter(
             P + "polls_total", "Polls of the CI provider by result.", ["result"], registry=r
         )
+        self.stage_failures = Counter(
+            P + "stage_failures_total",
+            "Tick stages (alerting, scaling) that failed unexpectedly; the loop went on.",
+            ["stage"],
+            registry=r,
+        )
         self.tick_duration = Histogram(
-            P + "tick_duration_seconds", "Wall time of one reconcile tick.", buckets=_FAST,
+            P + "tick_duration_seconds",
+            "Wall time of one reconcile tick.",
+            buckets=_FAST,
             registry=r,
         )
 
@@ -85,7 +95,9 @@ class Metrics:
             registry=r,
         )
         self.github_rate_limit_limit = Gauge(
-            P + "github_rate_limit_limit", "x-ratelimit-limit, by resource.", ["resource"],
+            P + "github_rate_limit_limit",
+            "x-ratelimit-limit, by resource.",
+            ["resource"],
             registry=r,
         )
         self.github_rate_limit_reset = Gauge(
@@ -103,11 +115,15 @@ class Metrics:
 
         # --- alerts
         self.alerts_firing = Gauge(
-            P + "alerts_firing", "Alerts currently firing, by rule.", ["rule", "priority"],
+            P + "alerts_firing",
+            "Alerts currently firing, by rule.",
+            ["rule", "priority"],
             registry=r,
         )
         self.alert_transitions = Counter(
-            P + "alert_transitions_total", "Alert state transitions.", ["rule", "state"],
+            P + "alert_transitions_total",
+            "Alert state transitions.",
+            ["rule", "state"],
             registry=r,
         )
         self.alert_notifications = Counter(
@@ -125,7 +141,9 @@ class Metrics:
 
         # --- pools and scaling
         self.pool_desired_capacity = Gauge(
-            P + "pool_desired_capacity", "Desired capacity of a pool.", ["runner_type", "pool"],
+            P + "pool_desired_capacity",
+            "Desired capacity of a pool.",
+            ["runner_type", "pool"],
             registry=r,
         )
         self.pool_instances = Gauge(
@@ -144,8 +162,10 @@ class Metrics:
             registry=r,
         )
         self.cloud_retries = Counter(
-            P + "cloud_retries_total", "Retried cloud calls by pool and error class.",
-            ["pool", "error_class"], registry=r,
+            P + "cloud_retries_total",
+            "Retried cloud calls by pool and error class.",
+            ["pool", "error_class"],
+            registry=r,
         )
         self.cloud_failures = Counter(
             P + "cloud_failures_total",
@@ -178,8 +198,10 @@ class Metrics:
             P + "budget_max_instances", "A budget's limit.", ["budget"], registry=r
         )
         self.aws_calls = Counter(
-            P + "aws_calls_total", "AWS API calls by operation and error code ('' = ok).",
-            ["operation", "code"], registry=r,
+            P + "aws_calls_total",
+            "AWS API calls by operation and error code ('' = ok).",
+            ["operation", "code"],
+            registry=r,
         )
         self.aws_call_duration = Histogram(
             P + "aws_call_duration_seconds",
@@ -196,3 +218,19 @@ class Metrics:
             yield
         finally:
             self.github_request_duration.labels(endpoint).observe(time.perf_counter() - start)
+
+
+def report_queue(metrics: Metrics, snapshot: QueueSnapshot, now: datetime) -> None:
+    """Export one successful poll's queue picture."""
+    for name, stats in snapshot.per_type.items():
+        metrics.queue_size.labels(name).set(stats.queue_size)
+        metrics.queue_max_age.labels(name).set(stats.max_queue_time_seconds)
+        metrics.runners.labels(name, "idle").set(stats.runners.idle)
+        metrics.runners.labels(name, "busy").set(stats.runners.busy)
+        metrics.runners.labels(name, "offline").set(stats.runners.offline)
+    metrics.unmatched_jobs.set(snapshot.unmatched_jobs)
+    metrics.unmatched_max_age.set(
+        snapshot.unmatched_ages_seconds[0] if snapshot.unmatched_ages_seconds else 0.0
+    )
+    metrics.ghost_jobs.set(snapshot.ghost_jobs)
+    metrics.last_successful_poll.set(now.timestamp())

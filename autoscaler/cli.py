@@ -1,0 +1,136 @@
+"""Argument parsing and wiring only. Standard output carries results; logs go to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+from collections.abc import Sequence
+
+from autoscaler import __version__
+from autoscaler.config import Config, load_config
+from autoscaler.errors import ConfigError
+from autoscaler.report import format_table, to_json
+from autoscaler.service import run_loop, stop_on_signals, utc_now
+from autoscaler.telemetry import Metrics
+
+log = logging.getLogger("autoscaler")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
+def _load(path: str) -> Config | None:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"{path}: {len(exc.problems)} problem(s):", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return None
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = _load(args.file)
+    if config is None:
+        return 1
+    print(
+        f"{args.file}: ok ({len(config.runner_types)} runner types, "
+        f"{len(config.alerts.rules)} alert rules, {len(config.alerts.receivers)} receivers)"
+    )
+    return 0
+
+
+def cmd_once(args: argparse.Namespace) -> int:
+    from autoscaler.wiring import build_controller  # noqa: PLC0415
+
+    config = _load(args.config)
+    if config is None:
+        return 1
+    _setup_logging(args.log_level or config.log_level)
+    controller = build_controller(config, Metrics())
+    result = controller.tick(utc_now(), dry_run=args.dry_run)
+    if args.output == "json":
+        sys.stdout.write(json.dumps(to_json(result), indent=2) + "\n")
+    else:
+        sys.stdout.write(format_table(result))
+    return 0 if result.poll_error is None else 2
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from autoscaler.httpserver import StatusServer  # noqa: PLC0415
+    from autoscaler.wiring import build_controller  # noqa: PLC0415
+
+    config = _load(args.config)
+    if config is None:
+        return 1
+    _setup_logging(args.log_level or config.log_level)
+    controller = build_controller(config, Metrics())
+    server = StatusServer(controller, config.listen_host, config.listen_port)
+    server.start()
+    stop = threading.Event()
+    stop_on_signals(stop)
+    log.info(
+        "ci-autoscaler %s watching %s every %gs",
+        __version__,
+        config.github.owner,
+        config.poll_interval,
+    )
+    try:
+        run_loop(controller, config.poll_interval, stop)
+    finally:
+        server.stop()
+        log.info("stopped")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from autoscaler.demo import run_demo  # noqa: PLC0415
+
+    _setup_logging(args.log_level or "warning")
+    return run_demo(duration=args.duration, listen=args.listen, tick=args.tick)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ci-autoscaler",
+        description="Watch GitHub Actions queues per runner type, alert, and scale runner pools.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 1 not)")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("once", help="run one tick and print what it saw and did")
+    p.add_argument("--config", required=True)
+    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument("--dry-run", action="store_true", help="deliver nothing, change nothing")
+    p.set_defaults(func=cmd_once)
+
+    p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="a self-contained demo: no credentials, no network")
+    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--listen", default="127.0.0.1:9464", help="where to serve /metrics")
+    p.add_argument("--tick", type=float, default=2.0, help="seconds between ticks")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code

@@ -1,0 +1,168 @@
+"""One reconcile tick: observe -> compute -> decide -> act -> report.
+
+The controller owns no clock and no sleep: ``tick(now)`` is given the time, so the same
+code runs in the live loop, in ``once --dry-run`` and under a virtual clock. The CI source
+failing never ends the loop: the last good picture stays, its age shows in
+``ci_autoscaler_last_successful_poll_timestamp_seconds`` and readiness fails once it is
+older than three poll intervals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from autoscaler.config import Config
+from autoscaler.domain import Observation, QueueSnapshot, RunnerType
+from autoscaler.errors import AutoscalerError
+from autoscaler.ports import JobSource
+from autoscaler.queue import compute_queue
+from autoscaler.telemetry import Metrics, report_queue
+
+log = logging.getLogger(__name__)
+
+#: Readiness fails once the last successful poll is older than this many intervals.
+STALE_READY_INTERVALS = 3
+#: Scaling in needs an observation younger than this many intervals.
+FRESH_SCALE_INTERVALS = 2
+
+
+class AlertStep(Protocol):
+    """The alerting stage (autoscaler.alerting.engine.AlertEngine)."""
+
+    def step(
+        self,
+        snapshot: QueueSnapshot | None,
+        last_successful_poll: datetime | None,
+        now: datetime,
+        *,
+        dry_run: bool = False,
+    ) -> Sequence[Any]: ...
+
+
+class ScaleStep(Protocol):
+    """The scaling stage (autoscaler.scaler.Scaler)."""
+
+    def step(
+        self,
+        snapshot: QueueSnapshot,
+        observation: Observation,
+        now: datetime,
+        *,
+        observation_fresh: bool,
+        dry_run: bool = False,
+    ) -> Sequence[Any]: ...
+
+
+@dataclass
+class TickResult:
+    """What one tick saw and did; ``once`` prints it."""
+
+    now: datetime
+    snapshot: QueueSnapshot | None
+    poll_error: str | None = None
+    alerts: Sequence[Any] = field(default_factory=list)
+    decisions: Sequence[Any] = field(default_factory=list)
+
+
+class Controller:
+    """Holds the state between ticks; all I/O goes through the injected ports."""
+
+    def __init__(
+        self,
+        config: Config,
+        source: JobSource,
+        metrics: Metrics,
+        *,
+        alerts: AlertStep | None = None,
+        scaler: ScaleStep | None = None,
+    ) -> None:
+        self.config = config
+        self.source = source
+        self.metrics = metrics
+        self.alerts = alerts
+        self.scaler = scaler
+        self.types: tuple[RunnerType, ...] = tuple(rt.runner_type for rt in config.runner_types)
+        self.last_observation: Observation | None = None
+        self.last_snapshot: QueueSnapshot | None = None
+        self.last_successful_poll: datetime | None = None
+        self.last_result: TickResult | None = None
+
+    def tick(self, now: datetime, *, dry_run: bool = False) -> TickResult:
+        result = TickResult(now=now, snapshot=None)
+        with self.metrics.tick_duration.time():
+            fresh = self._observe(now, result)
+            alerts, scaler = self.alerts, self.scaler
+            if alerts is not None:
+                result.alerts = self._guarded(
+                    "alerting",
+                    lambda: alerts.step(
+                        result.snapshot if fresh else None,
+                        self.last_successful_poll,
+                        now,
+                        dry_run=dry_run,
+                    ),
+                )
+            if (
+                scaler is not None
+                and self.config.scaling.enabled
+                and self.last_observation is not None
+                and self.last_snapshot is not None
+            ):
+                observation, snapshot = self.last_observation, self.last_snapshot
+                result.decisions = self._guarded(
+                    "scaling",
+                    lambda: scaler.step(
+                        snapshot,
+                        observation,
+                        now,
+                        observation_fresh=fresh and self.observation_is_fresh(now),
+                        dry_run=dry_run,
+                    ),
+                )
+        self.last_result = result
+        return result
+
+    def _observe(self, now: datetime, result: TickResult) -> bool:
+        """Poll the source; on failure keep the last good picture. True when this poll worked."""
+        try:
+            observation = self.source.observe(now)
+        except AutoscalerError as exc:
+            self.metrics.polls.labels(exc.kind).inc()
+            result.poll_error = f"{type(exc).__name__}: {exc}"
+            result.snapshot = self.last_snapshot
+            log.warning("poll of the CI provider failed (%s): %s", exc.kind, exc)
+            return False
+        snapshot = compute_queue(observation.jobs, observation.runners, self.types, now)
+        self.last_observation, self.last_snapshot = observation, snapshot
+        self.last_successful_poll = now
+        self.metrics.polls.labels("ok").inc()
+        report_queue(self.metrics, snapshot, now)
+        result.snapshot = snapshot
+        return True
+
+    def _guarded(self, stage: str, run: Any) -> Sequence[Any]:
+        """Run a stage; a bug or outage in one stage never ends the loop or skips the others."""
+        try:
+            out: Sequence[Any] = run()
+        except Exception:
+            log.exception("%s stage failed; the loop goes on", stage)
+            self.metrics.stage_failures.labels(stage).inc()
+            return []
+        return out
+
+    def observation_is_fresh(self, now: datetime) -> bool:
+        return self._poll_age_below(now, FRESH_SCALE_INTERVALS)
+
+    def ready(self, now: datetime) -> bool:
+        """Ready while the last successful poll is younger than three poll intervals."""
+        return self._poll_age_below(now, STALE_READY_INTERVALS)
+
+    def _poll_age_below(self, now: datetime, intervals: int) -> bool:
+        if self.last_successful_poll is None:
+            return False
+        age = (now - self.last_successful_poll).total_seconds()
+        return age <= intervals * self.config.poll_interval
