@@ -1,0 +1,329 @@
+"""The fake GitHub's HTTP side: routing, auth, rate limits, ETag/304, Link pagination, faults."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import secrets
+import time
+from datetime import timedelta
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import jwt
+
+from autoscaler.fakes.github_shapes import (
+    FakeRequest,
+    Fault,
+    error_body,
+    iso,
+    job_json,
+    repo_json,
+    run_json,
+    runner_json,
+)
+
+if TYPE_CHECKING:
+    from autoscaler.fakes.github import FakeGitHub
+
+_REPOS = re.compile(r"^/(?:orgs|users)/([^/]+)/repos$")
+_RUNS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs$")
+_JOBS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/jobs$")
+_RUNNERS = re.compile(r"^/orgs/([^/]+)/actions/runners$")
+_RUNNER = re.compile(r"^/orgs/([^/]+)/actions/runners/(\d+)$")
+_APP_TOKEN = re.compile(r"^/app/installations/(\d+)/access_tokens$")
+_MALFORMED = b'{"total_count": 3, "items": [{"id": 1, "name": '
+_RATE_MESSAGE = "API rate limit exceeded. Check out the documentation for more information."
+
+
+class Reply:
+    """One response: status, headers, and a JSON body (or raw bytes)."""
+
+    def __init__(self, status: int, body: Any = None, headers: dict[str, str] | None = None):
+        self.status = status
+        self.headers = dict(headers or {})
+        if body is None:
+            self.raw = b""
+        elif isinstance(body, bytes):
+            self.raw = body
+        else:
+            self.raw = json.dumps(body, separators=(",", ":")).encode()
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, error_body(status, message), headers)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the fake logs requests in ``fake.requests`` instead."""
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def _serve(self, method: str) -> None:
+        fake = self.server.fake
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if fake.latency > 0:
+            time.sleep(fake.latency)
+        try:
+            reply = self._reply(method, fake)
+        except Exception as exc:  # a bug in the fake must not hang the client
+            reply = _error(500, f"fake github error: {type(exc).__name__}")
+        with fake.lock:
+            fake.requests.append(FakeRequest(method, self.path, reply.status))
+        self.send_response(reply.status)
+        reply.headers.setdefault("content-type", "application/json; charset=utf-8")
+        reply.headers.setdefault("x-github-api-version-selected", "2022-11-28")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        if reply.status not in (204, 304):
+            self.send_header("Content-Length", str(len(reply.raw)))
+        self.end_headers()
+        if reply.status not in (204, 304):
+            self.wfile.write(reply.raw)
+
+    def _reply(self, method: str, fake: FakeGitHub) -> Reply:
+        fault = fake.take_fault(self.path)
+        if fault is not None:
+            return _fault_reply(fake, fault)
+        path = urlsplit(self.path).path
+        query = dict(parse_qsl(urlsplit(self.path).query))
+        auth = self.headers.get("Authorization", "")
+        match = _APP_TOKEN.match(path)
+        if method == "POST" and match:
+            return _app_token(fake, auth)
+        if not _authorized(fake, auth):
+            return _error(401, "Bad credentials", _rate_headers(fake, count=False))
+        with fake.lock:
+            if _remaining(fake) <= 0:
+                return _error(403, _RATE_MESSAGE, _rate_headers(fake, count=False))
+            if method == "DELETE" and (m := _RUNNER.match(path)):
+                return _delete_runner(fake, m.group(1), int(m.group(2)))
+            if method != "GET":
+                return _error(404, "Not Found", _rate_headers(fake, count=True))
+            listing = _listing(fake, path, query)
+        if listing is None:
+            return _error(404, "Not Found", _rate_headers(fake, count=True))
+        key, items = listing
+        return _page(fake, self.path, key, items, query, self.headers.get("If-None-Match"))
+
+
+def _authorized(fake: FakeGitHub, auth: str) -> bool:
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() not in ("bearer", "token") or not token:
+        return False
+    if secrets.compare_digest(token, fake.token):
+        return True
+    with fake.lock:
+        expiry = fake.installation_tokens.get(token)
+    return expiry is not None and fake.clock() < expiry
+
+
+def _remaining(fake: FakeGitHub) -> int:
+    now = fake.clock().timestamp()
+    if fake._rate_reset is None or now >= fake._rate_reset:
+        fake._rate_reset, fake._rate_used = float(int(now) + 3600), 0
+    return fake.RATE_LIMIT - fake._rate_used
+
+
+def _rate_headers(fake: FakeGitHub, *, count: bool) -> dict[str, str]:
+    """x-ratelimit-* headers; ``count`` spends one request first (not for 304s)."""
+    with fake.lock:
+        _remaining(fake)
+        if count:
+            fake._rate_used += 1
+        return {
+            "x-ratelimit-limit": str(fake.RATE_LIMIT),
+            "x-ratelimit-remaining": str(max(0, fake.RATE_LIMIT - fake._rate_used)),
+            "x-ratelimit-reset": str(int(fake._rate_reset or 0)),
+            "x-ratelimit-used": str(fake._rate_used),
+            "x-ratelimit-resource": "core",
+        }
+
+
+def _fault_reply(fake: FakeGitHub, fault: Fault) -> Reply:
+    if fault.status is None:
+        return Reply(200, _MALFORMED, _rate_headers(fake, count=True))
+    headers = _rate_headers(fake, count=False)
+    if fault.retry_after is not None:
+        headers["retry-after"] = str(math.ceil(fault.retry_after))
+    if fault.ratelimit_reset is not None:
+        reset = fault.ratelimit_reset
+        if reset < 1e9:
+            reset += fake.clock().timestamp()
+        headers["x-ratelimit-remaining"] = "0"
+        headers["x-ratelimit-reset"] = str(math.ceil(reset))
+    rate_limited = fault.status == 429 or (
+        fault.status == 403 and (fault.retry_after is not None or fault.ratelimit_reset is not None)
+    )
+    if rate_limited:
+        return _error(fault.status, _RATE_MESSAGE, headers)
+    return _error(fault.status, HTTPStatus(fault.status).phrase, headers)
+
+
+def _app_token(fake: FakeGitHub, auth: str) -> Reply:
+    scheme, _, token = auth.partition(" ")
+    bad = _error(401, "A JSON web token could not be decoded")
+    if fake.app_public_key_pem is None or scheme.lower() != "bearer" or not token:
+        return bad
+    try:
+        claims = jwt.decode(
+            token,
+            fake.app_public_key_pem,
+            algorithms=["RS256"],
+            options={"verify_exp": False, "verify_iat": False, "require": ["iat", "exp", "iss"]},
+        )
+    except jwt.PyJWTError:
+        return bad
+    now = fake.clock().timestamp()
+    iat, exp = float(claims["iat"]), float(claims["exp"])
+    if str(claims["iss"]) != str(fake.app_id):
+        return _error(401, "'Issuer' claim ('iss') must be an Integer")
+    if exp <= now or exp - now > 600 or iat > now + 60:
+        return _error(
+            401,
+            "'Expiration time' claim ('exp') is too far in the future or has passed",
+        )
+    issued = "ghs_" + secrets.token_hex(18)
+    expires = fake.clock() + timedelta(hours=1)
+    with fake.lock:
+        fake.installation_tokens[issued] = expires
+    body = {
+        "token": issued,
+        "expires_at": iso(expires),
+        "permissions": {"actions": "read", "organization_self_hosted_runners": "write"},
+        "repository_selection": "all",
+    }
+    return Reply(201, body)
+
+
+def _delete_runner(fake: FakeGitHub, org: str, runner_id: int) -> Reply:
+    headers = _rate_headers(fake, count=True)
+    if org.lower() != fake.owner.lower() or runner_id not in fake._runners:
+        return _error(404, "Not Found", headers)
+    runner = fake._runners[runner_id]
+    if runner.busy:
+        return _error(422, f'Bad request - Runner "{runner.name}" is still running a job"', headers)
+    del fake._runners[runner_id]
+    return Reply(204, None, headers)
+
+
+def _listing(
+    fake: FakeGitHub, path: str, query: dict[str, str]
+) -> tuple[str | None, list[dict[str, Any]]] | None:
+    """(wrapper key or None for a bare list, every item) for a GET, or None for a 404."""
+    base, owner = fake.url, fake.owner
+    if m := _REPOS.match(path):
+        if m.group(1).lower() != owner.lower():
+            return None
+        repos = sorted(fake._repos.values(), key=lambda r: r.id)
+        return None, [repo_json(base, owner, r) for r in repos]
+    if m := _RUNNERS.match(path):
+        if m.group(1).lower() != owner.lower():
+            return None
+        runners = sorted(fake._runners.values(), key=lambda r: r.id)
+        return "runners", [runner_json(r) for r in runners]
+    if m := _RUNS.match(path):
+        if m.group(1).lower() != owner.lower() or m.group(2) not in fake._repos:
+            return None
+        wanted = query.get("status")
+        items = []
+        for run in sorted(fake._runs.values(), key=lambda r: -r.id):
+            status = fake.run_status(run)
+            if run.repo == m.group(2) and (wanted is None or status == wanted):
+                items.append(run_json(base, owner, run, run.reported_status or status))
+        return "workflow_runs", items
+    if m := _JOBS.match(path):
+        job_run = fake._runs.get(int(m.group(3)))
+        if m.group(1).lower() != owner.lower() or job_run is None or job_run.repo != m.group(2):
+            return None
+        return "jobs", [job_json(base, owner, fake._jobs[j]) for j in job_run.job_ids]
+    return None
+
+
+def _page(  # noqa: PLR0917
+    fake: FakeGitHub,
+    raw_path: str,
+    key: str | None,
+    items: list[dict[str, Any]],
+    query: dict[str, str],
+    if_none_match: str | None,
+) -> Reply:
+    per_page = _int(query.get("per_page"), 30, 1, 100)
+    last = max(1, math.ceil(len(items) / per_page))
+    page = _int(query.get("page"), 1, 1, 1_000_000)
+    chunk = items[(page - 1) * per_page : page * per_page]
+    body: Any = chunk if key is None else {"total_count": len(items), key: chunk}
+    reply = Reply(200, body)
+    etag = 'W/"' + hashlib.sha256(reply.raw).hexdigest()[:40] + '"'
+    headers = {"etag": etag}
+    link = _link(fake.url, raw_path, query, page, last)
+    if link:
+        headers["link"] = link
+    if if_none_match and _etag_matches(if_none_match, etag):
+        headers.update(_rate_headers(fake, count=False))
+        return Reply(304, None, headers)
+    headers.update(_rate_headers(fake, count=True))
+    reply.headers = headers
+    return reply
+
+
+def _int(text: str | None, default: int, low: int, high: int) -> int:
+    try:
+        return min(high, max(low, int(text))) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    def strip(tag: str) -> str:
+        tag = tag.strip()
+        return tag[2:] if tag.startswith("W/") else tag
+
+    return any(t.strip() == "*" or strip(t) == strip(etag) for t in header.split(","))
+
+
+def _link(base: str, raw_path: str, query: dict[str, str], page: int, last: int) -> str:
+    path = urlsplit(raw_path).path
+
+    def url(n: int) -> str:
+        return f"{base}{path}?{urlencode({**query, 'page': str(n)})}"
+
+    parts = []
+    if page > 1:
+        parts.append(f'<{url(min(page - 1, last))}>; rel="prev"')
+    if page < last:
+        parts.append(f'<{url(page + 1)}>; rel="next"')
+        parts.append(f'<{url(last)}>; rel="last"')
+    if page > 1:
+        parts.append(f'<{url(1)}>; rel="first"')
+    return ", ".join(parts)
+
+
+class FakeServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, fake: FakeGitHub) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.fake = fake
+
+
+def make_server(fake: FakeGitHub) -> FakeServer:
+    return FakeServer(fake)

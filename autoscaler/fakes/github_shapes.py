@@ -1,0 +1,199 @@
+"""The fake GitHub's state records and their JSON shapes, as GitHub's REST docs show them.
+
+Field names and types follow the documented responses of "List repositories for an
+organization", "List workflow runs for a repository", "List jobs for a workflow run" and
+"List self-hosted runners for an organization" (REST API version 2022-11-28).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+DOCS = "https://docs.github.com/rest"
+_DEFAULT_LABELS = frozenset({"self-hosted", "linux", "x64", "windows", "macos", "arm64"})
+
+
+def iso(ts: datetime | None) -> str | None:
+    """GitHub's timestamp format: ``2026-01-20T09:42:40Z``."""
+    return None if ts is None else ts.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeRequest(NamedTuple):
+    """One request the fake answered (``fake.requests``)."""
+
+    method: str
+    #: The path with its query string, as the client sent it.
+    path: str
+    status: int
+
+
+@dataclass
+class Fault:
+    pattern: re.Pattern[str]
+    status: int | None  # None: a malformed 200 body
+    times: int
+    retry_after: float | None = None
+    ratelimit_reset: float | None = None
+
+
+@dataclass
+class FakeJob:
+    id: int
+    run_id: int
+    repo: str
+    name: str
+    labels: tuple[str, ...]
+    created_at: datetime
+    status: str = "queued"
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    runner_id: int | None = None
+    runner_name: str | None = None
+    #: Raw JSON fields that replace the rendered ones (to serve bad data on purpose).
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FakeRun:
+    id: int
+    repo: str
+    created_at: datetime
+    job_ids: list[int] = field(default_factory=list)
+    #: When set, the ``status`` the API reports instead of the one derived from its jobs
+    #: (GitHub sometimes reports a run completed while a job of it stays queued).
+    reported_status: str | None = None
+
+
+@dataclass
+class FakeRunner:
+    id: int
+    name: str
+    labels: tuple[str, ...]
+    online: bool = True
+    busy: bool = False
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FakeRepo:
+    id: int
+    name: str
+
+
+def error_body(status: int, message: str) -> dict[str, Any]:
+    return {"message": message, "documentation_url": DOCS, "status": str(status)}
+
+
+def repo_json(base: str, owner: str, repo: FakeRepo) -> dict[str, Any]:
+    full = f"{owner}/{repo.name}"
+    return {
+        "id": repo.id,
+        "node_id": f"R_{repo.id}",
+        "name": repo.name,
+        "full_name": full,
+        "private": True,
+        "owner": {"login": owner, "id": 1, "type": "Organization"},
+        "html_url": f"https://github.com/{full}",
+        "url": f"{base}/repos/{full}",
+        "archived": False,
+        "disabled": False,
+        "default_branch": "main",
+        "visibility": "private",
+    }
+
+
+def run_json(base: str, owner: str, run: FakeRun, status: str) -> dict[str, Any]:
+    full = f"{owner}/{run.repo}"
+    url = f"{base}/repos/{full}/actions/runs/{run.id}"
+    return {
+        "id": run.id,
+        "name": "CI",
+        "node_id": f"WFR_{run.id}",
+        "head_branch": "main",
+        "head_sha": f"{run.id:040x}",
+        "path": ".github/workflows/ci.yml",
+        "display_title": f"CI #{run.id}",
+        "run_number": run.id,
+        "event": "push",
+        "status": status,
+        "conclusion": "success" if status == "completed" else None,
+        "workflow_id": 1,
+        "url": url,
+        "html_url": f"https://github.com/{full}/actions/runs/{run.id}",
+        "jobs_url": f"{url}/jobs",
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.created_at),
+        "run_attempt": 1,
+        "run_started_at": iso(run.created_at),
+        "repository": {"id": 0, "name": run.repo, "full_name": full},
+    }
+
+
+def job_json(base: str, owner: str, job: FakeJob) -> dict[str, Any]:
+    full = f"{owner}/{job.repo}"
+    steps: list[dict[str, Any]] = []
+    if job.status != "queued":
+        done = job.status == "completed"
+        steps.append(
+            {
+                "name": "Set up job",
+                "status": job.status,
+                "conclusion": "success" if done else None,
+                "number": 1,
+                "started_at": iso(job.started_at),
+                "completed_at": iso(job.completed_at),
+            }
+        )
+    body: dict[str, Any] = {
+        "id": job.id,
+        "run_id": job.run_id,
+        "workflow_name": "CI",
+        "head_branch": "main",
+        "run_url": f"{base}/repos/{full}/actions/runs/{job.run_id}",
+        "run_attempt": 1,
+        "node_id": f"CR_{job.id}",
+        "head_sha": f"{job.run_id:040x}",
+        "url": f"{base}/repos/{full}/actions/jobs/{job.id}",
+        "html_url": f"https://github.com/{full}/actions/runs/{job.run_id}/job/{job.id}",
+        "status": job.status,
+        "conclusion": "success" if job.status == "completed" else None,
+        "created_at": iso(job.created_at),
+        # GitHub reports started_at even for a queued job (it equals created_at then).
+        "started_at": iso(job.started_at or job.created_at),
+        "completed_at": iso(job.completed_at),
+        "name": job.name,
+        "steps": steps,
+        "check_run_url": f"{base}/repos/{full}/check-runs/{job.id}",
+        "labels": list(job.labels),
+        "runner_id": job.runner_id,
+        "runner_name": job.runner_name,
+        "runner_group_id": 1 if job.runner_id is not None else None,
+        "runner_group_name": "Default" if job.runner_id is not None else None,
+    }
+    body.update(job.overrides)
+    return body
+
+
+def runner_json(runner: FakeRunner) -> dict[str, Any]:
+    labels = [
+        {
+            "id": index + 1,
+            "name": label,
+            "type": "read-only" if label.lower() in _DEFAULT_LABELS else "custom",
+        }
+        for index, label in enumerate(runner.labels)
+    ]
+    body: dict[str, Any] = {
+        "id": runner.id,
+        "name": runner.name,
+        "os": "Linux",
+        "status": "online" if runner.online else "offline",
+        "busy": runner.busy,
+        "ephemeral": False,
+        "labels": labels,
+    }
+    body.update(runner.overrides)
+    return body
