@@ -73,8 +73,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     _setup_logging(args.log_level or config.log_level)
-    controller = build_controller(config, Metrics())
-    server = StatusServer(controller, config.listen_host, config.listen_port)
+    metrics = Metrics()
+    controller = build_controller(config, metrics)
+    server = StatusServer(controller, metrics.registry, config.listen_host, config.listen_port)
     server.start()
     stop = threading.Event()
     stop_on_signals(stop)
@@ -132,5 +133,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    code = args.func(args)
+    assert isinstance(code, int)
     return code

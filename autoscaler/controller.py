@@ -10,6 +10,7 @@ older than three poll intervals.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,7 +21,6 @@ from autoscaler.domain import Observation, QueueSnapshot, RunnerType
 from autoscaler.errors import AutoscalerError
 from autoscaler.ports import JobSource
 from autoscaler.queue import compute_queue
-from autoscaler.telemetry import Metrics, report_queue
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,18 @@ log = logging.getLogger(__name__)
 STALE_READY_INTERVALS = 3
 #: Scaling in needs an observation younger than this many intervals.
 FRESH_SCALE_INTERVALS = 2
+
+
+class Reporter(Protocol):
+    """Where the controller reports what it saw (autoscaler.telemetry.Metrics)."""
+
+    def poll_succeeded(self, snapshot: QueueSnapshot, now: datetime) -> None: ...
+
+    def poll_failed(self, kind: str) -> None: ...
+
+    def stage_failed(self, stage: str) -> None: ...
+
+    def tick_finished(self, seconds: float) -> None: ...
 
 
 class AlertStep(Protocol):
@@ -75,14 +87,14 @@ class Controller:
         self,
         config: Config,
         source: JobSource,
-        metrics: Metrics,
+        reporter: Reporter,
         *,
         alerts: AlertStep | None = None,
         scaler: ScaleStep | None = None,
     ) -> None:
         self.config = config
         self.source = source
-        self.metrics = metrics
+        self.reporter = reporter
         self.alerts = alerts
         self.scaler = scaler
         self.types: tuple[RunnerType, ...] = tuple(rt.runner_type for rt in config.runner_types)
@@ -93,7 +105,8 @@ class Controller:
 
     def tick(self, now: datetime, *, dry_run: bool = False) -> TickResult:
         result = TickResult(now=now, snapshot=None)
-        with self.metrics.tick_duration.time():
+        started = time.perf_counter()
+        try:
             fresh = self._observe(now, result)
             alerts, scaler = self.alerts, self.scaler
             if alerts is not None:
@@ -123,6 +136,8 @@ class Controller:
                         dry_run=dry_run,
                     ),
                 )
+        finally:
+            self.reporter.tick_finished(time.perf_counter() - started)
         self.last_result = result
         return result
 
@@ -131,7 +146,7 @@ class Controller:
         try:
             observation = self.source.observe(now)
         except AutoscalerError as exc:
-            self.metrics.polls.labels(exc.kind).inc()
+            self.reporter.poll_failed(exc.kind)
             result.poll_error = f"{type(exc).__name__}: {exc}"
             result.snapshot = self.last_snapshot
             log.warning("poll of the CI provider failed (%s): %s", exc.kind, exc)
@@ -139,8 +154,7 @@ class Controller:
         snapshot = compute_queue(observation.jobs, observation.runners, self.types, now)
         self.last_observation, self.last_snapshot = observation, snapshot
         self.last_successful_poll = now
-        self.metrics.polls.labels("ok").inc()
-        report_queue(self.metrics, snapshot, now)
+        self.reporter.poll_succeeded(snapshot, now)
         result.snapshot = snapshot
         return True
 
@@ -150,7 +164,7 @@ class Controller:
             out: Sequence[Any] = run()
         except Exception:
             log.exception("%s stage failed; the loop goes on", stage)
-            self.metrics.stage_failures.labels(stage).inc()
+            self.reporter.stage_failed(stage)
             return []
         return out
 

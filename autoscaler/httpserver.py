@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from autoscaler.controller import Controller
 from autoscaler.report import format_table
@@ -26,12 +26,14 @@ class StatusServer:
     def __init__(
         self,
         controller: Controller,
+        registry: CollectorRegistry,
         host: str,
         port: int,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.controller = controller
+        self.registry = registry
         self.clock = clock
         handler = _make_handler(self)
         self._server = ThreadingHTTPServer((host, port), handler)
@@ -58,7 +60,7 @@ def _make_handler(owner: StatusServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                body = generate_latest(owner.controller.metrics.registry)
+                body = generate_latest(owner.registry)
                 self._send(200, body, CONTENT_TYPE_LATEST)
             elif path == "/healthz":
                 self._send(200, b"ok\n")

@@ -42,7 +42,7 @@ def run_loop(
                 on_tick()
         except Exception:
             log.exception("tick failed; the loop goes on")
-            controller.metrics.stage_failures.labels("tick").inc()
+            controller.reporter.stage_failed("tick")
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:
             break

@@ -211,6 +211,20 @@ class Metrics:
             registry=r,
         )
 
+    # --- the controller's Reporter port
+    def poll_succeeded(self, snapshot: QueueSnapshot, now: datetime) -> None:
+        self.polls.labels("ok").inc()
+        report_queue(self, snapshot, now)
+
+    def poll_failed(self, kind: str) -> None:
+        self.polls.labels(kind).inc()
+
+    def stage_failed(self, stage: str) -> None:
+        self.stage_failures.labels(stage).inc()
+
+    def tick_finished(self, seconds: float) -> None:
+        self.tick_duration.observe(seconds)
+
     @contextmanager
     def timed_github(self, endpoint: str) -> Iterator[None]:
         start = time.perf_counter()

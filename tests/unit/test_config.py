@@ -1,0 +1,216 @@
+"""Config: every problem reported at once, with its path; secrets never shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.config import load_config, parse_config
+from autoscaler.configload import Secret, format_duration, parse_duration
+from autoscaler.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def minimal(**overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "github": {"owner": "my-org", "token": "ghp_secretvalue"},
+        "runner_types": {"cpu": {"labels": ["self-hosted", "linux.4xlarge"]}},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def problems(doc: Any, env: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc, env=env or {})
+    return info.value.problems
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        pytest.param("30s", 30.0, id="seconds"),
+        pytest.param("5m", 300.0, id="minutes"),
+        pytest.param("4h", 14400.0, id="hours"),
+        pytest.param("1h30m", 5400.0, id="compound"),
+        pytest.param("500ms", 0.5, id="millis"),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "m5", "5x", "5m garbage"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+def test_format_duration_round_trips() -> None:
+    assert [format_duration(s) for s in (45.0, 300.0, 14400.0, 90.0)] == ["45s", "5m", "4h", "90s"]
+
+
+def test_minimal_config_gets_defaults() -> None:
+    config = parse_config(minimal(), env={})
+    assert config.poll_interval == 30.0
+    assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9464)
+    assert config.github.api_url == "https://api.github.com"
+    assert config.github.repos is None
+    assert config.runner_types[0].labels == frozenset({"self-hosted", "linux.4xlarge"})
+
+
+def test_issue_example_keys_work() -> None:
+    config = parse_config(
+        {
+            "poll_interval": "30s",
+            "listen": "0.0.0.0:9464",
+            "github": {
+                "api_url": "https://ghe.example.com/api/v3/",
+                "owner": "my-org",
+                "repos": ["app", "infra"],
+                "token": "${GITHUB_TOKEN}",
+            },
+            "runner_types": {
+                "linux.4xlarge": {"labels": ["self-hosted", "linux.4xlarge"]},
+                "linux.g5.4xlarge.nvidia.gpu": {
+                    "labels": ["self-hosted", "linux.g5.4xlarge.nvidia.gpu"]
+                },
+            },
+        },
+        env={"GITHUB_TOKEN": "ghp_fromenv"},
+    )
+    assert config.github.api_url == "https://ghe.example.com/api/v3"
+    assert config.github.repos == ("app", "infra")
+    assert config.github.token == Secret("ghp_fromenv")
+    assert [rt.name for rt in config.runner_types] == [
+        "linux.4xlarge",
+        "linux.g5.4xlarge.nvidia.gpu",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        pytest.param(
+            minimal(runner_types={"gpu": {"labels": []}}),
+            "runner_types.gpu.labels: must be a non-empty list",
+            id="empty-labels",
+        ),
+        pytest.param(
+            minimal(pol_interval="30s"),
+            "pol_interval: unknown key (did you mean 'poll_interval'?)",
+            id="did-you-mean",
+        ),
+        pytest.param(
+            minimal(poll_interval="soon"),
+            "poll_interval: must be a duration like 30s, 5m or 4h, got 'soon'",
+            id="bad-duration",
+        ),
+        pytest.param(minimal(listen="9464"), "listen: must be HOST:PORT, got '9464'", id="listen"),
+        pytest.param(
+            minimal(github={"owner": "x"}), "github: needs either token or app", id="no-auth"
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "api_url": "ftp://x"}),
+            "github.api_url: must be an http(s) URL, got 'ftp://x'",
+            id="bad-api-url",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "${NOPE}"}),
+            "github.token: environment variable NOPE is not set",
+            id="missing-env",
+        ),
+        pytest.param(
+            minimal(
+                runner_types={
+                    "a": {"labels": ["x"], "pools": ["p"]},
+                    "b": {"labels": ["y"], "pools": ["p"]},
+                }
+            ),
+            "runner_types.b.pools: pool 'p' is already used by runner type 'a'",
+            id="shared-pool",
+        ),
+        pytest.param(
+            minimal(alerts={"receivers": {"oncall": {"type": "email", "url": "https://x"}}}),
+            "alerts.receivers.oncall.type: must be one of webhook, slack, pagerduty, "
+            "alertmanager, github_issue, got 'email'",
+            id="receiver-type",
+        ),
+        pytest.param(
+            minimal(
+                alerts={
+                    "rules": [
+                        {
+                            "name": "r",
+                            "team": "t",
+                            "priority": "P9",
+                            "description": "d",
+                            "receivers": ["nobody"],
+                            "max_queue_size": 1,
+                        }
+                    ]
+                }
+            ),
+            "alerts.rules[0].priority: must be one of P0, P1, P2, P3, P4, got 'P9'",
+            id="priority",
+        ),
+        pytest.param(
+            minimal(
+                alerts={
+                    "rules": [
+                        {"name": "r", "team": "t", "description": "d", "receivers": ["nobody"]}
+                    ]
+                }
+            ),
+            "alerts.rules[0]: needs max_queue_size or max_queue_time (or both)",
+            id="rule-without-threshold",
+        ),
+        pytest.param(None, "github: is required", id="empty-file"),
+        pytest.param(["a"], "must be a mapping, got a list", id="not-a-mapping"),
+    ],
+)
+def test_each_problem_has_its_path(doc: Any, expected: str) -> None:
+    assert expected in problems(doc)
+
+
+def test_all_problems_reported_together() -> None:
+    found = problems(
+        {
+            "github": {"owner": "x", "tokn": "a"},
+            "runner_types": {"gpu": {"labels": []}, "cpu": {"labels": ["x"], "max": -1}},
+            "poll_interval": "never",
+        }
+    )
+    assert len(found) == 5, found
+
+
+def test_secrets_never_appear_in_messages_or_reprs() -> None:
+    secret = "ghp_topsecret"
+    config = parse_config(minimal(github={"owner": "x", "token": secret}), env={})
+    assert secret not in repr(config)
+    assert secret not in str(config.github.token)
+    assert config.github.token is not None and config.github.token.reveal() == secret
+    bad = minimal(github={"owner": "x", "token": secret, "bogus": secret})
+    assert all(secret not in p for p in problems(bad))
+
+
+def test_load_config_reports_yaml_syntax_with_line(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("github:\n  owner: [unclosed\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert "not valid YAML: line" in info.value.problems[0]
+
+
+def test_load_config_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_example_config_is_valid() -> None:
+    config = load_config(REPO / "config.example.yaml", env={"GITHUB_TOKEN": "x"})
+    assert len(config.runner_types) == 2
+    assert config.runner_types[1].pools == ("ci-gpu-spot", "ci-gpu-ondemand")

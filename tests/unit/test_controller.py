@@ -1,0 +1,150 @@
+"""The tick: a failing CI source never ends the loop and never loses the last picture."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from autoscaler.config import Config, parse_config
+from autoscaler.controller import Controller
+from autoscaler.domain import Job, JobStatus, Observation, QueueSnapshot, normalize_labels
+from autoscaler.errors import AutoscalerError, TransientError
+from autoscaler.service import run_loop
+from autoscaler.telemetry import Metrics
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+
+
+def config() -> Config:
+    return parse_config(
+        {
+            "poll_interval": "30s",
+            "github": {"owner": "org", "token": "t"},
+            "runner_types": {"cpu": {"labels": ["self-hosted", "cpu"]}},
+        },
+        env={},
+    )
+
+
+class FakeSource:
+    """A JobSource that replays scripted observations or errors."""
+
+    def __init__(self, script: Sequence[Observation | AutoscalerError]) -> None:
+        self.script = list(script)
+        self.calls = 0
+
+    def observe(self, now: datetime) -> Observation:
+        item = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        if isinstance(item, AutoscalerError):
+            raise item
+        return item
+
+    def remove_runner(self, runner_id: int) -> None:
+        raise AssertionError("not used here")
+
+
+def observation(queued: int, at: datetime) -> Observation:
+    jobs = tuple(
+        Job(
+            i,
+            1,
+            "org/app",
+            "b",
+            normalize_labels(["cpu"]),
+            JobStatus.QUEUED,
+            at - timedelta(minutes=5),
+        )
+        for i in range(queued)
+    )
+    return Observation(observed_at=at, jobs=jobs, runners=())
+
+
+@dataclass
+class RecordingScaler:
+    calls: list[tuple[int, bool]]
+
+    def step(
+        self,
+        snapshot: QueueSnapshot,
+        observation: Observation,
+        now: datetime,
+        *,
+        observation_fresh: bool,
+        dry_run: bool = False,
+    ) -> Sequence[Any]:
+        self.calls.append((snapshot.per_type["cpu"].queue_size, observation_fresh))
+        return [{"runner_type": "cpu", "pool": "p", "current": 0, "desired": 1, "reason": "x"}]
+
+
+class ExplodingAlerts:
+    def step(self, *args: Any, **kwargs: Any) -> Sequence[Any]:
+        raise RuntimeError("bug in a stage")
+
+
+def test_failed_poll_keeps_last_picture_and_metrics() -> None:
+    metrics = Metrics()
+    source = FakeSource([observation(3, T0), TransientError("github down", code="502")])
+    controller = Controller(config(), source, metrics)
+
+    first = controller.tick(T0)
+    second = controller.tick(T0 + timedelta(seconds=30))
+
+    assert first.poll_error is None and second.poll_error is not None
+    assert second.snapshot is first.snapshot
+    assert controller.last_successful_poll == T0
+    value = metrics.registry.get_sample_value
+    assert value("ci_autoscaler_queue_size", {"runner_type": "cpu"}) == 3.0
+    assert value("ci_autoscaler_last_successful_poll_timestamp_seconds") == T0.timestamp()
+    assert value("ci_autoscaler_polls_total", {"result": "transient"}) == 1.0
+    assert value("ci_autoscaler_polls_total", {"result": "ok"}) == 1.0
+
+
+def test_readiness_fails_after_three_intervals_without_a_good_poll() -> None:
+    source = FakeSource([observation(0, T0), TransientError("down")])
+    controller = Controller(config(), source, Metrics())
+    assert not controller.ready(T0), "never polled: not ready"
+    controller.tick(T0)
+    assert controller.ready(T0 + timedelta(seconds=90))
+    controller.tick(T0 + timedelta(seconds=60))
+    assert not controller.ready(T0 + timedelta(seconds=91))
+
+
+def test_scaler_sees_stale_data_as_stale() -> None:
+    scaler = RecordingScaler(calls=[])
+    source = FakeSource([observation(2, T0), TransientError("down")])
+    controller = Controller(config(), source, Metrics(), scaler=scaler)
+    controller.tick(T0)
+    result = controller.tick(T0 + timedelta(seconds=30))
+    assert scaler.calls == [(2, True), (2, False)]
+    assert result.decisions[0]["desired"] == 1
+
+
+def test_a_failing_stage_does_not_stop_the_others() -> None:
+    scaler = RecordingScaler(calls=[])
+    metrics = Metrics()
+    controller = Controller(
+        config(), FakeSource([observation(1, T0)]), metrics, alerts=ExplodingAlerts(), scaler=scaler
+    )
+    result = controller.tick(T0)
+    assert result.alerts == []
+    assert scaler.calls == [(1, True)]
+    assert (
+        metrics.registry.get_sample_value(
+            "ci_autoscaler_stage_failures_total", {"stage": "alerting"}
+        )
+        == 1.0
+    )
+
+
+def test_loop_survives_failing_ticks_and_stops_on_event() -> None:
+    source = FakeSource([TransientError("down")])
+    controller = Controller(config(), source, Metrics())
+    stop = threading.Event()
+    ticks = run_loop(controller, 0.0, stop, clock=lambda: T0, max_ticks=5)
+    assert ticks == 5 and source.calls == 5
+    stop.set()
+    assert run_loop(controller, 0.0, stop, clock=lambda: T0) == 0
