@@ -1,0 +1,212 @@
+"""The alerting stage the controller calls once per tick.
+
+evaluate (rules + built-ins) -> advance the lifecycle -> persist states and the outbox in
+one transaction -> deliver the outbox (bounded by the deliverer's deadline) -> views.
+
+With ``dry_run`` nothing is persisted or delivered: the views show what would happen, and
+the next real tick still sends every notification.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from autoscaler.alerting import render
+from autoscaler.alerting.delivery import Deliverer
+from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
+from autoscaler.alerting.rules import (
+    FLEET,
+    UNMATCHED_RULE,
+    Evaluation,
+    evaluate_rules,
+    evaluate_unmatched,
+    evaluate_unreachable,
+    reason_values,
+)
+from autoscaler.alerting.store import StateStore
+from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
+from autoscaler.domain import QueueSnapshot
+from autoscaler.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AlertView:
+    """One alert as ``once --output json`` shows it under ``"alerts"``."""
+
+    rule: str
+    state: str
+    """``pending``, ``firing`` or ``resolved`` (resolved this tick)."""
+    title: str
+    text: str
+    fingerprint: str
+    values: Mapping[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "state": self.state,
+            "title": self.title,
+            "text": self.text,
+            "fingerprint": self.fingerprint,
+            "values": dict(self.values),
+        }
+
+
+def _view(state: AlertState) -> AlertView:
+    ev = state.evaluation
+    started = state.fired_at or state.since
+    ended = state.since if state.status is AlertStatus.RESOLVED else None
+    n = Notification(
+        state.status.value.upper(), ev, started_at=started, created_at=state.since, ended_at=ended
+    )
+    return AlertView(
+        ev.rule,
+        state.status.value,
+        render.title(ev),
+        render.text(n),
+        ev.fingerprint,
+        dict(ev.values),
+    )
+
+
+class AlertEngine:
+    def __init__(
+        self,
+        config: AlertsConfig,
+        store: StateStore,
+        deliverer: Deliverer | None,
+        metrics: Metrics,
+        *,
+        started_at: datetime | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.deliverer = deliverer
+        self.metrics = metrics
+        self.started_at = started_at
+        self._firing_labels: set[tuple[str, str]] = set()
+
+    def evaluate(
+        self,
+        snapshot: QueueSnapshot | None,
+        last_successful_poll: datetime | None,
+        now: datetime,
+    ) -> tuple[list[Evaluation], set[str]]:
+        """This tick's evaluations, and the rules to keep as they are (no snapshot)."""
+        everyone = tuple(self.config.receivers)
+        b = self.config.builtin
+        evaluations: list[Evaluation] = []
+        keep: set[str] = set()
+        if snapshot is not None:
+            evaluations += evaluate_rules(self.config.rules, snapshot)
+            if b.unmatched_jobs:
+                evaluations.append(evaluate_unmatched(b, snapshot, everyone))
+        else:
+            keep = {r.name for r in self.config.rules} | {UNMATCHED_RULE}
+        if b.github_unreachable_after > 0:
+            started = self.started_at or now
+            evaluations.append(
+                evaluate_unreachable(b, last_successful_poll, started, now, everyone)
+            )
+        return evaluations, keep
+
+    def step(
+        self,
+        snapshot: QueueSnapshot | None,
+        last_successful_poll: datetime | None,
+        now: datetime,
+        *,
+        dry_run: bool = False,
+    ) -> list[AlertView]:
+        """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed."""
+        if self.started_at is None:
+            self.started_at = now
+        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now)
+        old = self.store.load_states()
+        new, notes = advance(old, evaluations, now, keep_rules=keep)
+        if not dry_run:
+            outbox = [(r, n) for n in notes for r in n.evaluation.receivers]
+            self.store.save(new, outbox)
+            self._count_transitions(old, new, notes)
+            for n in notes:
+                log.info(
+                    "alert %s %s: %s", n.status, render.title(n.evaluation), n.evaluation.reason
+                )
+            if self.deliverer is not None:
+                self.deliverer.deliver(self.store)
+        self._set_firing(new)
+        return [
+            _view(s)
+            for _, s in sorted(
+                new.items(), key=lambda kv: (kv[1].evaluation.rule, kv[1].evaluation.scope)
+            )
+        ]
+
+    def _count_transitions(
+        self,
+        old: Mapping[str, AlertState],
+        new: Mapping[str, AlertState],
+        notes: list[Notification],
+    ) -> None:
+        t = self.metrics.alert_transitions
+        for fp, s in new.items():
+            before = old.get(fp)
+            if s.status is AlertStatus.PENDING and (
+                before is None or before.status is not AlertStatus.PENDING
+            ):
+                t.labels(s.evaluation.rule, "pending").inc()
+        for n in notes:
+            if not n.repeat:
+                t.labels(n.evaluation.rule, n.status.lower()).inc()
+
+    def _set_firing(self, states: Mapping[str, AlertState]) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for s in states.values():
+            if s.status is AlertStatus.FIRING:
+                key = (s.evaluation.rule, s.evaluation.priority)
+                counts[key] = counts.get(key, 0) + 1
+        for key in self._firing_labels | set(counts):
+            self.metrics.alerts_firing.labels(*key).set(counts.get(key, 0))
+        self._firing_labels |= set(counts)
+
+
+SAMPLE_RULE = AlertRuleConfig(
+    name="ci-autoscaler test alert",
+    team="dev-infra",
+    priority="P4",
+    description="A test notification from `ci-autoscaler alerts test`; no action needed",
+    receivers=(),
+    max_queue_size=10,
+    max_queue_time=3600.0,
+)
+
+
+def send_test(receiver: ReceiverConfig, now: datetime, deliverer: Deliverer) -> dict[str, str]:
+    """Send a sample FIRING then RESOLVED to one receiver, now. Returns state -> result
+    (``sent``, ``failed: <why>``, ``rejected: <why>``); nothing is stored."""
+    values = reason_values(SAMPLE_RULE, 7, 62 * 60.0)
+    ev = Evaluation(
+        rule=SAMPLE_RULE.name,
+        scope=FLEET,
+        team=SAMPLE_RULE.team,
+        priority=SAMPLE_RULE.priority,
+        description=SAMPLE_RULE.description,
+        receivers=(receiver.name,),
+        values=values,
+    )
+    results: dict[str, str] = {}
+    firing = Notification("FIRING", ev, started_at=now, created_at=now)
+    out = deliverer.send_one(receiver, firing)
+    results["FIRING"] = out.result + (f": {out.error}" if out.error else "")
+    issue = out.issue[1] if out.issue is not None else None
+    cleared = ev.with_values(reason_values(SAMPLE_RULE, 0, 0.0))
+    resolved = Notification("RESOLVED", cleared, started_at=now, created_at=now, ended_at=now)
+    out = deliverer.send_one(receiver, resolved, issue)
+    results["RESOLVED"] = out.result + (f": {out.error}" if out.error else "")
+    return results

@@ -1,0 +1,239 @@
+"""Pure alert rule evaluation: one rule over one queue snapshot -> evaluations.
+
+An :class:`Evaluation` carries everything later stages need (metadata for rendering, the
+numbers for the Reason line, ``for`` and ``repeat_interval`` for the lifecycle) so that a
+stored alert can still be rendered and resolved after its rule left the configuration.
+
+Conventions (documented once, here):
+
+- ``max_queue_size`` and ``max_queue_time_mins`` are the observed *maxima* over the runner
+  types a rule covers (design.md, "Alert text"); a fleet-wide rule does not sum queues.
+- Minutes are **floored** for display (62.9 min reads ``62``), as the seed alert implies.
+  The checks compare the raw seconds: a time check with ``max_queue_time: 60m`` trips at
+  60 min 1 s, which reads ``max_queue_time_mins=60, queue_time_threshold=1``.
+- A check trips when the observed value is strictly *above* its threshold.
+- ``min_job_age``: only jobs whose queue time is at least this old are counted.
+- ``match: any`` fires when any configured check trips; ``all`` when every configured check
+  trips. A check the rule does not configure reads ``0`` and takes no part in ``all``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from fnmatch import fnmatchcase
+from typing import Any
+
+from autoscaler.config import AlertRuleConfig, BuiltinAlertsConfig
+from autoscaler.domain import QueueSnapshot, QueueStats
+
+FLEET = "fleet"
+UNMATCHED_RULE = "Jobs no runner type serves"
+UNREACHABLE_RULE = "GitHub unreachable"
+
+
+def fingerprint(rule: str, scope: str) -> str:
+    """Stable id of one alert: sha256 of rule name and scope, 16 hex digits."""
+    return hashlib.sha256(f"{rule}\x00{scope}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One alert instance (rule x scope) as evaluated at one instant."""
+
+    rule: str
+    scope: str
+    team: str
+    priority: str
+    description: str
+    receivers: tuple[str, ...]
+    values: Mapping[str, int]
+    """Reason line numbers, in display order; always ends with ``threshold_breached``."""
+    runbook_url: str = ""
+    dashboard_url: str = ""
+    for_: float = 0.0
+    repeat_interval: float = 4 * 3600.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.rule, self.scope)
+
+    @property
+    def breached(self) -> bool:
+        return self.values.get("threshold_breached", 0) == 1
+
+    @property
+    def reason(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.values.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "scope": self.scope,
+            "team": self.team,
+            "priority": self.priority,
+            "description": self.description,
+            "receivers": list(self.receivers),
+            "values": dict(self.values),
+            "runbook_url": self.runbook_url,
+            "dashboard_url": self.dashboard_url,
+            "for": self.for_,
+            "repeat_interval": self.repeat_interval,
+            "labels": dict(self.labels),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Evaluation:
+        return cls(
+            rule=str(d["rule"]),
+            scope=str(d["scope"]),
+            team=str(d["team"]),
+            priority=str(d["priority"]),
+            description=str(d["description"]),
+            receivers=tuple(d["receivers"]),
+            values={str(k): int(v) for k, v in d["values"].items()},
+            runbook_url=str(d.get("runbook_url", "")),
+            dashboard_url=str(d.get("dashboard_url", "")),
+            for_=float(d.get("for", 0.0)),
+            repeat_interval=float(d.get("repeat_interval", 4 * 3600.0)),
+            labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
+        )
+
+    def with_values(self, values: Mapping[str, int]) -> Evaluation:
+        return replace(self, values=dict(values))
+
+
+def covered_types(rule: AlertRuleConfig, names: Iterable[str]) -> list[str]:
+    """Runner type names matching any ``runner_types`` glob and no exclusion, sorted."""
+    return sorted(
+        n
+        for n in names
+        if any(fnmatchcase(n, g) for g in rule.runner_types)
+        and not any(fnmatchcase(n, g) for g in rule.exclude_runner_types)
+    )
+
+
+def _observed(stats: QueueStats, min_job_age: float) -> tuple[int, float]:
+    """(queue size, max queue time seconds) counting only jobs at least min_job_age old."""
+    if min_job_age <= 0:
+        return stats.queue_size, stats.max_queue_time_seconds
+    ages = [a for a in stats.queued_ages_seconds if a >= min_job_age]
+    return len(ages), max(ages, default=0.0)
+
+
+def reason_values(rule: AlertRuleConfig, size: int, seconds: float) -> dict[str, int]:
+    """The Reason line numbers for observed maxima ``size`` and ``seconds``."""
+    size_trip = rule.max_queue_size is not None and size > rule.max_queue_size
+    time_trip = rule.max_queue_time is not None and seconds > rule.max_queue_time
+    configured = [
+        trip
+        for trip, limit in ((size_trip, rule.max_queue_size), (time_trip, rule.max_queue_time))
+        if limit is not None
+    ]
+    breached = all(configured) if rule.match == "all" else any(configured)
+    return {
+        "max_queue_size": size,
+        "max_queue_time_mins": int(seconds // 60),
+        "queue_size_threshold": int(size_trip),
+        "queue_time_threshold": int(time_trip),
+        "threshold_breached": int(bool(configured) and breached),
+    }
+
+
+def _from_rule(rule: AlertRuleConfig, scope: str, values: Mapping[str, int]) -> Evaluation:
+    labels = {} if scope == FLEET else {"runner_type": scope}
+    return Evaluation(
+        rule=rule.name,
+        scope=scope,
+        team=rule.team,
+        priority=rule.priority,
+        description=rule.description,
+        receivers=rule.receivers,
+        values=values,
+        runbook_url=rule.runbook_url,
+        dashboard_url=rule.dashboard_url,
+        for_=rule.for_,
+        repeat_interval=rule.repeat_interval,
+        labels=labels,
+    )
+
+
+def evaluate_rule(rule: AlertRuleConfig, snapshot: QueueSnapshot) -> list[Evaluation]:
+    """Evaluate one rule: one evaluation per covered type, or one fleet-wide."""
+    names = covered_types(rule, snapshot.per_type)
+    observed = {n: _observed(snapshot.per_type[n], rule.min_job_age) for n in names}
+    if rule.per_runner_type:
+        return [_from_rule(rule, n, reason_values(rule, *observed[n])) for n in names]
+    size = max((s for s, _ in observed.values()), default=0)
+    seconds = max((t for _, t in observed.values()), default=0.0)
+    return [_from_rule(rule, FLEET, reason_values(rule, size, seconds))]
+
+
+def evaluate_rules(rules: Sequence[AlertRuleConfig], snapshot: QueueSnapshot) -> list[Evaluation]:
+    return [e for rule in rules for e in evaluate_rule(rule, snapshot)]
+
+
+def _builtin(
+    b: BuiltinAlertsConfig,
+    rule: str,
+    description: str,
+    values: dict[str, int],
+    receivers: tuple[str, ...],
+) -> Evaluation:
+    return Evaluation(
+        rule=rule,
+        scope=FLEET,
+        team=b.team,
+        priority=b.priority,
+        description=description,
+        receivers=b.receivers or receivers,
+        values=values,
+        runbook_url=b.runbook_url,
+        dashboard_url=b.dashboard_url,
+        repeat_interval=4 * 3600.0,
+    )
+
+
+def evaluate_unmatched(
+    b: BuiltinAlertsConfig, snapshot: QueueSnapshot, all_receivers: tuple[str, ...]
+) -> Evaluation:
+    """Built-in: queued jobs whose labels no runner type serves (nothing will run them)."""
+    ages = snapshot.unmatched_ages_seconds
+    values = {
+        "unmatched_jobs": snapshot.unmatched_jobs,
+        "max_queue_time_mins": int(max(ages, default=0.0) // 60),
+        "threshold_breached": int(snapshot.unmatched_jobs > 0),
+    }
+    return _builtin(
+        b,
+        UNMATCHED_RULE,
+        "Queued jobs whose labels no configured runner type serves",
+        values,
+        all_receivers,
+    )
+
+
+def evaluate_unreachable(
+    b: BuiltinAlertsConfig,
+    last_successful_poll: datetime | None,
+    started_at: datetime,
+    now: datetime,
+    all_receivers: tuple[str, ...],
+) -> Evaluation:
+    """Built-in: no successful poll of GitHub for longer than ``github_unreachable_after``.
+
+    With no successful poll yet, the time since ``started_at`` (process start) counts.
+    """
+    since = last_successful_poll or started_at
+    seconds = max(0.0, (now - since).total_seconds())
+    values = {
+        "mins_since_last_successful_poll": int(seconds // 60),
+        "unreachable_threshold_mins": int(b.github_unreachable_after // 60),
+        "threshold_breached": int(seconds > b.github_unreachable_after),
+    }
+    return _builtin(
+        b, UNREACHABLE_RULE, "The controller cannot read the GitHub API", values, all_receivers
+    )

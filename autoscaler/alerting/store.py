@@ -1,0 +1,167 @@
+"""SQLite state store: alert states, the outbox of undelivered notifications, and the
+GitHub issue numbers the ``github_issue`` receiver keeps. All of it survives a restart, so
+a new process neither pages again for a firing alert nor forgets to resolve it.
+
+Use from one thread (the controller's tick). ``path`` ``None`` or ``":memory:"`` keeps
+everything in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
+from autoscaler.alerting.rules import Evaluation
+from autoscaler.config import StateConfig
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS alerts (
+    fingerprint TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    since TEXT NOT NULL,
+    fired_at TEXT,
+    last_notified TEXT,
+    evaluation TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    receiver TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    notification TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT
+);
+CREATE TABLE IF NOT EXISTS issues (
+    receiver TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    PRIMARY KEY (receiver, fingerprint)
+);
+"""
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    """One notification still owed to one receiver."""
+
+    id: int
+    receiver: str
+    notification: Notification
+    attempts: int = 0
+    last_error: str | None = None
+
+
+def _ts(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+def _dt(s: str | None) -> datetime | None:
+    return None if s is None else datetime.fromisoformat(s)
+
+
+class StateStore:
+    def __init__(self, path: str | Path | None = None) -> None:
+        target = ":memory:" if path is None else str(path)
+        if target != ":memory:":
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(target)
+        self._db.executescript(_SCHEMA)
+        self._db.commit()
+
+    @classmethod
+    def from_config(cls, config: StateConfig) -> StateStore:
+        return cls(config.path)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- alert states
+    def load_states(self) -> dict[str, AlertState]:
+        rows = self._db.execute(
+            "SELECT fingerprint, status, since, fired_at, last_notified, evaluation FROM alerts"
+        ).fetchall()
+        out: dict[str, AlertState] = {}
+        for fp, status, since, fired, notified, ev in rows:
+            out[fp] = AlertState(
+                status=AlertStatus(status),
+                evaluation=Evaluation.from_dict(json.loads(ev)),
+                since=datetime.fromisoformat(since),
+                fired_at=_dt(fired),
+                last_notified=_dt(notified),
+            )
+        return out
+
+    def save(
+        self, states: Mapping[str, AlertState], outbox: Sequence[tuple[str, Notification]] = ()
+    ) -> None:
+        """Replace every alert state and append to the outbox, in one transaction."""
+        with self._db:
+            self._db.execute("DELETE FROM alerts")
+            self._db.executemany(
+                "INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        fp,
+                        s.status.value,
+                        _ts(s.since),
+                        _ts(s.fired_at),
+                        _ts(s.last_notified),
+                        json.dumps(s.evaluation.to_dict()),
+                    )
+                    for fp, s in states.items()
+                ],
+            )
+            self._db.executemany(
+                "INSERT INTO outbox (receiver, fingerprint, notification) VALUES (?, ?, ?)",
+                [(r, n.fingerprint, json.dumps(n.to_dict())) for r, n in outbox],
+            )
+
+    # --- outbox
+    def pending(self, receiver: str | None = None) -> list[OutboxItem]:
+        """Undelivered notifications, oldest first."""
+        sql = "SELECT id, receiver, notification, attempts, last_error FROM outbox"
+        args: tuple[str, ...] = ()
+        if receiver is not None:
+            sql += " WHERE receiver = ?"
+            args = (receiver,)
+        rows = self._db.execute(sql + " ORDER BY id", args).fetchall()
+        return [
+            OutboxItem(i, r, Notification.from_dict(json.loads(n)), a, e) for i, r, n, a, e in rows
+        ]
+
+    def mark_delivered(self, item_id: int) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM outbox WHERE id = ?", (item_id,))
+
+    def mark_failed(self, item_id: int, error: str) -> None:
+        with self._db:
+            self._db.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ? WHERE id = ?",
+                (error[:500], item_id),
+            )
+
+    # --- github issue numbers
+    def issue_number(self, receiver: str, fingerprint: str) -> int | None:
+        row = self._db.execute(
+            "SELECT number FROM issues WHERE receiver = ? AND fingerprint = ?",
+            (receiver, fingerprint),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def set_issue_number(self, receiver: str, fingerprint: str, number: int | None) -> None:
+        with self._db:
+            if number is None:
+                self._db.execute(
+                    "DELETE FROM issues WHERE receiver = ? AND fingerprint = ?",
+                    (receiver, fingerprint),
+                )
+            else:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO issues VALUES (?, ?, ?)",
+                    (receiver, fingerprint, number),
+                )
