@@ -1,0 +1,239 @@
+"""GitHub Actions behind the JobSource port: queued/in-progress jobs and org runners.
+
+One ``observe`` lists the repositories (from the config, or the owner's list), the queued
+and in-progress runs of each, the jobs of each run (``filter=latest``; a run in progress
+can still have queued jobs) and the org's self-hosted runners. Requests run on a bounded
+thread pool over one ``httpx.Client``; jobs of a repo are fetched as soon as its runs are
+known, and the runner list in parallel with everything else.
+
+Bad data skips the item (counted in ``github_skipped_items_total{kind}``, logged once per
+kind); a malformed runs/jobs page skips that page. A malformed repository or runner list
+fails the poll (TransientError): a partial runner list would make live runners look gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from autoscaler.config import GitHubConfig
+from autoscaler.domain import Job, Observation, Runner
+from autoscaler.errors import ConfigError, NotFoundError, TransientError
+from autoscaler.sources.github_auth import AppAuth, Auth, TokenAuth
+from autoscaler.sources.github_http import BadPage, GitHubHttp
+from autoscaler.sources.github_parse import (
+    BadItem,
+    RunRef,
+    Skips,
+    parse_job,
+    parse_repo,
+    parse_run,
+    parse_runner,
+)
+from autoscaler.telemetry import Metrics
+
+RUN_STATUSES = ("queued", "in_progress")
+
+
+class GitHubSource:
+    """JobSource over GitHub's REST API (github.com or GitHub Enterprise Server)."""
+
+    def __init__(
+        self,
+        config: GitHubConfig,
+        metrics: Metrics,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._metrics = metrics
+        self._owner = quote(config.owner, safe="")
+        self._http = GitHubHttp(
+            config.api_url,
+            config.timeout,
+            config.max_concurrency,
+            metrics,
+            transport,
+            sleep,
+            wall_clock,
+        )
+        self.auth: Auth
+        if config.app is not None:
+            self.auth = AppAuth(config.app, self._exchange, wall_clock)
+        elif config.token is not None:
+            self.auth = TokenAuth(config.token)
+        else:
+            raise ConfigError(["github: set github.token or github.app"])
+        self._http.auth = self.auth
+        self._pool = ThreadPoolExecutor(config.max_concurrency, thread_name_prefix="github")
+        self._repo_list_path: str | None = None
+        self._logged_kinds: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"GitHubSource(api_url={self._config.api_url!r}, owner={self._config.owner!r})"
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._http.close()
+
+    # --- JobSource
+    def observe(self, now: datetime) -> Observation:
+        skips = Skips(self._metrics, self._logged_kinds)
+        self._http.begin_tick()
+        pending: dict[Future[Any], str] = {}
+        try:
+            runners_future = self._pool.submit(self._runners, skips)
+            pending[runners_future] = "runners"
+            for repo in self._repos(skips):
+                for status in RUN_STATUSES:
+                    pending[self._pool.submit(self._runs, repo, status, skips)] = "runs"
+            runs_seen: set[int] = set()
+            jobs: dict[int, Job] = {}
+            runners: list[Runner] = []
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    kind = pending.pop(future)
+                    result = future.result()
+                    if kind == "runners":
+                        runners = result
+                    elif kind == "runs":
+                        for run in result:
+                            if run.id not in runs_seen:
+                                runs_seen.add(run.id)
+                                pending[self._pool.submit(self._jobs, run, skips)] = "jobs"
+                    else:
+                        jobs.update((job.id, job) for job in result)
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            wait(pending)
+            raise
+        self._http.end_tick()
+        return Observation(
+            observed_at=now,
+            jobs=tuple(sorted(jobs.values(), key=lambda j: j.id)),
+            runners=tuple(runners),
+            skipped_items=skips.count,
+        )
+
+    def remove_runner(self, runner_id: int) -> None:
+        """DELETE the org runner: RejectedError when busy (422), NotFoundError when gone."""
+        path = f"/orgs/{self._owner}/actions/runners/{int(runner_id)}"
+        self._http.send("DELETE", path, "runner_delete")
+
+    # --- the calls
+    def _exchange(self, installation_id: int, authorization: str) -> Mapping[str, Any]:
+        path = f"/app/installations/{int(installation_id)}/access_tokens"
+        response = self._http.send("POST", path, "app_token", authorization=authorization)
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise TransientError(f"GitHub POST {path}: the body is not a JSON object")
+        return body
+
+    def _list(self, path: str, endpoint: str, key: str | None) -> list[Any]:
+        """Every item over the Link pages. Raises BadPage when a page is not the shape."""
+        items: list[Any] = []
+        url: str | None = f"{path}{'&' if '?' in path else '?'}per_page=100"
+        while url is not None:
+            page = self._http.get(url, endpoint)
+            chunk = page.body if key is None else _get(page.body, key)
+            if not isinstance(chunk, list):
+                raise BadPage(f"{endpoint}: expected a list")
+            items.extend(chunk)
+            url = page.next_url
+        return items
+
+    def _repos(self, skips: Skips) -> list[str]:
+        if self._config.repos is not None:
+            return list(self._config.repos)
+        items: list[Any] | None = None
+        candidates = [f"/orgs/{self._owner}/repos", f"/users/{self._owner}/repos"]
+        if self._repo_list_path is not None:
+            candidates = [self._repo_list_path]
+        for index, path in enumerate(candidates):
+            try:
+                items = self._list(path, "repos", None)
+            except NotFoundError:
+                if index + 1 == len(candidates):
+                    raise
+                continue
+            except BadPage as exc:
+                raise TransientError(f"GitHub GET {path}: malformed response ({exc})") from None
+            self._repo_list_path = path
+            break
+        names = []
+        for item in items or []:
+            try:
+                name = parse_repo(item)
+            except BadItem as exc:
+                skips.skip("repo", str(exc))
+                continue
+            if name is not None:
+                names.append(name)
+        return names
+
+    def _runs(self, repo: str, status: str, skips: Skips) -> list[RunRef]:
+        path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runs?status={status}"
+        try:
+            items = self._list(path, "runs", "workflow_runs")
+        except BadPage as exc:
+            skips.skip("runs_page", str(exc))
+            return []
+        runs = []
+        for item in items:
+            try:
+                runs.append(parse_run(item, repo))
+            except BadItem as exc:
+                skips.skip("run", str(exc))
+        return runs
+
+    def _jobs(self, run: RunRef, skips: Skips) -> list[Job]:
+        repo = quote(run.repo, safe="")
+        path = f"/repos/{self._owner}/{repo}/actions/runs/{run.id}/jobs?filter=latest"
+        try:
+            items = self._list(path, "jobs", "jobs")
+        except BadPage as exc:
+            skips.skip("jobs_page", str(exc))
+            return []
+        except NotFoundError:
+            return []  # the run vanished (deleted) between the two calls
+        jobs = []
+        for item in items:
+            try:
+                job = parse_job(item, run)
+            except BadItem as exc:
+                skips.skip("job", str(exc))
+                continue
+            if job is not None:
+                jobs.append(job)
+        return jobs
+
+    def _runners(self, skips: Skips) -> list[Runner]:
+        path = f"/orgs/{self._owner}/actions/runners"
+        try:
+            items = self._list(path, "runners", "runners")
+        except BadPage as exc:
+            raise TransientError(f"GitHub GET {path}: malformed response ({exc})") from None
+        runners = []
+        for item in items:
+            try:
+                runners.append(parse_runner(item))
+            except BadItem as exc:
+                skips.skip("runner", str(exc))
+        return runners
+
+
+def _get(body: Any, key: str) -> Any:
+    return body.get(key) if isinstance(body, dict) else None
