@@ -1,0 +1,114 @@
+"""The CLI end to end against the fake GitHub over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.harness import (
+    cli,
+    free_port,
+    running_controller,
+    seeded_github,
+    wait_for,
+    write_config,
+)
+
+DESIGN_METRICS = {
+    "ci_autoscaler_queue_size",
+    "ci_autoscaler_queue_max_age_seconds",
+    "ci_autoscaler_runners",
+    "ci_autoscaler_pool_desired_capacity",
+    "ci_autoscaler_pool_instances",
+    "ci_autoscaler_alerts_firing",
+    "ci_autoscaler_last_successful_poll_timestamp_seconds",
+}
+
+
+def test_check_config_exit_codes(tmp_path: Path) -> None:
+    good = write_config(tmp_path, "http://127.0.0.1:1", free_port())
+    assert cli("check-config", str(good)).returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("github: {owner: x, tokn: y}\nrunner_types: {gpu: {labels: []}}\n")
+    result = cli("check-config", str(bad))
+    assert result.returncode == 1
+    assert "github.tokn: unknown key (did you mean 'token'?)" in result.stderr
+    assert "runner_types.gpu.labels: must be a non-empty list" in result.stderr
+    assert result.stdout == ""
+
+
+def test_once_json_is_the_only_thing_on_stdout(tmp_path: Path) -> None:
+    fake = seeded_github(gpu_jobs=3, gpu_age_minutes=90)
+    try:
+        config = write_config(tmp_path, fake.url, free_port())
+        result = cli("--log-level", "info", "once", "--config", str(config), "--output", "json")
+    finally:
+        fake.stop()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    types = {t["name"]: t for t in doc["runner_types"]}
+    assert types["linux.4xlarge"]["queue_size"] == 2
+    assert types["linux.4xlarge"]["runners"] == {"idle": 1, "busy": 0, "offline": 0}
+    gpu = types["linux.g5.4xlarge.nvidia.gpu"]
+    assert gpu["queue_size"] == 3
+    assert 89 * 60 < gpu["max_queue_time_seconds"] < 92 * 60
+    assert doc["unmatched_jobs"] == 0
+    assert doc["observed_at"].endswith("+00:00")
+    assert "e2e-token" not in result.stdout + result.stderr
+
+
+def test_once_table_is_aligned(tmp_path: Path) -> None:
+    fake = seeded_github()
+    try:
+        config = write_config(tmp_path, fake.url, free_port())
+        result = cli("once", "--config", str(config))
+    finally:
+        fake.stop()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("RUNNER TYPE"))
+    row = next(line for line in lines if line.startswith("linux.g5.4xlarge.nvidia.gpu"))
+    assert header.index("QUEUED") + len("QUEUED") == row.index(" 3 ") + 2
+
+
+def test_run_serves_metrics_health_readiness_and_stops_on_sigterm(tmp_path: Path) -> None:
+    fake = seeded_github()
+    try:
+        config = write_config(tmp_path, fake.url, free_port())
+        with running_controller(config) as (proc, base):
+            wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200, 20, "readiness")
+            text = httpx.get(f"{base}/metrics").text
+            names = {f.name for f in text_string_to_metric_families(text)}
+            # prometheus_client strips _total from counter family names
+            assert {"ci_autoscaler_polls", "ci_autoscaler_github_requests"} <= names
+            assert names >= DESIGN_METRICS
+            assert 'ci_autoscaler_queue_size{runner_type="linux.4xlarge"} 2.0' in text
+            assert "RUNNER TYPE" in httpx.get(f"{base}/").text
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=5) == 0, "SIGTERM stops the loop within an interval or so"
+            assert "e2e-token" not in (proc.stderr.read() if proc.stderr else "")
+    finally:
+        fake.stop()
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_readyz_fails_when_github_is_down(tmp_path: Path, path: str) -> None:
+    fake = seeded_github()
+    config = write_config(tmp_path, fake.url, free_port())
+    try:
+        with running_controller(config) as (_proc, base):
+            wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200, 20, "readiness")
+            fake.inject_fault(r".*", 503, times=10_000)
+            if path == "/healthz":
+                time.sleep(4)
+                assert httpx.get(f"{base}{path}").status_code == 200
+            else:
+                wait_for(lambda: httpx.get(f"{base}{path}").status_code == 503, 20, "unready")
+    finally:
+        fake.stop()
