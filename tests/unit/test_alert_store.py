@@ -1,0 +1,117 @@
+"""Restart continuity: a second engine on the same SQLite file neither re-pages nor forgets
+to resolve, and an undelivered notification survives the restart."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from prometheus_client import CollectorRegistry
+
+from autoscaler.alerting.delivery import Deliverer
+from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.store import StateStore
+from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
+from autoscaler.telemetry import Metrics
+
+T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
+RULE = AlertRuleConfig(
+    name="Jobs queueing too long",
+    team="pytorch-dev-infra",
+    priority="P2",
+    description="Jobs wait too long for a runner",
+    receivers=("oncall",),
+    max_queue_size=10,
+    max_queue_time=3600.0,
+)
+CONFIG = AlertsConfig(
+    rules=(RULE,),
+    receivers={
+        "oncall": ReceiverConfig(
+            name="oncall", type="webhook", url="http://127.0.0.1:9/hook", max_attempts=1
+        )
+    },
+    builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
+)
+
+
+def snap(now: datetime, mins: float) -> QueueSnapshot:
+    stats = QueueStats(
+        "linux.4xlarge", 7, mins * 60, RunnerCounts(), queued_ages_seconds=(mins * 60,) * 7
+    )
+    return QueueSnapshot(now, {"linux.4xlarge": stats}, unmatched_jobs=0, ghost_jobs=0)
+
+
+class Capture:
+    """A MockTransport handler that records states, or refuses while ``down``."""
+
+    def __init__(self) -> None:
+        self.states: list[str] = []
+        self.down = False
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.down:
+            raise httpx.ConnectError("refused", request=request)
+        self.states.append(json.loads(request.content)["state"])
+        return httpx.Response(200)
+
+
+def engine(path: Path, capture: Capture) -> AlertEngine:
+    metrics = Metrics(CollectorRegistry())
+    deliverer = Deliverer(
+        CONFIG.receivers, metrics, transport=httpx.MockTransport(capture), sleep=lambda _: None
+    )
+    return AlertEngine(CONFIG, StateStore(path), deliverer, metrics)
+
+
+def test_restart_sends_no_second_firing_and_still_resolves(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    capture = Capture()
+    first = engine(db, capture)
+    views = first.step(snap(T0, 62), T0, T0)
+    assert [v.state for v in views] == ["firing"]
+    first.store.close()
+
+    second = engine(db, capture)
+    views = second.step(snap(T0 + timedelta(minutes=1), 63), T0, T0 + timedelta(minutes=1))
+    assert [v.state for v in views] == ["firing"]
+    second.step(snap(T0 + timedelta(minutes=2), 1), T0, T0 + timedelta(minutes=2))
+    assert capture.states == ["FIRING", "RESOLVED"]
+
+
+def test_undelivered_notification_survives_restart(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    capture = Capture()
+    capture.down = True
+    first = engine(db, capture)
+    first.step(snap(T0, 62), T0, T0)
+    assert [i.notification.status for i in first.store.pending()] == ["FIRING"]
+    first.store.close()
+
+    capture.down = False
+    second = engine(db, capture)
+    second.step(snap(T0 + timedelta(minutes=1), 62), T0, T0 + timedelta(minutes=1))
+    assert capture.states == ["FIRING"]
+    assert second.store.pending() == []
+
+
+def test_dry_run_persists_and_sends_nothing(tmp_path: Path) -> None:
+    capture = Capture()
+    e = engine(tmp_path / "state.db", capture)
+    views = e.step(snap(T0, 62), T0, T0, dry_run=True)
+    assert [v.state for v in views] == ["firing"]
+    assert "State: FIRING" in views[0].text
+    assert e.store.load_states() == {} and e.store.pending() == []
+    e.step(snap(T0, 62), T0, T0)
+    assert capture.states == ["FIRING"]
+
+
+def test_memory_store_roundtrips_issue_numbers() -> None:
+    store = StateStore(None)
+    store.set_issue_number("gh", "abc", 12)
+    assert store.issue_number("gh", "abc") == 12
+    store.set_issue_number("gh", "abc", None)
+    assert store.issue_number("gh", "abc") is None
