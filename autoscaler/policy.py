@@ -1,0 +1,319 @@
+"""The scaling decision: a pure function of (snapshot, runners, pools, config, state, now).
+
+Per runner type:
+
+- demand = fresh queued jobs + busy runners on the type's instances + ``min_idle``;
+- supply = instances in service or pending in the type's pools (booting ones count, so a
+  queued job is not provisioned twice);
+- desired = demand clamped to the type's ``max``, to the pools' MaxSize and to the budgets.
+  Budget headroom (limit minus what the covered types already hold) goes to the types by
+  priority (higher first), then by the age of their oldest queued job (older first).
+
+Scale up at once, filling the pools in order, skipping pools in capacity back-off and
+never past a pool's MaxSize. Scale down only idle runners past ``idle_timeout``, oldest
+idle first: each :class:`ScaleIn` says "deregister runner X, then terminate instance Y in
+pool P". Stale observations never scale: every pool is held. Orphans (an instance with no
+registered runner ``boot_timeout`` after launch) are terminated; an offline runner whose
+instance is gone is deregistered. Caps per tick come from :class:`ScalingConfig`.
+
+Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"`` (:func:`instance_id_of`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
+from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
+from autoscaler.plan import (
+    HOLD,
+    MISSING,
+    ORPHAN,
+    PROTECT_PER_POOL,
+    RANK,
+    SCALE_IN,
+    SCALE_UP,
+    STALE,
+    Decision,
+    DeregisterStale,
+    Plan,
+    PoolSlot,
+    Protect,
+    ScaleIn,
+    ScaleUp,
+    ScalingState,
+    TerminateOrphan,
+    slot_target,
+)
+from autoscaler.ports import instance_id_of
+
+__all__ = ["Decision", "Plan", "ScalingState", "decide", "pool_of_runner"]
+
+_LIVE = (InstanceLifecycle.PENDING, InstanceLifecycle.IN_SERVICE)
+
+
+def budgets_of(name: str, budgets: Sequence[BudgetConfig]) -> list[BudgetConfig]:
+    return [b for b in budgets if any(fnmatch.fnmatchcase(name, p) for p in b.runner_types)]
+
+
+def pool_of_runner(runner: Runner, pools: Sequence[str]) -> str | None:
+    """The pool a runner's name says it runs in (``f"{pool}-{instance_id}"``)."""
+    iid = instance_id_of(runner.name)
+    if iid is None:
+        return None
+    for pool in pools:
+        if runner.name == f"{pool}-{iid}":
+            return pool
+    return None
+
+
+@dataclass
+class _Type:
+    rt: RunnerTypeConfig
+    pools: list[PoolState]
+    runners: list[tuple[Runner, str]]
+    queued: int
+    busy: int
+    live: int
+    demand: int
+    desired: int
+    oldest: datetime | None
+    grant: int = 0
+
+
+@dataclass
+class _Builder:
+    """Collects actions and per-pool notes while deciding."""
+
+    pools: Mapping[str, PoolState]
+    notes: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    actions: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    targets: dict[tuple[str, str], int] = field(default_factory=dict)
+    scale_ups: list[ScaleUp] = field(default_factory=list)
+    scale_ins: list[ScaleIn] = field(default_factory=list)
+    orphans: list[TerminateOrphan] = field(default_factory=list)
+    stale: list[DeregisterStale] = field(default_factory=list)
+    protect: list[Protect] = field(default_factory=list)
+    out_of_capacity: list[str] = field(default_factory=list)
+
+    def note(
+        self, rt: str, pool: str, text: str, action: str | None = None, delta: int = 0
+    ) -> None:
+        key = (rt, pool)
+        self.notes.setdefault(key, []).append(text)
+        if action is not None:
+            self.actions.setdefault(key, set()).add(action)
+        self.targets[key] = self.targets.get(key, self.pools[pool].desired_capacity) + delta
+
+    def decisions(self, config: Config) -> tuple[Decision, ...]:
+        out: list[Decision] = []
+        for rt in config.runner_types:
+            for pool in rt.pools:
+                if pool not in self.pools:
+                    out.append(
+                        Decision(rt.name, pool, 0, 0, "pool not found in the cloud", MISSING)
+                    )
+                    continue
+                key, current = (rt.name, pool), self.pools[pool].desired_capacity
+                action = min(self.actions.get(key) or {HOLD}, key=RANK.__getitem__)
+                reason = "; ".join(self.notes.get(key, []))
+                out.append(
+                    Decision(rt.name, pool, current, self.targets.get(key, current), reason, action)
+                )
+        return tuple(out)
+
+
+def _types(
+    snapshot: QueueSnapshot,
+    runners: Sequence[Runner],
+    pools: Mapping[str, PoolState],
+    config: Config,
+) -> list[_Type]:
+    out = []
+    for rt in config.runner_types:
+        present = [pools[name] for name in rt.pools if name in pools]
+        names = [p.name for p in present]
+        mine = [(r, pn) for r in runners if (pn := pool_of_runner(r, names)) is not None]
+        stats = snapshot.per_type.get(rt.name)
+        queued = stats.queue_size if stats is not None else 0
+        busy = sum(1 for r, _ in mine if r.online and r.busy)
+        demand = queued + busy + rt.min_idle
+        cap = sum(p.max_size for p in present)
+        if rt.max is not None:
+            cap = min(cap, rt.max)
+        live = sum(p.live_instances for p in present)
+        oldest = stats.oldest_queued_at if stats is not None else None
+        out.append(_Type(rt, present, mine, queued, busy, live, demand, min(demand, cap), oldest))
+    return out
+
+
+def _grant_budgets(
+    types: list[_Type], budgets: Sequence[BudgetConfig], now: datetime
+) -> dict[str, int]:
+    """Set each type's ``grant`` (instances it may add); return each budget's use."""
+    covered = {t.rt.name: budgets_of(t.rt.name, budgets) for t in types}
+    headroom = {
+        b.name: b.max_instances - sum(t.live for t in types if b in covered[t.rt.name])
+        for b in budgets
+    }
+    never = datetime.max.replace(tzinfo=now.tzinfo)
+    for t in sorted(types, key=lambda t: (-t.rt.priority, t.oldest or never, t.rt.name)):
+        t.grant = min(
+            [max(0, t.desired - t.live), *(max(0, headroom[b.name]) for b in covered[t.rt.name])]
+        )
+        for b in covered[t.rt.name]:
+            headroom[b.name] -= t.grant
+    return {b.name: b.max_instances - headroom[b.name] for b in budgets}
+
+
+def _scale_up(t: _Type, state: ScalingState, now: datetime, out: _Builder) -> None:
+    name = t.rt.name
+    if t.desired < t.demand:
+        for p in t.pools:
+            out.note(name, p.name, f"clamped to {t.desired} by max/MaxSize")
+    if t.grant < max(0, t.desired - t.live):
+        for p in t.pools:
+            out.note(name, p.name, f"budget allows +{t.grant}")
+    if t.grant <= 0:
+        return
+    slots = tuple(
+        PoolSlot(p.name, p.live_instances, p.desired_capacity, p.max_size)
+        for p in t.pools
+        if not state.in_backoff(p.name, now)
+    )
+    if not slots:
+        out.out_of_capacity.append(name)
+        for p in t.pools:
+            out.note(name, p.name, f"need +{t.grant} but every pool is in capacity back-off", HOLD)
+        return
+    out.scale_ups.append(ScaleUp(name, t.grant, slots))
+    need = t.grant
+    for slot in slots:
+        take, target = slot_target(slot, need)
+        need -= take
+        if target > slot.current:
+            delta = target - slot.current
+            out.note(name, slot.pool, f"scale up +{delta}", SCALE_UP, delta)
+
+
+def _scale_in(t: _Type, state: ScalingState, now: datetime, left: int, out: _Builder) -> int:
+    """Plan scale-ins of idle runners past idle_timeout; return how many were planned."""
+    excess = min(t.live - t.desired, left)
+    if excess <= 0:
+        return 0
+    in_service = {
+        i.id for p in t.pools for i in p.instances if i.lifecycle is InstanceLifecycle.IN_SERVICE
+    }
+    cutoff = now - timedelta(seconds=t.rt.idle_timeout)
+    idle = sorted(
+        (
+            (since, r, pool)
+            for r, pool in t.runners
+            if r.online
+            and not r.busy
+            and (since := state.idle_since.get(r.id)) is not None
+            and since <= cutoff
+            and instance_id_of(r.name) in in_service
+        ),
+        key=lambda x: (x[0], x[1].id),
+    )
+    for _, r, pool in idle[:excess]:
+        out.scale_ins.append(ScaleIn(t.rt.name, pool, r.id, r.name, instance_id_of(r.name) or ""))
+        text = f"runner {r.name} idle past {t.rt.idle_timeout:.0f}s: scale in"
+        out.note(t.rt.name, pool, text, SCALE_IN, -1)
+    return min(excess, len(idle))
+
+
+def _cleanup(
+    t: _Type,
+    runners: Sequence[Runner],
+    snapshot: QueueSnapshot,
+    live_ids: set[str],
+    *,
+    left: int,
+    out: _Builder,
+) -> int:
+    """Plan orphan terminations, then stale runner removals; return how many were planned."""
+    name, used = t.rt.name, 0
+    registered = {instance_id_of(r.name) for r in runners}
+    boot_cutoff = snapshot.observed_at - timedelta(seconds=t.rt.boot_timeout)
+    for p in t.pools:
+        for i in p.instances:
+            if (
+                used < left
+                and i.lifecycle in _LIVE
+                and i.launched_at is not None
+                and (i.launched_at <= boot_cutoff and i.id not in registered)
+            ):
+                out.orphans.append(TerminateOrphan(name, p.name, i.id))
+                text = f"instance {i.id} not registered after {t.rt.boot_timeout:.0f}s: terminate"
+                out.note(name, p.name, text, ORPHAN, -1)
+                used += 1
+    for r, pool in t.runners:
+        if used < left and not r.online and instance_id_of(r.name) not in live_ids:
+            out.stale.append(DeregisterStale(name, pool, r.id, r.name))
+            out.note(name, pool, f"offline runner {r.name} has no instance: deregister", STALE)
+            used += 1
+    return used
+
+
+def decide(  # noqa: PLR0917 (the signature the callers share)
+    snapshot: QueueSnapshot,
+    runners: Sequence[Runner],
+    pools: Mapping[str, PoolState],
+    config: Config,
+    state: ScalingState,
+    now: datetime,
+    *,
+    observation_fresh: bool,
+) -> Plan:
+    """The plan for this tick. Pure: the same arguments give the same plan."""
+    scaling = config.scaling
+    if observation_fresh:
+        idle_since = {
+            r.id: state.idle_since.get(r.id, snapshot.observed_at)
+            for r in runners
+            if r.online and not r.busy
+        }
+        state = replace(state, idle_since=idle_since)
+    types = _types(snapshot, runners, pools, config)
+    budget_use = _grant_budgets(types, config.budgets, now)
+    out = _Builder(pools)
+    scale_in_left = scaling.max_scale_in_per_tick
+    cleanup_left = scaling.max_cleanup_per_tick
+    live_ids = {i.id for p in pools.values() for i in p.instances if i.lifecycle in _LIVE}
+    for t in types:
+        summary = (
+            f"demand {t.demand} (queued {t.queued} + busy {t.busy} + min_idle {t.rt.min_idle}),"
+            f" supply {t.live}"
+        )
+        for p in t.pools:
+            out.note(t.rt.name, p.name, summary)
+            unprotected = [
+                i.id for i in p.instances if i.lifecycle in _LIVE and not i.protected_from_scale_in
+            ]
+            if unprotected and scaling.enabled:
+                ids = tuple(unprotected[:PROTECT_PER_POOL])
+                out.protect.append(Protect(t.rt.name, p.name, ids))
+        if not (observation_fresh and scaling.enabled):
+            why = "scaling disabled" if not scaling.enabled else "observation stale"
+            for p in t.pools:
+                out.note(t.rt.name, p.name, f"{why}: hold", HOLD)
+            continue
+        _scale_up(t, state, now, out)
+        scale_in_left -= _scale_in(t, state, now, scale_in_left, out)
+        cleanup_left -= _cleanup(t, runners, snapshot, live_ids, left=cleanup_left, out=out)
+    return Plan(
+        decisions=out.decisions(config),
+        scale_ups=tuple(out.scale_ups),
+        scale_ins=tuple(out.scale_ins),
+        orphans=tuple(out.orphans),
+        stale_runners=tuple(out.stale),
+        protect=tuple(out.protect),
+        state=state,
+        budget_use=budget_use,
+        out_of_capacity=tuple(out.out_of_capacity),
+    )

@@ -1,0 +1,206 @@
+"""RunnerPool over EC2 Auto Scaling groups (boto3), narrowed to the calls we use.
+
+Calls: autoscaling DescribeAutoScalingGroups, SetDesiredCapacity (HonorCooldown=False),
+SetInstanceProtection, TerminateInstanceInAutoScalingGroup (decrementing the desired
+capacity) and ec2 DescribeInstances (for launch times). :data:`IAM_ACTIONS` lists the IAM
+actions exactly these calls need; the terraform task role is checked against it.
+
+Each method makes single attempts (botocore's own retries are set to
+``aws.botocore_max_attempts``); the caller wraps them in :class:`autoscaler.retrying.RetryPolicy`.
+Every call is timed by operation and error code through :meth:`AwsAsgPool._call`, and
+botocore errors are translated (:mod:`autoscaler.pools.aws_errors`) before they leave.
+
+Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"``
+(:func:`autoscaler.ports.instance_id_of`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import BotoCoreError, ClientError
+
+from autoscaler.config import AwsConfig
+from autoscaler.domain import Instance, InstanceLifecycle, PoolState
+from autoscaler.pools.aws_errors import translate
+from autoscaler.telemetry import Metrics
+
+IAM_ACTIONS: frozenset[str] = frozenset(
+    {
+        "autoscaling:DescribeAutoScalingGroups",
+        "autoscaling:SetDesiredCapacity",
+        "autoscaling:SetInstanceProtection",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+        "ec2:DescribeInstances",
+    }
+)
+
+_GROUPS_PER_PAGE = 100  # DescribeAutoScalingGroups MaxRecords limit
+_IDS_PER_FILTER = 200  # DescribeInstances filter value limit
+_IDS_PER_PROTECT = 50  # SetInstanceProtection InstanceIds limit
+
+_LIFECYCLE = {
+    "Pending": InstanceLifecycle.PENDING,
+    "Pending:Wait": InstanceLifecycle.PENDING,
+    "Pending:Proceed": InstanceLifecycle.PENDING,
+    "InService": InstanceLifecycle.IN_SERVICE,
+    "Terminating": InstanceLifecycle.TERMINATING,
+    "Terminating:Wait": InstanceLifecycle.TERMINATING,
+    "Terminating:Proceed": InstanceLifecycle.TERMINATING,
+    "Terminated": InstanceLifecycle.TERMINATING,
+}
+
+
+def boto_config(config: AwsConfig, *, connect_timeout: float, read_timeout: float) -> BotoConfig:
+    """botocore client config: region, explicit timeouts, and botocore's retries bounded."""
+    return BotoConfig(
+        region_name=config.region,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"total_max_attempts": config.botocore_max_attempts, "mode": "standard"},
+    )
+
+
+class AwsAsgPool:
+    """:class:`autoscaler.ports.RunnerPool` over boto3 autoscaling and ec2 clients."""
+
+    def __init__(
+        self,
+        config: AwsConfig,
+        metrics: Metrics,
+        *,
+        session: boto3.session.Session | None = None,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 15.0,
+    ) -> None:
+        session = session if session is not None else boto3.session.Session()
+        cfg = boto_config(config, connect_timeout=connect_timeout, read_timeout=read_timeout)
+        #: The raw clients, exposed for fault injection in tests and the demo.
+        self.autoscaling: Any = session.client(
+            "autoscaling", region_name=config.region, endpoint_url=config.endpoint_url, config=cfg
+        )
+        self.ec2: Any = session.client(
+            "ec2", region_name=config.region, endpoint_url=config.endpoint_url, config=cfg
+        )
+        self.metrics = metrics
+        self._max_size: dict[str, int] = {}
+        self._min_size: dict[str, int] = {}
+
+    def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        """One AWS call, timed and counted by operation and error code, errors translated."""
+        started = time.perf_counter()
+        code = ""
+        try:
+            return fn(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            error = translate(exc, operation)
+            code = error.code
+            raise error from None
+        finally:
+            self.metrics.aws_calls.labels(operation, code).inc()
+            self.metrics.aws_call_duration.labels(operation, code).observe(
+                time.perf_counter() - started
+            )
+
+    def describe(self, names: Sequence[str]) -> dict[str, PoolState]:
+        groups: list[dict[str, Any]] = []
+        wanted = list(dict.fromkeys(names))
+        for i in range(0, len(wanted), _GROUPS_PER_PAGE):
+            kwargs: dict[str, Any] = {
+                "AutoScalingGroupNames": wanted[i : i + _GROUPS_PER_PAGE],
+                "MaxRecords": _GROUPS_PER_PAGE,
+            }
+            while True:
+                page = self._call(
+                    "DescribeAutoScalingGroups",
+                    self.autoscaling.describe_auto_scaling_groups,
+                    **kwargs,
+                )
+                groups.extend(page.get("AutoScalingGroups", []))
+                token = page.get("NextToken")
+                if not token:
+                    break
+                kwargs["NextToken"] = token
+        ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
+        launched = self._launch_times(ids)
+        out: dict[str, PoolState] = {}
+        for g in groups:
+            name = g["AutoScalingGroupName"]
+            instances = tuple(
+                Instance(
+                    id=i["InstanceId"],
+                    pool=name,
+                    lifecycle=_LIFECYCLE.get(i.get("LifecycleState", ""), InstanceLifecycle.OTHER),
+                    launched_at=launched.get(i["InstanceId"]),
+                    protected_from_scale_in=bool(i.get("ProtectedFromScaleIn", False)),
+                )
+                for i in g.get("Instances", [])
+            )
+            state = PoolState(
+                name=name,
+                min_size=int(g["MinSize"]),
+                max_size=int(g["MaxSize"]),
+                desired_capacity=int(g["DesiredCapacity"]),
+                instances=instances,
+            )
+            self._min_size[name], self._max_size[name] = state.min_size, state.max_size
+            out[name] = state
+        return out
+
+    def _launch_times(self, ids: Sequence[str]) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        for i in range(0, len(ids), _IDS_PER_FILTER):
+            kwargs: dict[str, Any] = {
+                "Filters": [{"Name": "instance-id", "Values": list(ids[i : i + _IDS_PER_FILTER])}]
+            }
+            while True:
+                page = self._call("DescribeInstances", self.ec2.describe_instances, **kwargs)
+                for reservation in page.get("Reservations", []):
+                    for inst in reservation.get("Instances", []):
+                        at = inst.get("LaunchTime")
+                        if isinstance(at, datetime):
+                            out[inst["InstanceId"]] = (
+                                at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+                            )
+                token = page.get("NextToken")
+                if not token:
+                    break
+                kwargs["NextToken"] = token
+        return out
+
+    def set_desired_capacity(self, pool: str, desired: int) -> None:
+        # moto accepts a desired capacity above MaxSize; real AWS rejects it. Clamp to the
+        # bounds last described (the policy clamps too; this is the last line).
+        if pool in self._max_size:
+            desired = max(self._min_size[pool], min(desired, self._max_size[pool]))
+        self._call(
+            "SetDesiredCapacity",
+            self.autoscaling.set_desired_capacity,
+            AutoScalingGroupName=pool,
+            DesiredCapacity=desired,
+            HonorCooldown=False,
+        )
+
+    def protect_instances(self, pool: str, instance_ids: Sequence[str]) -> None:
+        ids = list(instance_ids)
+        for i in range(0, len(ids), _IDS_PER_PROTECT):
+            self._call(
+                "SetInstanceProtection",
+                self.autoscaling.set_instance_protection,
+                AutoScalingGroupName=pool,
+                InstanceIds=ids[i : i + _IDS_PER_PROTECT],
+                ProtectedFromScaleIn=True,
+            )
+
+    def terminate_instance(self, pool: str, instance_id: str) -> None:
+        self._call(
+            "TerminateInstanceInAutoScalingGroup",
+            self.autoscaling.terminate_instance_in_auto_scaling_group,
+            InstanceId=instance_id,
+            ShouldDecrementDesiredCapacity=True,
+        )
