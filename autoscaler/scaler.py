@@ -1,0 +1,332 @@
+"""Act on the policy's plan: the part of a tick that changes the cloud and the CI provider.
+
+Each tick :meth:`Scaler.step` describes the pools, asks :func:`autoscaler.policy.decide`
+for a plan and executes it, every cloud call through one :class:`RetryPolicy`:
+
+- protect new instances from scale-in (the group never picks a victim itself);
+- scale up, failing over to the next pool on :class:`CapacityError` and backing the
+  failed pool off (``capacity_backoff_initial`` doubling to ``capacity_backoff_max``,
+  reset by a success);
+- scale in: deregister the runner first, and only when that succeeds terminate its
+  instance; a runner that turned busy in between (:class:`RejectedError`) is left alone;
+- terminate orphan instances, deregister runners whose instance is gone.
+
+What on-call must hear about (permanent errors with their code, every pool of a type out
+of capacity, a configured pool that does not exist) is in :attr:`Scaler.last_problems`.
+``dry_run`` describes and decides, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import partial
+
+from autoscaler.config import Config
+from autoscaler.domain import InstanceLifecycle, Observation, PoolState, QueueSnapshot
+from autoscaler.errors import AutoscalerError, CapacityError, PermanentError, RejectedError
+from autoscaler.plan import (
+    HOLD,
+    MISSING,
+    ORPHAN,
+    RANK,
+    SCALE_IN,
+    SCALE_UP,
+    STALE,
+    Decision,
+    Plan,
+    ScaleUp,
+    ScalingState,
+    slot_target,
+)
+from autoscaler.policy import decide
+from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.retrying import RetryPolicy
+from autoscaler.telemetry import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScalingProblem:
+    """Something the alerting should page on. ``kind``: permanent, out_of_capacity, missing."""
+
+    kind: str
+    runner_type: str
+    pool: str
+    code: str
+    message: str
+
+
+class Scaler:
+    """Executes the scaling plan each tick; keeps the policy's state between ticks."""
+
+    def __init__(
+        self,
+        pool: RunnerPool,
+        source: JobSource,
+        config: Config,
+        metrics: Metrics,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = pool
+        self.source = source
+        self.config = config
+        self.metrics = metrics
+        self.retry = RetryPolicy(
+            config.aws.retry, metrics, sleep=sleep, rng=rng, monotonic=monotonic
+        )
+        self.state = ScalingState()
+        self.last_problems: list[ScalingProblem] = []
+        self.last_plan: Plan | None = None
+        self._type_of = {p: rt.name for rt in config.runner_types for p in rt.pools}
+        self._deltas: dict[tuple[str, str], int] = {}
+        self._actions: dict[tuple[str, str], set[str]] = {}
+        self._notes: dict[tuple[str, str], list[str]] = {}
+
+    # --- the tick
+
+    def step(
+        self,
+        snapshot: QueueSnapshot,
+        observation: Observation | None,
+        now: datetime,
+        *,
+        observation_fresh: bool,
+        dry_run: bool = False,
+    ) -> list[Decision]:
+        """Describe, decide, act. Returns one decision per configured pool."""
+        self.last_problems = []
+        names = [p for rt in self.config.runner_types for p in rt.pools]
+        if not names:
+            return []
+        try:
+            pools = self.retry.call(
+                lambda: self.pool.describe(names), pool="all", operation="describe"
+            )
+        except AutoscalerError as exc:
+            self._problem(exc, "", "", "describe")
+            reason = f"cannot describe pools ({exc.kind} {exc.code}): hold"
+            return [Decision(self._type_of[n], n, 0, 0, reason, HOLD) for n in names]
+        for name in names:
+            if name not in pools:
+                msg = f"pool {name} not found in the cloud"
+                self.last_problems.append(
+                    ScalingProblem("missing", self._type_of[name], name, "NotFound", msg)
+                )
+        runners = observation.runners if observation is not None else ()
+        fresh = observation_fresh and observation is not None
+        plan = decide(
+            snapshot, runners, pools, self.config, self.state, now, observation_fresh=fresh
+        )
+        self.last_plan = plan
+        self.state = replace(self.state, idle_since=plan.state.idle_since)
+        if dry_run:
+            decisions = list(plan.decisions)
+        else:
+            self._deltas, self._actions, self._notes = {}, {}, {}
+            self._execute(plan, now)
+            decisions = self._outcome(plan)
+        self._record(pools, decisions, plan, now)
+        return decisions
+
+    def _execute(self, plan: Plan, now: datetime) -> None:
+        for p in plan.protect:
+            self._cloud(
+                p.runner_type,
+                p.pool,
+                "protect",
+                partial(self.pool.protect_instances, p.pool, p.instance_ids),
+            )
+        for up in plan.scale_ups:
+            self._scale_up(up, now)
+        for rt in plan.out_of_capacity:
+            self._out_of_capacity(rt)
+        for si in plan.scale_ins:
+            key = (si.runner_type, si.pool)
+            if not self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name):
+                self._note(key, f"runner {si.runner_name} kept")
+                continue
+            if self._cloud(
+                si.runner_type,
+                si.pool,
+                "terminate",
+                partial(self.pool.terminate_instance, si.pool, si.instance_id),
+            ):
+                self.metrics.scale_actions.labels(si.runner_type, si.pool, "scale_in").inc()
+                self._done(key, -1, SCALE_IN)
+                log.info(
+                    "scaled in %s: runner %s deregistered, instance %s terminated",
+                    si.pool,
+                    si.runner_name,
+                    si.instance_id,
+                )
+            else:
+                self._note(key, f"terminate {si.instance_id} failed")
+        for o in plan.orphans:
+            key = (o.runner_type, o.pool)
+            if self._cloud(
+                o.runner_type,
+                o.pool,
+                "terminate",
+                partial(self.pool.terminate_instance, o.pool, o.instance_id),
+            ):
+                self.metrics.scale_actions.labels(o.runner_type, o.pool, "terminate_orphan").inc()
+                self.metrics.provisioning_failures.labels(
+                    o.runner_type, o.pool, "boot_timeout"
+                ).inc()
+                self._done(key, -1, ORPHAN)
+                log.warning(
+                    "terminated orphan instance %s in %s (never registered)", o.instance_id, o.pool
+                )
+            else:
+                self._note(key, f"terminate {o.instance_id} failed")
+        for st in plan.stale_runners:
+            if self._deregister(st.runner_type, st.pool, st.runner_id, st.runner_name):
+                self.metrics.scale_actions.labels(st.runner_type, st.pool, "deregister_stale").inc()
+                self._done((st.runner_type, st.pool), 0, STALE)
+                log.info("deregistered offline runner %s (instance gone)", st.runner_name)
+
+    def _scale_up(self, up: ScaleUp, now: datetime) -> None:
+        need, failed_over = up.need, False
+        for index, slot in enumerate(up.slots):
+            key = (up.runner_type, slot.pool)
+            take, target = slot_target(slot, need)
+            if take <= 0:
+                continue
+            if target <= slot.current:  # the group is already on its way there
+                need -= take
+                continue
+            try:
+                self.retry.call(
+                    partial(self.pool.set_desired_capacity, slot.pool, target),
+                    pool=slot.pool,
+                    operation="set_desired_capacity",
+                )
+            except CapacityError as exc:
+                self.state = self.state.capacity_failed(slot.pool, now, self.config.scaling)
+                seconds = self.state.backoff_seconds[slot.pool]
+                self.metrics.provisioning_failures.labels(
+                    up.runner_type, slot.pool, "capacity"
+                ).inc()
+                more = index + 1 < len(up.slots)
+                if more:
+                    self.metrics.pool_failovers.labels(up.runner_type, slot.pool).inc()
+                    failed_over = True
+                self._note(
+                    key,
+                    f"{exc.code}: backed off {seconds:.0f}s" + (", failing over" if more else ""),
+                )
+                log.warning(
+                    "pool %s out of capacity (%s); backed off %.0fs", slot.pool, exc.code, seconds
+                )
+                continue
+            except AutoscalerError as exc:
+                self._problem(exc, up.runner_type, slot.pool, "set_desired_capacity")
+                self._note(key, f"scale up failed ({exc.kind} {exc.code})")
+                return
+            self.state = self.state.capacity_ok(slot.pool)
+            self.metrics.scale_actions.labels(up.runner_type, slot.pool, "scale_up").inc()
+            text = f"scale up +{target - slot.current} after failover" if failed_over else ""
+            self._done(key, target - slot.current, SCALE_UP, text)
+            log.info("scaled up %s (%s): %d -> %d", slot.pool, up.runner_type, slot.current, target)
+            need -= take
+        if need > 0:
+            self._out_of_capacity(up.runner_type)
+
+    # --- helpers
+
+    def _out_of_capacity(self, runner_type: str) -> None:
+        rt = self.config.runner_type(runner_type)
+        pools = list(rt.pools)
+        now_out = [p for p in pools if p in self.state.backoff_until]
+        if pools and len(now_out) == len(pools):
+            msg = f"every pool of {runner_type} is out of capacity: {', '.join(pools)}"
+            log.error(msg)
+            self.last_problems.append(ScalingProblem("out_of_capacity", runner_type, "", "", msg))
+
+    def _cloud(self, runner_type: str, pool: str, operation: str, fn: Callable[[], None]) -> bool:
+        try:
+            self.retry.call(fn, pool=pool, operation=operation)
+        except AutoscalerError as exc:
+            self._problem(exc, runner_type, pool, operation)
+            return False
+        return True
+
+    def _deregister(self, runner_type: str, pool: str, runner_id: int, name: str) -> bool:
+        try:
+            self.source.remove_runner(runner_id)
+        except RejectedError:
+            log.info("runner %s turned busy before removal; left alone", name)
+            return False
+        except AutoscalerError as exc:
+            self._problem(exc, runner_type, pool, "remove_runner")
+            return False
+        return True
+
+    def _problem(self, exc: AutoscalerError, runner_type: str, pool: str, operation: str) -> None:
+        if isinstance(exc, PermanentError):
+            msg = f"{operation} on {pool or 'pools'} failed permanently: {exc.code or exc.kind}"
+            log.error(msg)
+            self.last_problems.append(ScalingProblem("permanent", runner_type, pool, exc.code, msg))
+        else:
+            log.warning(
+                "%s on %s failed (%s %s); next tick retries",
+                operation,
+                pool or "pools",
+                exc.kind,
+                exc.code,
+            )
+
+    def _done(self, key: tuple[str, str], delta: int, action: str, text: str = "") -> None:
+        self._deltas[key] = self._deltas.get(key, 0) + delta
+        self._actions.setdefault(key, set()).add(action)
+        if text:
+            self._note(key, text)
+
+    def _note(self, key: tuple[str, str], text: str) -> None:
+        self._notes.setdefault(key, []).append(text)
+
+    def _outcome(self, plan: Plan) -> list[Decision]:
+        out = []
+        for d in plan.decisions:
+            key = (d.runner_type, d.pool)
+            if d.action == MISSING:
+                out.append(d)
+                continue
+            action = min(self._actions.get(key) or {HOLD}, key=RANK.__getitem__)
+            reason = "; ".join([d.reason, *self._notes.get(key, [])])
+            out.append(
+                replace(
+                    d, desired=d.current + self._deltas.get(key, 0), action=action, reason=reason
+                )
+            )
+        return out
+
+    def _record(
+        self, pools: dict[str, PoolState], decisions: list[Decision], plan: Plan, now: datetime
+    ) -> None:
+        m = self.metrics
+        for d in decisions:
+            rt, name, p = d.runner_type, d.pool, pools.get(d.pool)
+            if p is None:
+                continue
+            m.pool_desired_capacity.labels(rt, name).set(d.desired)
+            m.pool_max_size.labels(rt, name).set(p.max_size)
+            for lc in InstanceLifecycle:
+                count = sum(1 for i in p.instances if i.lifecycle is lc)
+                m.pool_instances.labels(rt, name, lc.value).set(count)
+            until = self.state.backoff_until.get(name)
+            m.pool_backoff_remaining.labels(name).set(
+                max(0.0, (until - now).total_seconds()) if until else 0.0
+            )
+        for b in self.config.budgets:
+            m.budget_instances.labels(b.name).set(plan.budget_use.get(b.name, 0))
+            m.budget_max_instances.labels(b.name).set(b.max_instances)
