@@ -76,7 +76,10 @@ class FakeGitHub:
         host, port = self._server.server_address[:2]
         self.url = f"http://{host!s}:{port}"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="fake-github", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-github",
+            daemon=True,
         )
         self._thread.start()
         return self.url

@@ -32,8 +32,9 @@ class Auth(Protocol):
         """The Authorization header value for the next request."""
         ...
 
-    def invalidate(self) -> bool:
-        """Forget a cached credential after a 401; True when a retry may help."""
+    def invalidate(self, rejected: str) -> bool:
+        """``rejected`` (an Authorization value) got a 401: forget it; True when a retry
+        may help."""
         ...
 
 
@@ -44,7 +45,7 @@ class TokenAuth:
     def authorization(self) -> str:
         return f"Bearer {self._token.reveal()}"
 
-    def invalidate(self) -> bool:
+    def invalidate(self, rejected: str) -> bool:
         return False
 
     def __repr__(self) -> str:
@@ -87,11 +88,12 @@ class AppAuth:
             assert self._token is not None
             return f"Bearer {self._token}"
 
-    def invalidate(self) -> bool:
+    def invalidate(self, rejected: str) -> bool:
         with self._lock:
-            had = self._token is not None
-            self._token = None
-            return had
+            # Concurrent requests may all see the same 401: only the first one forgets it.
+            if self._token is not None and rejected == f"Bearer {self._token}":
+                self._token = None
+            return True
 
     def _refresh(self) -> None:
         body = self._exchange(self._app.installation_id, f"Bearer {self.app_jwt()}")

@@ -187,7 +187,13 @@ class GitHubHttp:
                 return response
             code = str(status)
             if status == 401:
-                if not refreshed and authorization is None and self.auth and self.auth.invalidate():
+                sent = request_headers.get("Authorization", "")
+                if (
+                    not refreshed
+                    and authorization is None
+                    and self.auth
+                    and self.auth.invalidate(sent)
+                ):
                     refreshed = True
                     continue
                 raise AuthenticationError(
