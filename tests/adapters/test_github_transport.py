@@ -1,0 +1,113 @@
+"""GitHubSource over httpx.MockTransport: timeouts, the /users fallback, GHES paths, Link origin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from autoscaler.config import GitHubConfig
+from autoscaler.configload import Secret
+from autoscaler.errors import TransientError
+from autoscaler.sources.github import GitHubSource
+from autoscaler.telemetry import Metrics
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+API = "https://ghe.example.internal/api/v3"
+EMPTY: dict[str, Any] = {"total_count": 0}
+
+
+def _source(
+    handler: Callable[[httpx.Request], httpx.Response], sleeps: list[float], **config: Any
+) -> tuple[GitHubSource, Metrics]:
+    metrics = Metrics()
+    cfg = GitHubConfig(owner="acme", api_url=API, token=Secret("tok-123"), **config)
+    source = GitHubSource(cfg, metrics, transport=httpx.MockTransport(handler), sleep=sleeps.append)
+    return source, metrics
+
+
+def _empty_lists(request: httpx.Request) -> httpx.Response:
+    if request.url.path.endswith("/actions/runners"):
+        return httpx.Response(200, json={**EMPTY, "runners": []})
+    return httpx.Response(200, json={**EMPTY, "workflow_runs": []})
+
+
+def test_timeouts_are_retried_then_transient() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    sleeps: list[float] = []
+    source, metrics = _source(handler, sleeps, repos=("app",))
+    with pytest.raises(TransientError, match="ReadTimeout after 3 attempts") as caught:
+        source.observe(T0)
+    source.close()
+    assert "tok-123" not in str(caught.value)
+    errors = metrics.registry.get_sample_value(
+        "ci_autoscaler_github_requests_total", {"endpoint": "runners", "status": "error"}
+    )
+    assert errors == 3
+    assert sleeps
+
+
+def test_user_owner_falls_back_to_users_repos_and_remembers_it() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        assert request.headers["Authorization"] == "Bearer tok-123"
+        if request.url.path == "/api/v3/orgs/acme/repos":
+            return httpx.Response(404, json={"message": "Not Found"})
+        if request.url.path == "/api/v3/users/acme/repos":
+            return httpx.Response(200, json=[{"name": "app"}, {"name": "old", "archived": True}])
+        return _empty_lists(request)
+
+    source, _ = _source(handler, [])
+    source.observe(T0)
+    source.observe(T0)
+    source.close()
+    assert seen.count("/api/v3/orgs/acme/repos") == 1
+    assert seen.count("/api/v3/users/acme/repos") == 2
+    assert "/api/v3/repos/acme/app/actions/runs" in seen
+    assert not any("/old/" in path for path in seen)
+
+
+def test_a_link_to_another_origin_is_not_followed() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host != "ghe.example.internal":
+            raise AssertionError("followed a Link off the API origin")
+        if request.url.path.endswith("/actions/runners"):
+            body = {"total_count": 2, "runners": []}
+            link = '<https://evil.example/next?page=2>; rel="next"'
+            return httpx.Response(200, json=body, headers={"link": link})
+        return _empty_lists(request)
+
+    source, _ = _source(handler, [], repos=())
+    observation = source.observe(T0)
+    source.close()
+    assert observation.runners == ()
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        pytest.param([{"name": 5}, {"name": "app"}], "repo", id="repo-name-not-a-string"),
+        pytest.param([None, {"name": "app"}], "repo", id="repo-not-an-object"),
+    ],
+)
+def test_bad_repo_items_are_skipped(body: list[Any], kind: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/repos"):
+            return httpx.Response(200, json=body)
+        return _empty_lists(request)
+
+    source, metrics = _source(handler, [])
+    observation = source.observe(T0)
+    source.close()
+    assert observation.skipped_items == 1
+    skipped = metrics.registry.get_sample_value(
+        "ci_autoscaler_github_skipped_items_total", {"kind": kind}
+    )
+    assert skipped == 1
