@@ -162,7 +162,8 @@ class ReceiverConfig:
     name: str
     type: str
     url: str | None = None
-    """Where to POST (webhook, slack, alertmanager, pagerduty override)."""
+    """Where to POST (webhook, slack, alertmanager, pagerduty override); github_issue: the
+    REST API root override (default: the github section's ``api_url``)."""
     routing_key: Secret | None = field(default=None, repr=False)
     """PagerDuty Events API v2 integration key."""
     repo: str | None = None
