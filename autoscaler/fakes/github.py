@@ -189,6 +189,10 @@ class FakeGitHub:
         with self.lock:
             return [j for j in self._jobs.values() if j.status == "queued"]
 
+    def job(self, job_id: int) -> FakeJob:
+        with self.lock:
+            return self._jobs[job_id]
+
     def jobs(self) -> list[FakeJob]:
         with self.lock:
             return list(self._jobs.values())
