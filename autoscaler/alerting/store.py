@@ -8,12 +8,15 @@ everything in memory.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
 from autoscaler.alerting.rules import Evaluation
@@ -56,6 +59,18 @@ class OutboxItem:
     last_error: str | None = None
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(fn: F) -> F:
+    @functools.wraps(fn)
+    def wrapper(self: StateStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return fn(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _ts(t: datetime | None) -> str | None:
     return None if t is None else t.isoformat()
 
@@ -69,7 +84,10 @@ class StateStore:
         target = ":memory:" if path is None else str(path)
         if target != ":memory:":
             Path(target).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(target)
+        # The controller may build the store on one thread and tick on another; a lock
+        # serialises every use instead of sqlite's same-thread check.
+        self._db = sqlite3.connect(target, check_same_thread=False)
+        self._lock = threading.RLock()
         self._db.executescript(_SCHEMA)
         self._db.commit()
 
@@ -77,10 +95,12 @@ class StateStore:
     def from_config(cls, config: StateConfig) -> StateStore:
         return cls(config.path)
 
+    @_locked
     def close(self) -> None:
         self._db.close()
 
     # --- alert states
+    @_locked
     def load_states(self) -> dict[str, AlertState]:
         rows = self._db.execute(
             "SELECT fingerprint, status, since, fired_at, last_notified, evaluation FROM alerts"
@@ -96,6 +116,7 @@ class StateStore:
             )
         return out
 
+    @_locked
     def save(
         self, states: Mapping[str, AlertState], outbox: Sequence[tuple[str, Notification]] = ()
     ) -> None:
@@ -122,6 +143,7 @@ class StateStore:
             )
 
     # --- outbox
+    @_locked
     def pending(self, receiver: str | None = None) -> list[OutboxItem]:
         """Undelivered notifications, oldest first."""
         sql = "SELECT id, receiver, notification, attempts, last_error FROM outbox"
@@ -134,10 +156,12 @@ class StateStore:
             OutboxItem(i, r, Notification.from_dict(json.loads(n)), a, e) for i, r, n, a, e in rows
         ]
 
+    @_locked
     def mark_delivered(self, item_id: int) -> None:
         with self._db:
             self._db.execute("DELETE FROM outbox WHERE id = ?", (item_id,))
 
+    @_locked
     def mark_failed(self, item_id: int, error: str) -> None:
         with self._db:
             self._db.execute(
@@ -146,6 +170,7 @@ class StateStore:
             )
 
     # --- github issue numbers
+    @_locked
     def issue_number(self, receiver: str, fingerprint: str) -> int | None:
         row = self._db.execute(
             "SELECT number FROM issues WHERE receiver = ? AND fingerprint = ?",
@@ -153,6 +178,7 @@ class StateStore:
         ).fetchone()
         return None if row is None else int(row[0])
 
+    @_locked
     def set_issue_number(self, receiver: str, fingerprint: str, number: int | None) -> None:
         with self._db:
             if number is None:

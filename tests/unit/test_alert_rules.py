@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from autoscaler.alerting.lifecycle import Notification
+from autoscaler.alerting.render import text, title
 from autoscaler.alerting.rules import (
     FLEET,
     covered_types,
@@ -55,7 +57,7 @@ def rule(**kw: object) -> AlertRuleConfig:
     return AlertRuleConfig(**base)  # type: ignore[arg-type]
 
 
-SEVEN_JOBS_62_MINS = {"linux.4xlarge": [62, 50, 40, 30, 20, 10, 6]}
+SEVEN_JOBS_62_MINS: dict[str, list[float]] = {"linux.4xlarge": [62, 50, 40, 30, 20, 10, 6]}
 
 
 @pytest.mark.parametrize(
@@ -211,3 +213,22 @@ def test_github_unreachable_builtin(last_poll_mins_ago: int | None, breached: bo
     assert ev.breached is breached
     assert ev.receivers == ("pager",)
     assert ev.reason.startswith("mins_since_last_successful_poll=")
+
+
+def test_on_call_text_matches_design_format() -> None:
+    cfg = rule(runbook_url="https://rb.example/q", dashboard_url="https://dash.example/d")
+    [ev] = evaluate_rule(cfg, snapshot(**SEVEN_JOBS_62_MINS))
+    n = Notification("FIRING", ev, started_at=NOW, created_at=NOW)
+    assert title(ev) == "[P2] Jobs queueing too long"
+    assert text(n) == (
+        "Occurred At: 2026-11-30 03:12:00 UTC\n"
+        "State: FIRING\n"
+        "Team: pytorch-dev-infra\n"
+        "Priority: P2\n"
+        "Description: Jobs wait too long for a runner\n"
+        "Reason: max_queue_size=7, max_queue_time_mins=62, queue_size_threshold=0, "
+        "queue_time_threshold=1, threshold_breached=1\n"
+        "Runbook: https://rb.example/q\n"
+        "Dashboard: https://dash.example/d\n"
+        f"Fingerprint: {fingerprint('Jobs queueing too long', FLEET)}"
+    )
