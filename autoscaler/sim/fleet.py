@@ -1,0 +1,212 @@
+"""A fleet emulator: EC2 instances in Auto Scaling groups become runners in a fake GitHub.
+
+Each :meth:`Fleet.tick` (time passed in, so a virtual clock works) reads the groups through
+a boto3 client (moto's server, usually) and:
+
+- registers a runner named ``f"{pool}-{instance_id}"`` with its type's labels for every
+  instance that has been up ``boot_delay`` seconds (instances in ``never_boot`` never do:
+  they become orphans for the controller to clean up);
+- hands each idle runner of ours a queued job it can run (its labels cover the job's),
+  and completes the job ``job_duration`` seconds later;
+- removes the runner of an instance that is gone. A runner that was still busy then is
+  counted in :attr:`Fleet.busy_terminations` (the controller must keep that at 0).
+
+Also here: :func:`start_moto_server` (moto on 127.0.0.1) and :func:`create_pools` (a
+launch template and an Auto Scaling group per pool), for the demo and the tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+
+from autoscaler.domain import normalize_labels
+from autoscaler.fakes.github import FakeGitHub
+
+log = logging.getLogger(__name__)
+
+AMI_ID = "ami-12c6146b"  # one of moto's built-in images
+_LIVE = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One Auto Scaling group serving a runner type."""
+
+    name: str
+    runner_type: str
+    labels: tuple[str, ...]
+    max_size: int = 10
+    min_size: int = 0
+    instance_type: str = "t3.micro"
+
+
+def start_moto_server(port: int = 0) -> tuple[Any, str]:
+    """moto's server on 127.0.0.1 (port 0: any free port). Returns (server, endpoint url).
+
+    Stop it with ``server.stop()``. moto is a development dependency: imported here only.
+    """
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    host, bound = server.get_host_and_port()
+    return server, f"http://{host}:{bound}"
+
+
+def aws_clients(endpoint_url: str | None, region: str = "us-east-1") -> tuple[Any, Any]:
+    """(autoscaling, ec2) clients with dummy credentials, for moto."""
+    session = boto3.session.Session(
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",  # noqa: S106 (moto accepts any)
+        region_name=region,
+    )
+    return (
+        session.client("autoscaling", endpoint_url=endpoint_url),
+        session.client("ec2", endpoint_url=endpoint_url),
+    )
+
+
+def create_pools(
+    autoscaling: Any, ec2: Any, specs: Sequence[PoolSpec], zone: str = "us-east-1a"
+) -> None:
+    """A launch template and an empty Auto Scaling group (new instances protected) per pool."""
+    for spec in specs:
+        template = f"lt-{spec.name}"
+        ec2.create_launch_template(
+            LaunchTemplateName=template,
+            LaunchTemplateData={"ImageId": AMI_ID, "InstanceType": spec.instance_type},
+        )
+        autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=spec.name,
+            LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+            MinSize=spec.min_size,
+            MaxSize=spec.max_size,
+            DesiredCapacity=spec.min_size,
+            AvailabilityZones=[zone],
+            NewInstancesProtectedFromScaleIn=True,
+        )
+
+
+@dataclass
+class _Booted:
+    runner_id: int
+    pool: str
+    job_id: int | None = None
+    job_done_at: datetime | None = None
+
+
+@dataclass
+class FleetEvents:
+    """What one tick did (for logs and assertions)."""
+
+    registered: list[str] = field(default_factory=list)
+    assigned: list[int] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+class Fleet:
+    """Turns launched instances into runners, runs jobs on them, and cleans up."""
+
+    def __init__(
+        self,
+        github: FakeGitHub,
+        autoscaling: Any,
+        specs: Sequence[PoolSpec],
+        *,
+        boot_delay: float = 20.0,
+        job_duration: float | Callable[[int], float] = 60.0,
+    ) -> None:
+        self.github = github
+        self.autoscaling = autoscaling
+        self.specs = {s.name: s for s in specs}
+        self.boot_delay = boot_delay
+        self.job_duration = job_duration
+        self.never_boot: set[str] = set()
+        """Instance ids that never register (to make orphans on purpose)."""
+        self.busy_terminations = 0
+        self._first_seen: dict[str, datetime] = {}
+        self._booted: dict[str, _Booted] = {}  # instance id -> its runner
+        self._retired: set[str] = set()  # instances whose runner was deregistered
+
+    def _instances(self) -> dict[str, str]:
+        """Live instance id -> pool, for our pools."""
+        out: dict[str, str] = {}
+        kwargs: dict[str, Any] = {"AutoScalingGroupNames": list(self.specs)}
+        while True:
+            page = self.autoscaling.describe_auto_scaling_groups(**kwargs)
+            for group in page.get("AutoScalingGroups", []):
+                for inst in group.get("Instances", []):
+                    if inst.get("LifecycleState") in _LIVE:
+                        out[inst["InstanceId"]] = group["AutoScalingGroupName"]
+            if not page.get("NextToken"):
+                return out
+            kwargs["NextToken"] = page["NextToken"]
+
+    def _duration(self, job_id: int) -> float:
+        d = self.job_duration
+        return d(job_id) if callable(d) else d
+
+    def tick(self, now: datetime) -> FleetEvents:
+        events = FleetEvents()
+        live = self._instances()
+        runners = {r.id: r for r in self.github.runners()}
+        # Instances gone: remove their runners.
+        for iid in [i for i in self._booted if i not in live]:
+            booted = self._booted.pop(iid)
+            runner = runners.get(booted.runner_id)
+            if runner is None:
+                continue
+            if runner.busy:
+                self.busy_terminations += 1
+                log.error("instance %s terminated while its runner was busy", iid)
+                if booted.job_id is not None:
+                    self.github.complete_job(booted.job_id)
+            self.github.remove_runner(booted.runner_id)
+            events.removed.append(runner.name)
+        # Runners deregistered by the controller: their instance never registers again.
+        for iid, booted in list(self._booted.items()):
+            if booted.runner_id not in runners:
+                self._retired.add(iid)
+                del self._booted[iid]
+        # Jobs that are done.
+        for booted in self._booted.values():
+            if (
+                booted.job_id is not None
+                and booted.job_done_at is not None
+                and now >= booted.job_done_at
+            ):
+                self.github.complete_job(booted.job_id)
+                events.completed.append(booted.job_id)
+                booted.job_id = booted.job_done_at = None
+        # Instances that finished booting.
+        for iid, pool in live.items():
+            first = self._first_seen.setdefault(iid, now)
+            if iid in self._booted or iid in self._retired or iid in self.never_boot:
+                continue
+            if now - first >= timedelta(seconds=self.boot_delay):
+                name = f"{pool}-{iid}"
+                rid = self.github.register_runner(name, self.specs[pool].labels)
+                self._booted[iid] = _Booted(rid, pool)
+                events.registered.append(name)
+        # Idle runners pick queued jobs their labels cover, oldest first.
+        queued = sorted(self.github.queued_jobs(), key=lambda j: (j.created_at, j.id))
+        for booted in self._booted.values():
+            if booted.job_id is not None or not queued:
+                continue
+            labels = normalize_labels(self.specs[booted.pool].labels)
+            job = next((j for j in queued if normalize_labels(j.labels) <= labels), None)
+            if job is None:
+                continue
+            queued.remove(job)
+            self.github.assign_job(job.id, booted.runner_id)
+            booted.job_id = job.id
+            booted.job_done_at = now + timedelta(seconds=self._duration(job.id))
+            events.assigned.append(job.id)
+        return events
