@@ -57,7 +57,7 @@ RUN groupadd --system --gid 10001 ci-autoscaler \
     && useradd --system --uid 10001 --gid ci-autoscaler --no-create-home \
        --home-dir /var/lib/ci-autoscaler --shell /usr/sbin/nologin ci-autoscaler \
     && install -d -o 10001 -g 10001 -m 0750 /var/lib/ci-autoscaler \
-    && install -d -o root -g 10001 -m 0750 /etc/ci-autoscaler
+    && install -d -o 10001 -g 10001 -m 0750 /etc/ci-autoscaler
 
 COPY --from=builder /opt/ci-autoscaler /opt/ci-autoscaler
 

@@ -1,0 +1,331 @@
+data "aws_partition" "current" {}
+data "aws_region" "current" {}
+data "aws_caller_identity" "current" {}
+
+locals {
+  tags        = merge(var.tags, { "ci-autoscaler:component" = "controller" })
+  cluster_arn = var.cluster_arn != null ? var.cluster_arn : aws_ecs_cluster.this[0].arn
+  config_dir  = "/etc/ci-autoscaler"
+  state_dir   = "/var/lib/ci-autoscaler"
+
+  # Environment variable name => secret ARN, for the controller and for the init step.
+  controller_secrets = merge(
+    var.github_token_secret_arn == null ? {} : { GITHUB_TOKEN = var.github_token_secret_arn },
+    var.extra_secrets,
+  )
+  init_secrets = merge(
+    { CI_AUTOSCALER_CONFIG = aws_ssm_parameter.config.arn },
+    var.github_app_private_key_secret_arn == null ? {} : { GITHUB_APP_PRIVATE_KEY = var.github_app_private_key_secret_arn },
+  )
+  secret_arns = distinct(concat(values(local.controller_secrets), values(local.init_secrets)))
+  ssm_arns    = [for a in local.secret_arns : a if can(regex("^arn:[^:]+:ssm:", a))]
+  sm_arns     = [for a in local.secret_arns : a if can(regex("^arn:[^:]+:secretsmanager:", a))]
+
+  # The root filesystem is read-only: a short init container writes the config (and the
+  # App key) from the secrets into a task volume the controller mounts read-only.
+  init_script = <<-PY
+    import os, pathlib
+    d = pathlib.Path("${local.config_dir}")
+    (d / "config.yaml").write_text(os.environ["CI_AUTOSCALER_CONFIG"])
+    key = os.environ.get("GITHUB_APP_PRIVATE_KEY")
+    if key:
+        p = d / "github-app.pem"
+        p.write_text(key)
+        p.chmod(0o600)
+  PY
+
+  health_command = "import urllib.request; urllib.request.urlopen('http://127.0.0.1:${var.metrics_port}/healthz', timeout=4)"
+
+  log_options = {
+    awslogs-group         = aws_cloudwatch_log_group.this.name
+    awslogs-region        = data.aws_region.current.name
+    awslogs-stream-prefix = var.name
+  }
+}
+
+# ------------------------------------------------------------------ config and logs
+
+resource "aws_ssm_parameter" "config" {
+  name        = "/${var.name}/config.yaml"
+  description = "ci-autoscaler configuration (no secrets; they come from the task's secrets)"
+  type        = "String"
+  tier        = length(var.config_yaml) > 4096 ? "Advanced" : "Standard"
+  value       = var.config_yaml
+  tags        = local.tags
+}
+
+resource "aws_cloudwatch_log_group" "this" {
+  name              = "/ecs/${var.name}"
+  retention_in_days = var.log_retention_days
+  tags              = local.tags
+}
+
+# ------------------------------------------------------------------ IAM
+
+data "aws_iam_policy_document" "assume_ecs_tasks" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ecs-tasks.amazonaws.com"]
+    }
+    condition {
+      test     = "ArnLike"
+      variable = "aws:SourceArn"
+      values   = ["arn:${data.aws_partition.current.partition}:ecs:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:*"]
+    }
+  }
+}
+
+# The task role: exactly the calls autoscaler/pools/aws_asg.py makes (IAM_ACTIONS; a test
+# keeps the two in step). Describe* takes no resource conditions; every mutating call is
+# limited to groups tagged ci-autoscaler:managed=true (the runner-pool module's groups).
+data "aws_iam_policy_document" "task" {
+  statement {
+    sid = "DescribePools"
+    actions = [
+      "autoscaling:DescribeAutoScalingGroups",
+      "ec2:DescribeInstances",
+    ]
+    resources = ["*"]
+  }
+
+  statement {
+    sid = "ScaleManagedPools"
+    actions = [
+      "autoscaling:SetDesiredCapacity",
+      "autoscaling:SetInstanceProtection",
+      "autoscaling:TerminateInstanceInAutoScalingGroup",
+    ]
+    resources = ["arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "autoscaling:ResourceTag/ci-autoscaler:managed"
+      values   = ["true"]
+    }
+  }
+}
+
+resource "aws_iam_role" "task" {
+  name_prefix        = "${var.name}-task-"
+  description        = "ci-autoscaler controller: scale the managed runner pools"
+  assume_role_policy = data.aws_iam_policy_document.assume_ecs_tasks.json
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy" "task" {
+  name   = "scale-managed-pools"
+  role   = aws_iam_role.task.id
+  policy = data.aws_iam_policy_document.task.json
+}
+
+# The execution role: pull the image, write logs, read the config and the secrets.
+data "aws_iam_policy_document" "execution" {
+  statement {
+    sid       = "ReadConfig"
+    actions   = ["ssm:GetParameters"]
+    resources = concat([aws_ssm_parameter.config.arn], local.ssm_arns)
+  }
+
+  dynamic "statement" {
+    for_each = length(local.sm_arns) > 0 ? [local.sm_arns] : []
+    content {
+      sid       = "ReadSecrets"
+      actions   = ["secretsmanager:GetSecretValue"]
+      resources = statement.value
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.kms_key_arns) > 0 ? [var.kms_key_arns] : []
+    content {
+      sid       = "DecryptSecrets"
+      actions   = ["kms:Decrypt"]
+      resources = statement.value
+    }
+  }
+}
+
+resource "aws_iam_role" "execution" {
+  name_prefix        = "${var.name}-exec-"
+  description        = "ci-autoscaler controller: ECS task execution"
+  assume_role_policy = data.aws_iam_policy_document.assume_ecs_tasks.json
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy_attachment" "execution" {
+  role       = aws_iam_role.execution.name
+  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
+}
+
+resource "aws_iam_role_policy" "execution" {
+  name   = "read-config-and-secrets"
+  role   = aws_iam_role.execution.id
+  policy = data.aws_iam_policy_document.execution.json
+}
+
+# ------------------------------------------------------------------ network
+
+resource "aws_security_group" "this" {
+  name_prefix = "${var.name}-"
+  description = "ci-autoscaler controller: metrics port from the given CIDRs only"
+  vpc_id      = var.vpc_id
+  tags        = merge(local.tags, { Name = var.name })
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "aws_vpc_security_group_ingress_rule" "metrics" {
+  for_each          = toset(var.metrics_ingress_cidrs)
+  security_group_id = aws_security_group.this.id
+  description       = "Prometheus scrape of /metrics"
+  ip_protocol       = "tcp"
+  from_port         = var.metrics_port
+  to_port           = var.metrics_port
+  cidr_ipv4         = strcontains(each.value, ":") ? null : each.value
+  cidr_ipv6         = strcontains(each.value, ":") ? each.value : null
+  tags              = local.tags
+}
+
+resource "aws_vpc_security_group_egress_rule" "https" {
+  security_group_id = aws_security_group.this.id
+  description       = "GitHub, AWS APIs and alert receivers"
+  ip_protocol       = "tcp"
+  from_port         = 443
+  to_port           = 443
+  cidr_ipv4         = "0.0.0.0/0"
+  tags              = local.tags
+}
+
+# ------------------------------------------------------------------ ECS
+
+resource "aws_ecs_cluster" "this" {
+  count = var.cluster_arn == null ? 1 : 0
+  name  = var.name
+  tags  = local.tags
+
+  setting {
+    name  = "containerInsights"
+    value = "enabled"
+  }
+}
+
+resource "aws_ecs_task_definition" "this" {
+  family                   = var.name
+  requires_compatibilities = ["FARGATE"]
+  network_mode             = "awsvpc"
+  cpu                      = var.cpu
+  memory                   = var.memory
+  task_role_arn            = aws_iam_role.task.arn
+  execution_role_arn       = aws_iam_role.execution.arn
+  tags                     = local.tags
+
+  runtime_platform {
+    operating_system_family = "LINUX"
+    cpu_architecture        = var.cpu_architecture
+  }
+
+  volume {
+    name = "config"
+  }
+
+  volume {
+    name = "state"
+  }
+
+  container_definitions = jsonencode([
+    {
+      name                   = "config"
+      image                  = var.image
+      essential              = false
+      user                   = "10001:10001"
+      readonlyRootFilesystem = true
+      entryPoint             = ["python", "-c"]
+      command                = [local.init_script]
+      secrets                = [for k, v in local.init_secrets : { name = k, valueFrom = v }]
+      mountPoints            = [{ sourceVolume = "config", containerPath = local.config_dir, readOnly = false }]
+      logConfiguration       = { logDriver = "awslogs", options = local.log_options }
+    },
+    {
+      name                   = "controller"
+      image                  = var.image
+      essential              = true
+      user                   = "10001:10001"
+      readonlyRootFilesystem = true
+      command                = ["run", "--config", "${local.config_dir}/config.yaml"]
+      secrets                = [for k, v in local.controller_secrets : { name = k, valueFrom = v }]
+      environment            = [{ name = "AWS_DEFAULT_REGION", value = data.aws_region.current.name }]
+      portMappings           = [{ containerPort = var.metrics_port, protocol = "tcp", name = "metrics" }]
+      dependsOn              = [{ containerName = "config", condition = "SUCCESS" }]
+      stopTimeout            = 30
+      linuxParameters        = { initProcessEnabled = true }
+      mountPoints = [
+        { sourceVolume = "config", containerPath = local.config_dir, readOnly = true },
+        { sourceVolume = "state", containerPath = local.state_dir, readOnly = false },
+      ]
+      healthCheck = {
+        command     = ["CMD", "python", "-c", local.health_command]
+        interval    = 30
+        timeout     = 5
+        retries     = 3
+        startPeriod = 60
+      }
+      logConfiguration = { logDriver = "awslogs", options = local.log_options }
+      dockerLabels = {
+        "prometheus.io/scrape" = "true"
+        "prometheus.io/port"   = tostring(var.metrics_port)
+        "prometheus.io/path"   = "/metrics"
+      }
+    },
+  ])
+}
+
+resource "aws_service_discovery_service" "this" {
+  count = var.service_discovery_namespace_id == null ? 0 : 1
+  name  = var.name
+  tags  = local.tags
+
+  dns_config {
+    namespace_id   = var.service_discovery_namespace_id
+    routing_policy = "MULTIVALUE"
+    dns_records {
+      type = "A"
+      ttl  = 10
+    }
+  }
+}
+
+resource "aws_ecs_service" "this" {
+  name            = var.name
+  cluster         = local.cluster_arn
+  task_definition = aws_ecs_task_definition.this.arn
+  launch_type     = "FARGATE"
+  desired_count   = 1
+  propagate_tags  = "SERVICE"
+  tags            = local.tags
+
+  # Exactly one controller: never start the new task before the old one stopped, or two
+  # controllers would scale the same pools.
+  deployment_minimum_healthy_percent = 0
+  deployment_maximum_percent         = 100
+
+  deployment_circuit_breaker {
+    enable   = true
+    rollback = true
+  }
+
+  network_configuration {
+    subnets          = var.subnet_ids
+    security_groups  = [aws_security_group.this.id]
+    assign_public_ip = var.assign_public_ip
+  }
+
+  dynamic "service_registries" {
+    for_each = aws_service_discovery_service.this
+    content {
+      registry_arn = service_registries.value.arn
+    }
+  }
+}

@@ -1,0 +1,181 @@
+"""terraform/: formatted, valid offline against the local provider mirror, and a task role
+that grants exactly the AWS calls the pool adapter makes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import hcl2
+import pytest
+
+from autoscaler.pools.aws_asg import IAM_ACTIONS
+from tests.conftest import require_tool
+from tests.e2e.terraform_support import (
+    TERRAFORM_DIR,
+    copy_tree,
+    init,
+    provider_mirror,
+    run,
+    terraform_env,
+)
+
+pytestmark = pytest.mark.e2e
+
+CONTROLLER_MAIN = TERRAFORM_DIR / "modules" / "controller" / "main.tf"
+SCOPED_SERVICES = ("autoscaling:", "ec2:")
+MANAGED_CONDITION_KEYS = (
+    "aws:ResourceTag/ci-autoscaler:managed",
+    "autoscaling:ResourceTag/ci-autoscaler:managed",
+)
+ROOTS = sorted(
+    p.relative_to(TERRAFORM_DIR).as_posix()
+    for kind in ("modules", "examples")
+    for p in (TERRAFORM_DIR / kind).iterdir()
+    if p.is_dir()
+)
+
+
+def mirror_or_fail() -> Path:
+    mirror = provider_mirror()
+    if mirror is None:
+        pytest.fail("no terraform-provider-aws_* mirror found on this machine")
+    return mirror
+
+
+def test_every_module_and_example_is_present() -> None:
+    assert {"modules/runner-pool", "modules/controller", "examples/complete"} <= set(ROOTS)
+    for root in ROOTS:
+        assert (TERRAFORM_DIR / root / "README.md").is_file(), f"{root} has no README.md"
+
+
+def test_fmt_check(tmp_path: Path) -> None:
+    terraform = require_tool("terraform")
+    done = run(
+        terraform,
+        ["fmt", "-check", "-recursive", "-diff", "-no-color", str(TERRAFORM_DIR)],
+        tmp_path,
+        terraform_env(tmp_path),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("root", [pytest.param(r, id=r) for r in ROOTS])
+def test_init_and_validate_offline(root: str, tmp_path: Path) -> None:
+    terraform = require_tool("terraform")
+    mirror = mirror_or_fail()
+    env = terraform_env(tmp_path)
+    workdir = copy_tree(tmp_path) / root
+    init(terraform, workdir, env, mirror)
+    done = run(terraform, ["validate", "-no-color"], workdir, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------ IAM, read from the HCL
+
+
+def unquote(value: Any) -> Any:
+    """python-hcl2 keeps string literals quoted; strip them (recursively)."""
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    if isinstance(value, list):
+        return [unquote(v) for v in value]
+    if isinstance(value, dict):
+        return {unquote(k): unquote(v) for k, v in value.items() if k != "__is_block__"}
+    return value
+
+
+def blocks(doc: dict[str, Any], kind: str, type_: str) -> dict[str, dict[str, Any]]:
+    """name -> body of every ``kind "type_" "name"`` block."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in unquote(doc.get(kind, [])):
+        for name, body in entry.get(type_, {}).items():
+            out[name] = body
+    return out
+
+
+@pytest.fixture(scope="module")
+def controller() -> dict[str, Any]:
+    with CONTROLLER_MAIN.open(encoding="utf-8") as f:
+        return dict(hcl2.load(f))
+
+
+@pytest.fixture(scope="module")
+def task_statements(controller: dict[str, Any]) -> list[dict[str, Any]]:
+    policies = blocks(controller, "data", "aws_iam_policy_document")
+    assert "task" in policies, "modules/controller has no data.aws_iam_policy_document.task"
+    statements = policies["task"]["statement"]
+    assert isinstance(statements, list)
+    return statements
+
+
+def test_task_role_uses_the_task_policy_and_nothing_else(controller: dict[str, Any]) -> None:
+    role_policies = blocks(controller, "resource", "aws_iam_role_policy")
+    on_task_role = {n: b for n, b in role_policies.items() if "aws_iam_role.task." in b["role"]}
+    assert [b["policy"] for b in on_task_role.values()] == [
+        "${data.aws_iam_policy_document.task.json}"
+    ]
+    attachments = blocks(controller, "resource", "aws_iam_role_policy_attachment")
+    assert not [a for a in attachments.values() if "aws_iam_role.task." in a["role"]], (
+        "no managed policy on the task role"
+    )
+    task_defs = blocks(controller, "resource", "aws_ecs_task_definition")
+    assert [t["task_role_arn"] for t in task_defs.values()] == ["${aws_iam_role.task.arn}"]
+
+
+def test_task_role_allows_exactly_the_adapter_calls(
+    task_statements: list[dict[str, Any]],
+) -> None:
+    granted = {a for s in task_statements for a in s["actions"]}
+    assert all(s.get("effect", "Allow") == "Allow" for s in task_statements)
+    assert not any("*" in a for a in granted), f"wildcard actions: {sorted(granted)}"
+    assert granted == set(IAM_ACTIONS), (
+        f"missing: {sorted(set(IAM_ACTIONS) - granted)}, extra: {sorted(granted - IAM_ACTIONS)}"
+    )
+
+
+def test_describe_unconditioned_mutating_only_on_managed_groups(
+    task_statements: list[dict[str, Any]],
+) -> None:
+    kinds = set()
+    for statement in task_statements:
+        actions = statement["actions"]
+        describes = {a.split(":", 1)[1].startswith("Describe") for a in actions}
+        assert len(describes) == 1, f"keep Describe and mutating calls apart: {actions}"
+        conditions = statement.get("condition", [])
+        if describes == {True}:
+            kinds.add("describe")
+            assert not conditions, f"{actions} take no resource conditions"
+            continue
+        kinds.add("mutating")
+        assert any(
+            c["test"] == "StringEquals"
+            and c["variable"] in MANAGED_CONDITION_KEYS
+            and c["values"] == ["true"]
+            for c in conditions
+        ), f"{actions} must be conditioned on the ci-autoscaler:managed tag"
+    assert kinds == {"describe", "mutating"}
+
+
+def test_no_other_policy_grants_autoscaling_or_ec2() -> None:
+    for tf in sorted(TERRAFORM_DIR.rglob("*.tf")):
+        with tf.open(encoding="utf-8") as f:
+            doc = dict(hcl2.load(f))
+        for name, body in blocks(doc, "data", "aws_iam_policy_document").items():
+            if tf == CONTROLLER_MAIN and name == "task":
+                continue
+            for statement in body.get("statement", []):
+                scoped = [a for a in statement.get("actions", []) if a.startswith(SCOPED_SERVICES)]
+                assert not scoped, f"{tf.relative_to(TERRAFORM_DIR)}: {name} grants {scoped}"
+
+
+def test_runner_pool_group_is_protected_and_tagged() -> None:
+    with (TERRAFORM_DIR / "modules" / "runner-pool" / "main.tf").open(encoding="utf-8") as f:
+        doc = dict(hcl2.load(f))
+    group = blocks(doc, "resource", "aws_autoscaling_group")["pool"]
+    assert group["protect_from_scale_in"] is True
+    local_values = {k: v for entry in unquote(doc["locals"]) for k, v in entry.items()}
+    assert local_values["managed_tags"] == {
+        "ci-autoscaler:managed": "true",
+        "ci-autoscaler:runner-type": "${var.runner_type}",
+    }
