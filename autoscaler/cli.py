@@ -50,14 +50,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_once(args: argparse.Namespace) -> int:
-    from autoscaler.wiring import build_controller  # noqa: PLC0415
+    from autoscaler.wiring import build_runtime  # noqa: PLC0415
 
     config = _load(args.config)
     if config is None:
         return 1
     _setup_logging(args.log_level or config.log_level)
-    controller = build_controller(config, Metrics())
-    result = controller.tick(utc_now(), dry_run=args.dry_run)
+    runtime = build_runtime(config, Metrics(), dry_run=args.dry_run)
+    try:
+        result = runtime.controller.tick(utc_now(), dry_run=args.dry_run)
+    finally:
+        runtime.close()
     if args.output == "json":
         sys.stdout.write(json.dumps(to_json(result), indent=2) + "\n")
     else:
@@ -67,14 +70,15 @@ def cmd_once(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from autoscaler.httpserver import StatusServer  # noqa: PLC0415
-    from autoscaler.wiring import build_controller  # noqa: PLC0415
+    from autoscaler.wiring import build_runtime  # noqa: PLC0415
 
     config = _load(args.config)
     if config is None:
         return 1
     _setup_logging(args.log_level or config.log_level)
     metrics = Metrics()
-    controller = build_controller(config, metrics)
+    runtime = build_runtime(config, metrics)
+    controller = runtime.controller
     server = StatusServer(controller, metrics.registry, config.listen_host, config.listen_port)
     server.start()
     stop = threading.Event()
@@ -89,8 +93,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_loop(controller, config.poll_interval, stop)
     finally:
         server.stop()
+        runtime.close()
         log.info("stopped")
     return 0
+
+
+def cmd_alerts_test(args: argparse.Namespace) -> int:
+    from autoscaler.alerting.delivery import Deliverer  # noqa: PLC0415
+    from autoscaler.alerting.engine import send_test  # noqa: PLC0415
+
+    config = _load(args.config)
+    if config is None:
+        return 1
+    _setup_logging(args.log_level or config.log_level)
+    receiver = config.alerts.receivers.get(args.receiver)
+    if receiver is None:
+        known = ", ".join(sorted(config.alerts.receivers)) or "none"
+        print(f"unknown receiver {args.receiver!r} (configured: {known})", file=sys.stderr)
+        return 1
+    deliverer = Deliverer.from_config(config, Metrics())
+    try:
+        results = send_test(receiver, utc_now(), deliverer)
+    finally:
+        deliverer.close()
+    for state, outcome in results.items():
+        print(f"{args.receiver}: {state}: {outcome}")
+    return 0 if all(r == "sent" for r in results.values()) else 1
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -122,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
     p.add_argument("--config", required=True)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("alerts", help="alerting tools")
+    alerts_sub = p.add_subparsers(dest="alerts_command", required=True)
+    p = alerts_sub.add_parser("test", help="send a sample FIRING then RESOLVED to a receiver")
+    p.add_argument("receiver")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=cmd_alerts_test)
 
     p = sub.add_parser("demo", help="a self-contained demo: no credentials, no network")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")

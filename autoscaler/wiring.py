@@ -1,15 +1,66 @@
-"""Builds the real controller from a Config: adapters chosen here, nowhere else."""
+"""Builds the real controller from a Config: adapters are chosen here and nowhere else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from autoscaler.alerting.delivery import Deliverer
+from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.store import StateStore
 from autoscaler.config import Config
 from autoscaler.controller import Controller
+from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.scaler import Scaler
 from autoscaler.telemetry import Metrics
 
 
-def build_controller(config: Config, metrics: Metrics) -> Controller:
-    """A controller over GitHub (and, when configured, alerting and the AWS pools)."""
-    from autoscaler.sources.github import GitHubSource  # noqa: PLC0415 (keeps CLI start light)
+@dataclass
+class Runtime:
+    """The controller and what must be closed when it stops."""
 
-    source = GitHubSource(config.github, metrics)
-    return Controller(config, source, metrics)
+    controller: Controller
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in reversed(self.closers):
+            close()
+
+
+def build_runtime(
+    config: Config,
+    metrics: Metrics,
+    *,
+    source: JobSource | None = None,
+    pool: RunnerPool | None = None,
+    dry_run: bool = False,
+) -> Runtime:
+    """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
+
+    ``source`` and ``pool`` override the real adapters (the demo passes its own endpoints
+    through the config instead; tests may pass fakes).
+    """
+    closers: list[Callable[[], None]] = []
+    if source is None:
+        from autoscaler.sources.github import GitHubSource  # noqa: PLC0415 (light CLI start)
+
+        github = GitHubSource(config.github, metrics)
+        closers.append(github.close)
+        source = github
+
+    store = StateStore.from_config(config.state)
+    closers.append(store.close)
+    deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run)
+    closers.append(deliverer.close)
+    alerts = AlertEngine(config.alerts, store, deliverer, metrics)
+
+    scaler = None
+    if config.scaling.enabled and any(rt.pools for rt in config.runner_types):
+        if pool is None:
+            from autoscaler.pools.aws_asg import AwsAsgPool  # noqa: PLC0415
+
+            pool = AwsAsgPool(config.aws, metrics)
+        scaler = Scaler(pool, source, config, metrics)
+
+    controller = Controller(config, source, metrics, alerts=alerts, scaler=scaler)
+    return Runtime(controller, closers)
