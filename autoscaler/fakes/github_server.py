@@ -60,6 +60,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes
     server: FakeServer
 
     def log_message(self, format: str, *args: Any) -> None:
