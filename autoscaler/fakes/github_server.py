@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
-import secrets
 import time
-from datetime import timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-import jwt
-
+from autoscaler.fakes.github_app import app_token, authorized
 from autoscaler.fakes.github_shapes import (
     FakeRequest,
     Fault,
-    error_body,
-    iso,
+    Reply,
+    error_reply,
     job_json,
     repo_json,
     run_json,
@@ -38,24 +34,6 @@ _RUNNER = re.compile(r"^/orgs/([^/]+)/actions/runners/(\d+)$")
 _APP_TOKEN = re.compile(r"^/app/installations/(\d+)/access_tokens$")
 _MALFORMED = b'{"total_count": 3, "items": [{"id": 1, "name": '
 _RATE_MESSAGE = "API rate limit exceeded. Check out the documentation for more information."
-
-
-class Reply:
-    """One response: status, headers, and a JSON body (or raw bytes)."""
-
-    def __init__(self, status: int, body: Any = None, headers: dict[str, str] | None = None):
-        self.status = status
-        self.headers = dict(headers or {})
-        if body is None:
-            self.raw = b""
-        elif isinstance(body, bytes):
-            self.raw = body
-        else:
-            self.raw = json.dumps(body, separators=(",", ":")).encode()
-
-
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
-    return Reply(status, error_body(status, message), headers)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -85,7 +63,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             reply = self._reply(method, fake)
         except Exception as exc:  # a bug in the fake must not hang the client
-            reply = _error(500, f"fake github error: {type(exc).__name__}")
+            reply = error_reply(500, f"fake github error: {type(exc).__name__}")
         with fake.lock:
             fake.requests.append(FakeRequest(method, self.path, reply.status))
         self.send_response(reply.status)
@@ -108,32 +86,21 @@ class Handler(BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         match = _APP_TOKEN.match(path)
         if method == "POST" and match:
-            return _app_token(fake, auth)
-        if not _authorized(fake, auth):
-            return _error(401, "Bad credentials", _rate_headers(fake, count=False))
+            return app_token(fake, auth)
+        if not authorized(fake, auth):
+            return error_reply(401, "Bad credentials", _rate_headers(fake, count=False))
         with fake.lock:
             if _remaining(fake) <= 0:
-                return _error(403, _RATE_MESSAGE, _rate_headers(fake, count=False))
+                return error_reply(403, _RATE_MESSAGE, _rate_headers(fake, count=False))
             if method == "DELETE" and (m := _RUNNER.match(path)):
                 return _delete_runner(fake, m.group(1), int(m.group(2)))
             if method != "GET":
-                return _error(404, "Not Found", _rate_headers(fake, count=True))
+                return error_reply(404, "Not Found", _rate_headers(fake, count=True))
             listing = _listing(fake, path, query)
         if listing is None:
-            return _error(404, "Not Found", _rate_headers(fake, count=True))
+            return error_reply(404, "Not Found", _rate_headers(fake, count=True))
         key, items = listing
         return _page(fake, self.path, key, items, query, self.headers.get("If-None-Match"))
-
-
-def _authorized(fake: FakeGitHub, auth: str) -> bool:
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() not in ("bearer", "token") or not token:
-        return False
-    if secrets.compare_digest(token, fake.token):
-        return True
-    with fake.lock:
-        expiry = fake.installation_tokens.get(token)
-    return expiry is not None and fake.clock() < expiry
 
 
 def _remaining(fake: FakeGitHub) -> int:
@@ -174,53 +141,19 @@ def _fault_reply(fake: FakeGitHub, fault: Fault) -> Reply:
         fault.status == 403 and (fault.retry_after is not None or fault.ratelimit_reset is not None)
     )
     if rate_limited:
-        return _error(fault.status, _RATE_MESSAGE, headers)
-    return _error(fault.status, HTTPStatus(fault.status).phrase, headers)
-
-
-def _app_token(fake: FakeGitHub, auth: str) -> Reply:
-    scheme, _, token = auth.partition(" ")
-    bad = _error(401, "A JSON web token could not be decoded")
-    if fake.app_public_key_pem is None or scheme.lower() != "bearer" or not token:
-        return bad
-    try:
-        claims = jwt.decode(
-            token,
-            fake.app_public_key_pem,
-            algorithms=["RS256"],
-            options={"verify_exp": False, "verify_iat": False, "require": ["iat", "exp", "iss"]},
-        )
-    except jwt.PyJWTError:
-        return bad
-    now = fake.clock().timestamp()
-    iat, exp = float(claims["iat"]), float(claims["exp"])
-    if str(claims["iss"]) != str(fake.app_id):
-        return _error(401, "'Issuer' claim ('iss') must be an Integer")
-    if exp <= now or exp - now > 600 or iat > now + 60:
-        return _error(
-            401,
-            "'Expiration time' claim ('exp') is too far in the future or has passed",
-        )
-    issued = "ghs_" + secrets.token_hex(18)
-    expires = fake.clock() + timedelta(hours=1)
-    with fake.lock:
-        fake.installation_tokens[issued] = expires
-    body = {
-        "token": issued,
-        "expires_at": iso(expires),
-        "permissions": {"actions": "read", "organization_self_hosted_runners": "write"},
-        "repository_selection": "all",
-    }
-    return Reply(201, body)
+        return error_reply(fault.status, _RATE_MESSAGE, headers)
+    return error_reply(fault.status, HTTPStatus(fault.status).phrase, headers)
 
 
 def _delete_runner(fake: FakeGitHub, org: str, runner_id: int) -> Reply:
     headers = _rate_headers(fake, count=True)
     if org.lower() != fake.owner.lower() or runner_id not in fake._runners:
-        return _error(404, "Not Found", headers)
+        return error_reply(404, "Not Found", headers)
     runner = fake._runners[runner_id]
     if runner.busy:
-        return _error(422, f'Bad request - Runner "{runner.name}" is still running a job"', headers)
+        return error_reply(
+            422, f'Bad request - Runner "{runner.name}" is still running a job"', headers
+        )
     del fake._runners[runner_id]
     return Reply(204, None, headers)
 

@@ -7,6 +7,7 @@ organization", "List workflow runs for a repository", "List jobs for a workflow 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -197,3 +198,21 @@ def runner_json(runner: FakeRunner) -> dict[str, Any]:
     }
     body.update(runner.overrides)
     return body
+
+
+class Reply:
+    """One response: status, headers, and a JSON body (or raw bytes)."""
+
+    def __init__(self, status: int, body: Any = None, headers: dict[str, str] | None = None):
+        self.status = status
+        self.headers = dict(headers or {})
+        if body is None:
+            self.raw = b""
+        elif isinstance(body, bytes):
+            self.raw = body
+        else:
+            self.raw = json.dumps(body, separators=(",", ":")).encode()
+
+
+def error_reply(status: int, message: str, headers: dict[str, str] | None = None) -> Reply:
+    return Reply(status, error_body(status, message), headers)
