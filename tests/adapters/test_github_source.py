@@ -295,3 +295,16 @@ def test_remove_runner(
         world.sample("ci_autoscaler_github_requests_total", endpoint="runner_delete", status=status)
         == 1
     )
+
+
+def test_an_exhausted_rate_limit_raises_until_the_reset(world: World) -> None:
+    world.fake.RATE_LIMIT = 1  # one request per hour
+    src = world.source()
+    try:
+        with pytest.raises(RateLimitedError) as caught:
+            src.observe(T0)
+    finally:
+        src.close()
+    assert caught.value.retry_after == pytest.approx(3600, abs=1)
+    assert world.fake.count(403) >= 1
+    assert world.sleeps == []
