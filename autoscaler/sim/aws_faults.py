@@ -72,13 +72,17 @@ class Fault:
             if self.times is not None and self.injected >= self.times:
                 return None
             self.injected += 1
+        url = request.url
         if self.code == TIMEOUT:
-            raise ReadTimeoutError(endpoint_url=request.url)
-        ec2 = "ec2." in request.url or "Version=2016-11-15" in body_text
+            raise ReadTimeoutError(endpoint_url=url)
+        # botocore calls every before-send handler; moto's in-process one (registered after
+        # this) would still apply the request. Point it nowhere so nothing else serves it.
+        request.url = "http://fault-injected.invalid/"
+        ec2 = "ec2." in url or "Version=2016-11-15" in body_text
         template = _EC2_ERROR if ec2 else _QUERY_ERROR
         kind = "Receiver" if self.status >= 500 else "Sender"
         payload = template.format(kind=kind, code=self.code, message="injected fault").encode()
-        return AWSResponse(request.url, self.status, HTTPHeaders(), _Raw(payload))
+        return AWSResponse(url, self.status, HTTPHeaders(), _Raw(payload))
 
 
 def inject(client: Any, fault: Fault) -> Fault:

@@ -1,0 +1,348 @@
+"""AwsAsgPool against moto in-process; faults injected on botocore's ``before-send`` event.
+
+The fault handlers run inside botocore's retry loop, so the attempt counts below are the
+real number of HTTP requests: our retries times botocore's ``total_max_attempts``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from prometheus_client import CollectorRegistry
+
+from autoscaler.config import AwsConfig, Config, RetryConfig
+from autoscaler.domain import InstanceLifecycle
+from autoscaler.errors import (
+    AuthenticationError,
+    AutoscalerError,
+    CapacityError,
+    DeferredError,
+    PermanentError,
+    RateLimitedError,
+    TransientError,
+)
+from autoscaler.pools.aws_asg import IAM_ACTIONS, AwsAsgPool
+from autoscaler.retrying import RetryPolicy
+from autoscaler.scaler import Scaler
+from autoscaler.sim.aws_faults import TIMEOUT, Fault, inject
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.telemetry import Metrics
+from tests.unit.scaling_fakes import GPU, FakeSource, config, observation, rtype, snapshot
+
+SPECS = [
+    PoolSpec("gpu-spot", GPU, (GPU,), max_size=3),
+    PoolSpec("gpu-od", GPU, (GPU,), max_size=10),
+]
+
+
+@dataclass
+class World:
+    pool: AwsAsgPool
+    metrics: Metrics
+    raw_asg: Any
+
+
+def make_pool(botocore_attempts: int = 1, metrics: Metrics | None = None) -> AwsAsgPool:
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    )
+    cfg = AwsConfig(botocore_max_attempts=botocore_attempts)
+    return AwsAsgPool(cfg, metrics or Metrics(CollectorRegistry()), session=session)
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    with mock_aws():
+        asg, ec2 = aws_clients(None)
+        create_pools(asg, ec2, SPECS)
+        pool = make_pool()
+        yield World(pool, pool.metrics, asg)
+
+
+@pytest.fixture(scope="class")
+def shared_moto() -> Iterator[None]:
+    """One moto world for the rows that only fail calls (a failed call changes nothing)."""
+    with mock_aws():
+        asg, ec2 = aws_clients(None)
+        create_pools(asg, ec2, SPECS)
+        yield
+
+
+@pytest.fixture
+def fresh_pool(shared_moto: None) -> AwsAsgPool:
+    """A new adapter (new clients, so no fault handlers) over the shared moto world."""
+    return make_pool()
+
+
+def sample(m: Metrics, name: str, **labels: str) -> float:
+    return m.registry.get_sample_value(name, labels) or 0.0
+
+
+# --- the calls
+
+
+def test_describe_reports_bounds_instances_and_launch_times(world: World) -> None:
+    world.pool.set_desired_capacity("gpu-spot", 2)
+    pools = world.pool.describe(["gpu-spot", "gpu-od", "no-such-pool"])
+    assert set(pools) == {"gpu-spot", "gpu-od"}
+    spot = pools["gpu-spot"]
+    assert (spot.min_size, spot.max_size, spot.desired_capacity) == (0, 3, 2)
+    assert [i.lifecycle for i in spot.instances] == [InstanceLifecycle.IN_SERVICE] * 2
+    assert all(i.protected_from_scale_in for i in spot.instances)
+    for i in spot.instances:
+        assert i.launched_at is not None and i.launched_at.tzinfo is not None
+        assert abs(i.launched_at - datetime.now(UTC)) < timedelta(hours=1)
+
+
+def test_desired_capacity_clamped_to_maxsize_moto_would_accept(world: World) -> None:
+    world.pool.describe(["gpu-spot"])
+    world.pool.set_desired_capacity("gpu-spot", 7)
+    assert world.pool.describe(["gpu-spot"])["gpu-spot"].desired_capacity == 3
+
+
+def test_terminate_decrements_desired_capacity(world: World) -> None:
+    world.pool.set_desired_capacity("gpu-od", 2)
+    victim = world.pool.describe(["gpu-od"])["gpu-od"].instances[0].id
+    world.pool.terminate_instance("gpu-od", victim)
+    after = world.pool.describe(["gpu-od"])["gpu-od"]
+    assert after.desired_capacity == 1
+    assert victim not in {
+        i.id for i in after.instances if i.lifecycle is InstanceLifecycle.IN_SERVICE
+    }
+
+
+def test_protect_instances_sets_scale_in_protection(world: World) -> None:
+    world.pool.set_desired_capacity("gpu-od", 1)
+    iid = world.pool.describe(["gpu-od"])["gpu-od"].instances[0].id
+    world.raw_asg.set_instance_protection(
+        AutoScalingGroupName="gpu-od", InstanceIds=[iid], ProtectedFromScaleIn=False
+    )
+    assert not world.pool.describe(["gpu-od"])["gpu-od"].instances[0].protected_from_scale_in
+    world.pool.protect_instances("gpu-od", [iid])
+    assert world.pool.describe(["gpu-od"])["gpu-od"].instances[0].protected_from_scale_in
+
+
+def test_every_call_is_timed_by_operation_and_code(world: World) -> None:
+    world.pool.set_desired_capacity("gpu-od", 1)
+    inject(world.pool.autoscaling, Fault("SetDesiredCapacity", "ValidationError"))
+    with pytest.raises(PermanentError):
+        world.pool.set_desired_capacity("gpu-od", 2)
+    m = world.metrics
+    assert sample(m, "ci_autoscaler_aws_calls_total", operation="SetDesiredCapacity", code="") == 1
+    assert (
+        sample(
+            m,
+            "ci_autoscaler_aws_calls_total",
+            operation="SetDesiredCapacity",
+            code="ValidationError",
+        )
+        == 1
+    )
+    count = "ci_autoscaler_aws_call_duration_seconds_count"
+    assert sample(m, count, operation="SetDesiredCapacity", code="ValidationError") == 1
+
+
+def test_iam_actions_are_exactly_the_calls_made(world: World) -> None:
+    seen: set[str] = set()
+
+    def record(model: Any, **_: Any) -> None:
+        seen.add(f"{model.service_model.endpoint_prefix}:{model.name}")
+
+    for client in (world.pool.autoscaling, world.pool.ec2):
+        client.meta.events.register("before-call", record)
+    world.pool.set_desired_capacity("gpu-od", 1)
+    iid = world.pool.describe(["gpu-od"])["gpu-od"].instances[0].id
+    world.pool.protect_instances("gpu-od", [iid])
+    world.pool.terminate_instance("gpu-od", iid)
+    assert seen == IAM_ACTIONS
+
+
+# --- classification: one row each, by code
+
+
+ROWS = [
+    ("Throttling", 400, RateLimitedError),
+    ("RequestLimitExceeded", 400, RateLimitedError),
+    ("InternalError", 500, TransientError),
+    ("ServiceUnavailable", 503, TransientError),
+    ("SomethingNew", 502, TransientError),
+    (TIMEOUT, 0, TransientError),
+    ("ScalingActivityInProgress", 400, DeferredError),
+    ("ResourceContention", 500, DeferredError),
+    ("InsufficientInstanceCapacity", 400, CapacityError),
+    ("UnfulfillableCapacity", 400, CapacityError),
+    ("MaxSpotInstanceCountExceeded", 400, CapacityError),
+    ("AccessDenied", 403, AuthenticationError),
+    ("UnauthorizedOperation", 403, AuthenticationError),
+    ("ValidationError", 400, PermanentError),
+    ("InvalidParameterValue", 400, PermanentError),
+    ("LimitExceeded", 400, PermanentError),
+    ("SomethingUnknown", 400, PermanentError),
+]
+
+
+class TestClassification:
+    """One shared moto world (class-scoped): a failed call changes nothing in it."""
+
+    @pytest.mark.parametrize(
+        ("code", "status", "expected"), [pytest.param(*row, id=row[0].strip("_")) for row in ROWS]
+    )
+    def test_error_classified_by_code(
+        self, fresh_pool: AwsAsgPool, code: str, status: int, expected: type[AutoscalerError]
+    ) -> None:
+        fault = Fault("SetDesiredCapacity", code, status=status, times=None)
+        inject(fresh_pool.autoscaling, fault)
+        with pytest.raises(AutoscalerError) as info:
+            fresh_pool.set_desired_capacity("gpu-od", 1)
+        assert type(info.value) is expected
+        assert info.value.code == ("Timeout" if code == TIMEOUT else code)
+        assert fault.attempts == 1  # botocore_max_attempts=1: the adapter itself never retries
+
+
+def test_ec2_errors_classified_too(world: World) -> None:
+    world.pool.set_desired_capacity("gpu-od", 1)
+    inject(world.pool.ec2, Fault("DescribeInstances", "UnauthorizedOperation", status=403))
+    with pytest.raises(AuthenticationError) as info:
+        world.pool.describe(["gpu-od"])
+    assert info.value.code == "UnauthorizedOperation"
+
+
+# --- bounded retries
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def __call__(self, seconds: float) -> None:
+        self.total += seconds
+
+
+def test_throttle_storm_stays_within_the_call_bound() -> None:
+    with mock_aws():
+        asg, ec2 = aws_clients(None)
+        create_pools(asg, ec2, SPECS)
+        pool = make_pool(botocore_attempts=2)
+        retry = RetryPolicy(
+            RetryConfig(max_attempts=3), pool.metrics, sleep=Sleeps(), rng=random.Random(1)
+        )
+        fault = inject(pool.autoscaling, Fault("SetDesiredCapacity", "Throttling", times=None))
+        with pytest.raises(RateLimitedError):
+            retry.call(lambda: pool.set_desired_capacity("gpu-od", 1), pool="gpu-od")
+        # worst case per logical call = our max_attempts * botocore total_max_attempts
+        assert fault.attempts == 3 * 2
+        m = pool.metrics
+        assert (
+            sample(
+                m,
+                "ci_autoscaler_aws_calls_total",
+                operation="SetDesiredCapacity",
+                code="Throttling",
+            )
+            == 3
+        )
+        assert (
+            sample(
+                m, "ci_autoscaler_cloud_retries_total", pool="gpu-od", error_class="rate_limited"
+            )
+            == 2
+        )
+
+
+def test_throttle_that_clears_succeeds_within_the_bound() -> None:
+    with mock_aws():
+        asg, ec2 = aws_clients(None)
+        create_pools(asg, ec2, SPECS)
+        pool = make_pool(botocore_attempts=2)
+        retry = RetryPolicy(
+            RetryConfig(max_attempts=3), pool.metrics, sleep=Sleeps(), rng=random.Random(1)
+        )
+        fault = inject(pool.autoscaling, Fault("SetDesiredCapacity", "Throttling", times=3))
+        retry.call(lambda: pool.set_desired_capacity("gpu-od", 1), pool="gpu-od")
+        assert fault.attempts == 4
+        assert pool.describe(["gpu-od"])["gpu-od"].desired_capacity == 1
+
+
+# --- the scaler over the real adapter: failover, back-off, alert once
+
+
+def scaler_for(pool: AwsAsgPool, cfg: Config) -> Scaler:
+    return Scaler(pool, FakeSource(), cfg, pool.metrics, sleep=Sleeps(), rng=random.Random(3))
+
+
+def tick(s: Scaler, queued: int, now: datetime) -> dict[str, int]:
+    decisions = s.step(
+        snapshot({GPU: queued}, at=now), observation([], now), now, observation_fresh=True
+    )
+    return {d.pool: d.desired for d in decisions}
+
+
+CFG = config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400.0))
+
+
+def test_capacity_error_fails_over_and_backs_off(world: World) -> None:
+    s = scaler_for(world.pool, CFG)
+    fault = inject(
+        world.pool.autoscaling,
+        Fault("SetDesiredCapacity", "InsufficientInstanceCapacity", times=None, match="gpu-spot"),
+    )
+    now = datetime.now(UTC)
+    assert tick(s, 2, now) == {"gpu-spot": 0, "gpu-od": 2}
+    assert fault.attempts == 1
+    assert s.state.backoff_seconds == {"gpu-spot": 300.0}
+    m = world.metrics
+    assert sample(m, "ci_autoscaler_pool_failovers_total", runner_type=GPU, pool="gpu-spot") == 1
+    assert sample(m, "ci_autoscaler_pool_capacity_backoff_seconds", pool="gpu-spot") == 300.0
+
+    assert tick(s, 3, now + timedelta(seconds=60)) == {"gpu-spot": 0, "gpu-od": 3}
+    assert fault.attempts == 1  # backed-off pool not even tried
+
+    assert tick(s, 4, now + timedelta(seconds=301)) == {"gpu-spot": 0, "gpu-od": 4}
+    assert fault.attempts == 2
+    assert s.state.backoff_seconds == {"gpu-spot": 600.0}
+    assert s.last_problems == []  # another pool still has capacity
+
+    fault.times = 0  # capacity is back
+    assert tick(s, 5, now + timedelta(seconds=902)) == {"gpu-spot": 1, "gpu-od": 4}
+    assert s.state.backoff_seconds == {}
+
+
+def test_every_pool_out_of_capacity_is_a_problem(world: World) -> None:
+    s = scaler_for(world.pool, CFG)
+    inject(
+        world.pool.autoscaling,
+        Fault("SetDesiredCapacity", "InsufficientInstanceCapacity", times=None),
+    )
+    tick(s, 2, datetime.now(UTC))
+    assert [(p.kind, p.runner_type) for p in s.last_problems] == [("out_of_capacity", GPU)]
+
+
+def test_permanent_error_alerts_once_without_retry_or_failover(world: World) -> None:
+    s = scaler_for(world.pool, CFG)
+    fault = inject(
+        world.pool.autoscaling, Fault("SetDesiredCapacity", "AccessDenied", status=403, times=None)
+    )
+    assert tick(s, 2, datetime.now(UTC)) == {"gpu-spot": 0, "gpu-od": 0}
+    assert fault.attempts == 1
+    assert [(p.kind, p.pool, p.code) for p in s.last_problems] == [
+        ("permanent", "gpu-spot", "AccessDenied")
+    ]
+    assert s.state.backoff_seconds == {}
+
+
+def test_busy_group_is_left_for_the_next_tick(world: World) -> None:
+    s = scaler_for(world.pool, CFG)
+    fault = inject(
+        world.pool.autoscaling, Fault("SetDesiredCapacity", "ScalingActivityInProgress", times=1)
+    )
+    now = datetime.now(UTC)
+    assert tick(s, 2, now) == {"gpu-spot": 0, "gpu-od": 0}
+    assert (fault.attempts, s.last_problems) == (1, [])
+    assert tick(s, 2, now + timedelta(seconds=30)) == {"gpu-spot": 2, "gpu-od": 0}
