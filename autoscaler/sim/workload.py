@@ -80,6 +80,7 @@ class Workload:
         period: float = 240.0,
         swing: float = 0.9,
         unmatched_per_minute: float = 0.1,
+        rate_scale: float = 1.0,
     ) -> None:
         self.fake = fake
         self.profiles = profiles(runner_types)
@@ -88,6 +89,8 @@ class Workload:
         self.period = period
         self.swing = swing
         self.unmatched_per_minute = unmatched_per_minute
+        #: Multiplies every type's arrival rate (the demo compresses time with it).
+        self.rate_scale = rate_scale
         self._start: datetime | None = None
         self._last: datetime | None = None
         for repo in self.repos:
@@ -97,7 +100,7 @@ class Workload:
         """Jobs per minute for this type at ``now``."""
         t = 0.0 if self._start is None else (now - self._start).total_seconds()
         wave = math.sin(2 * math.pi * t / self.period + profile.phase)
-        return max(0.0, profile.per_minute * (1 + self.swing * wave))
+        return max(0.0, self.rate_scale * profile.per_minute * (1 + self.swing * wave))
 
     def step(self, now: datetime) -> list[int]:
         """Enqueue the arrivals since the last step; returns the new job ids."""

@@ -1,0 +1,39 @@
+"""`ci-autoscaler demo` end to end: the whole world on 127.0.0.1, as a newcomer runs it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+
+def test_demo_scales_alerts_fails_over_and_never_kills_a_busy_runner() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autoscaler",
+            "demo",
+            "--duration",
+            "45",
+            "--tick",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "RUNNER TYPE" in out and "linux.g5.4xlarge.nvidia.gpu" in out
+    # Pools grew: some decision scaled up.
+    assert "scale up" in out
+    # The injected capacity error on the spot pool sent GPU demand to on-demand.
+    ondemand = [int(m.group(2)) for m in re.finditer(r"ci-gpu-ondemand\s+(\d+)\s+(\d+)", out)]
+    assert ondemand and max(ondemand) > 0, "GPU demand never failed over to on-demand"
+    # Alerts reached the webhook sink.
+    assert "FIRING: [P2]" in out
+    assert "busy runners killed: 0" in out.rsplit("fleet:", 1)[1]
