@@ -44,16 +44,22 @@ class World:
     def runner_of(self, instance_id: str) -> Runner | None:
         return next((r for r in self.runners.values() if r.name.endswith(instance_id)), None)
 
+    def pick(self, r: Runner) -> Runner:
+        """An idle online runner picks a queued job of its type, if any."""
+        t = POOL_OF[r.name.rsplit("-i-", 1)[0]]
+        if r.online and not r.busy and self.queued[t] > 0:
+            self.queued[t] -= 1
+            r = self.runners[r.id] = replace(r, busy=True)
+        return r
+
     # JobSource
     def observe(self, now: datetime) -> Observation:
         return observation(tuple(self.runners.values()), now)
 
     def remove_runner(self, runner_id: int) -> None:
         r = self.runners[runner_id]
-        pool_name = r.name.rsplit("-i-", 1)[0]
-        if self.race and not r.busy and self.queued[POOL_OF[pool_name]] > 0:
-            self.queued[POOL_OF[pool_name]] -= 1
-            self.runners[runner_id] = r = replace(r, busy=True)
+        if self.race:
+            r = self.pick(r)
         if r.busy:
             raise RejectedError("runner is busy", code="422")
         del self.runners[runner_id]
@@ -64,6 +70,9 @@ class GuardedPool(FakePool):
 
     def terminate_instance(self, pool: str, instance_id: str) -> None:
         r = self.world.runner_of(instance_id)
+        if r is not None and self.world.race:  # a still-registered runner may pick a job now
+            self.world.pick(r)
+            r = self.world.runners[r.id]
         if r is not None and r.busy:
             self.world.violations.append(f"terminated busy runner {r.name}")
         super().terminate_instance(pool, instance_id)
