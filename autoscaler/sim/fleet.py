@@ -18,6 +18,7 @@ launch template and an Auto Scaling group per pool), for the demo and the tests.
 from __future__ import annotations
 
 import logging
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -57,6 +58,16 @@ def start_moto_server(port: int = 0) -> tuple[Any, str]:
     server.start()
     host, bound = server.get_host_and_port()
     return server, f"http://{host}:{bound}"
+
+
+def reset_moto_server(endpoint_url: str) -> None:
+    """Forget every resource (moto keeps state per process, across server instances)."""
+    if not endpoint_url.startswith("http://127.0.0.1:"):
+        raise ValueError("only a moto server on 127.0.0.1 is reset")
+    url = f"{endpoint_url}/moto-api/reset"
+    request = urllib.request.Request(url, method="POST")  # noqa: S310 (loopback http only)
+    with urllib.request.urlopen(request, timeout=10):  # noqa: S310
+        pass
 
 
 def aws_clients(endpoint_url: str | None, region: str = "us-east-1") -> tuple[Any, Any]:
