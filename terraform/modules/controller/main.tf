@@ -119,8 +119,21 @@ resource "aws_iam_role_policy" "task" {
   policy = data.aws_iam_policy_document.task.json
 }
 
-# The execution role: pull the image, write logs, read the config and the secrets.
+# The execution role: pull the image, write logs, read the config and the secrets. Inline
+# rather than AmazonECSTaskExecutionRolePolicy, so logs are scoped to this log group.
 data "aws_iam_policy_document" "execution" {
+  statement {
+    sid       = "PullImage"
+    actions   = ["ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
+    resources = ["*"]
+  }
+
+  statement {
+    sid       = "WriteLogs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.this.arn}:*"]
+  }
+
   statement {
     sid       = "ReadConfig"
     actions   = ["ssm:GetParameters"]
@@ -151,11 +164,6 @@ resource "aws_iam_role" "execution" {
   description        = "ci-autoscaler controller: ECS task execution"
   assume_role_policy = data.aws_iam_policy_document.assume_ecs_tasks.json
   tags               = local.tags
-}
-
-resource "aws_iam_role_policy_attachment" "execution" {
-  role       = aws_iam_role.execution.name
-  policy_arn = "arn:${data.aws_partition.current.partition}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
 }
 
 resource "aws_iam_role_policy" "execution" {
