@@ -1,5 +1,8 @@
 """One reconcile tick: observe -> compute -> decide -> act -> report.
 
+Scaling runs before alerting so that what scaling hit this tick (a permanent cloud error,
+every pool of a type out of capacity) is alerted in the same tick.
+
 The controller owns no clock and no sleep: ``tick(now)`` is given the time, so the same
 code runs in the live loop, in ``once --dry-run`` and under a virtual clock. The CI source
 failing never ends the loop: the last good picture stays, its age shows in
@@ -17,7 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from autoscaler.config import Config
-from autoscaler.domain import Observation, QueueSnapshot, RunnerType
+from autoscaler.domain import Observation, QueueSnapshot, RunnerType, ScalingProblem
 from autoscaler.errors import AutoscalerError
 from autoscaler.ports import JobSource
 from autoscaler.queue import compute_queue
@@ -52,11 +55,17 @@ class AlertStep(Protocol):
         now: datetime,
         *,
         dry_run: bool = False,
+        problems: Sequence[ScalingProblem] | None = None,
     ) -> Sequence[Any]: ...
 
 
 class ScaleStep(Protocol):
     """The scaling stage (autoscaler.scaler.Scaler)."""
+
+    @property
+    def last_problems(self) -> Sequence[ScalingProblem]:
+        """What the last step hit that on-call must hear about (the alert stage pages)."""
+        ...
 
     def step(
         self,
@@ -109,16 +118,7 @@ class Controller:
         try:
             fresh = self._observe(now, result)
             alerts, scaler = self.alerts, self.scaler
-            if alerts is not None:
-                result.alerts = self._guarded(
-                    "alerting",
-                    lambda: alerts.step(
-                        result.snapshot if fresh else None,
-                        self.last_successful_poll,
-                        now,
-                        dry_run=dry_run,
-                    ),
-                )
+            problems: Sequence[ScalingProblem] | None = None
             if (
                 scaler is not None
                 and self.config.scaling.enabled
@@ -134,6 +134,18 @@ class Controller:
                         now,
                         observation_fresh=fresh and self.observation_is_fresh(now),
                         dry_run=dry_run,
+                    ),
+                )
+                problems = scaler.last_problems
+            if alerts is not None:
+                result.alerts = self._guarded(
+                    "alerting",
+                    lambda: alerts.step(
+                        result.snapshot if fresh else None,
+                        self.last_successful_poll,
+                        now,
+                        dry_run=dry_run,
+                        problems=problems,
                     ),
                 )
         finally:

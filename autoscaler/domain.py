@@ -154,3 +154,19 @@ class PoolState:
             for i in self.instances
             if i.lifecycle in (InstanceLifecycle.PENDING, InstanceLifecycle.IN_SERVICE)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingProblem:
+    """Something scaling hit that on-call must hear about at once.
+
+    ``kind``: ``permanent`` (a permanent cloud error, ``code`` names it),
+    ``out_of_capacity`` (every pool of the type is out), ``missing`` (a configured pool
+    does not exist).
+    """
+
+    kind: str
+    runner_type: str
+    pool: str
+    code: str
+    message: str

@@ -22,12 +22,18 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 
 from autoscaler.config import Config
-from autoscaler.domain import InstanceLifecycle, Observation, PoolState, QueueSnapshot
+from autoscaler.domain import (
+    InstanceLifecycle,
+    Observation,
+    PoolState,
+    QueueSnapshot,
+    ScalingProblem,
+)
 from autoscaler.errors import AutoscalerError, CapacityError, PermanentError, RejectedError
 from autoscaler.plan import (
     HOLD,
@@ -49,17 +55,6 @@ from autoscaler.retrying import RetryPolicy
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ScalingProblem:
-    """Something the alerting should page on. ``kind``: permanent, out_of_capacity, missing."""
-
-    kind: str
-    runner_type: str
-    pool: str
-    code: str
-    message: str
 
 
 class Scaler:

@@ -10,7 +10,7 @@ the next real tick still sends every notification.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -20,8 +20,10 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
     FLEET,
+    PROVISIONING_RULE,
     UNMATCHED_RULE,
     Evaluation,
+    evaluate_provisioning,
     evaluate_rules,
     evaluate_unmatched,
     evaluate_unreachable,
@@ -29,7 +31,7 @@ from autoscaler.alerting.rules import (
 )
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
-from autoscaler.domain import QueueSnapshot
+from autoscaler.domain import QueueSnapshot, ScalingProblem
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -97,8 +99,10 @@ class AlertEngine:
         snapshot: QueueSnapshot | None,
         last_successful_poll: datetime | None,
         now: datetime,
+        problems: Sequence[ScalingProblem] | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
-        """This tick's evaluations, and the rules to keep as they are (no snapshot)."""
+        """This tick's evaluations, and the rules to keep as they are (no snapshot; no
+        scaling run this tick: ``problems`` is None)."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
@@ -109,6 +113,10 @@ class AlertEngine:
                 evaluations.append(evaluate_unmatched(b, snapshot, everyone))
         else:
             keep = {r.name for r in self.config.rules} | {UNMATCHED_RULE}
+        if problems is None:
+            keep.add(PROVISIONING_RULE)
+        else:
+            evaluations += evaluate_provisioning(b, problems, everyone)
         if b.github_unreachable_after > 0:
             started = self.started_at or now
             evaluations.append(
@@ -123,11 +131,12 @@ class AlertEngine:
         now: datetime,
         *,
         dry_run: bool = False,
+        problems: Sequence[ScalingProblem] | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed."""
         if self.started_at is None:
             self.started_at = now
-        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now)
+        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems)
         old = self.store.load_states()
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:

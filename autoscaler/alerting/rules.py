@@ -27,11 +27,12 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from autoscaler.config import AlertRuleConfig, BuiltinAlertsConfig
-from autoscaler.domain import QueueSnapshot, QueueStats
+from autoscaler.domain import QueueSnapshot, QueueStats, ScalingProblem
 
 FLEET = "fleet"
 UNMATCHED_RULE = "Jobs no runner type serves"
 UNREACHABLE_RULE = "GitHub unreachable"
+PROVISIONING_RULE = "Runner pool provisioning failing"
 
 
 def fingerprint(rule: str, scope: str) -> str:
@@ -237,3 +238,31 @@ def evaluate_unreachable(
     return _builtin(
         b, UNREACHABLE_RULE, "The controller cannot read the GitHub API", values, all_receivers
     )
+
+
+def evaluate_provisioning(
+    b: BuiltinAlertsConfig, problems: Sequence[ScalingProblem], all_receivers: tuple[str, ...]
+) -> list[Evaluation]:
+    """Built-in: scaling hit a permanent cloud error, or every pool of a type is out of
+    capacity, or a configured pool does not exist. One alert per runner type; it fires at
+    once and resolves when a tick of scaling runs without the problem."""
+    by_type: dict[str, list[ScalingProblem]] = {}
+    for problem in problems:
+        by_type.setdefault(problem.runner_type, []).append(problem)
+    out = []
+    for runner_type, found in sorted(by_type.items()):
+        kinds = [p.kind for p in found]
+        values = {
+            "permanent_errors": kinds.count("permanent"),
+            "out_of_capacity": int("out_of_capacity" in kinds),
+            "missing_pools": kinds.count("missing"),
+            "threshold_breached": 1,
+        }
+        detail = "; ".join(
+            f"{p.pool or runner_type}: {p.code or p.kind.replace('_', ' ')}" for p in found
+        )
+        evaluation = _builtin(
+            b, PROVISIONING_RULE, f"Scaling {runner_type} failed ({detail})", values, all_receivers
+        )
+        out.append(replace(evaluation, scope=runner_type))
+    return out

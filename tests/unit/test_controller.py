@@ -10,7 +10,14 @@ from typing import Any
 
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
-from autoscaler.domain import Job, JobStatus, Observation, QueueSnapshot, normalize_labels
+from autoscaler.domain import (
+    Job,
+    JobStatus,
+    Observation,
+    QueueSnapshot,
+    ScalingProblem,
+    normalize_labels,
+)
 from autoscaler.errors import AutoscalerError, TransientError
 from autoscaler.service import run_loop
 from autoscaler.telemetry import Metrics
@@ -66,6 +73,7 @@ def observation(queued: int, at: datetime) -> Observation:
 @dataclass
 class RecordingScaler:
     calls: list[tuple[int, bool]]
+    last_problems: tuple[ScalingProblem, ...] = ()
 
     def step(
         self,
@@ -148,3 +156,36 @@ def test_loop_survives_failing_ticks_and_stops_on_event() -> None:
     assert ticks == 5 and source.calls == 5
     stop.set()
     assert run_loop(controller, 0.0, stop, clock=lambda: T0) == 0
+
+
+@dataclass
+class RecordingAlerts:
+    problems: list[Sequence[ScalingProblem] | None]
+
+    def step(
+        self,
+        snapshot: QueueSnapshot | None,
+        last_successful_poll: datetime | None,
+        now: datetime,
+        *,
+        dry_run: bool = False,
+        problems: Sequence[ScalingProblem] | None = None,
+    ) -> Sequence[Any]:
+        self.problems.append(problems)
+        return []
+
+
+def test_alerting_hears_this_ticks_scaling_problems() -> None:
+    denied = ScalingProblem("permanent", "cpu", "ci-cpu", "AccessDenied", "not allowed")
+    scaler = RecordingScaler(calls=[], last_problems=(denied,))
+    alerts = RecordingAlerts(problems=[])
+    controller = Controller(
+        config(),
+        FakeSource([TransientError("down"), observation(1, T0)]),
+        Metrics(),
+        alerts=alerts,
+        scaler=scaler,
+    )
+    controller.tick(T0)  # no observation yet: scaling cannot run, its alerts stay as they are
+    controller.tick(T0 + timedelta(seconds=30))
+    assert alerts.problems == [None, (denied,)]
