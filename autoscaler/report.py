@@ -9,10 +9,12 @@ from autoscaler.controller import TickResult
 
 
 def _plain(value: Any) -> Any:
+    """A stage's result as JSON-ready data: its own to_dict/as_dict, else its fields."""
+    for method in ("to_dict", "as_dict"):
+        if hasattr(value, method):
+            return getattr(value, method)()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
     return value
 
 

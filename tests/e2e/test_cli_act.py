@@ -1,0 +1,148 @@
+"""`once` acting for real: alerts to a local webhook and decisions against moto's server;
+`--dry-run` delivers nothing and changes nothing; `alerts test` reaches a receiver."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autoscaler.demo import WebhookSink
+from autoscaler.sim.fleet import (
+    PoolSpec,
+    aws_clients,
+    create_pools,
+    reset_moto_server,
+    start_moto_server,
+)
+from tests.e2e.harness import CPU, GPU, cli, free_port, seeded_github, write_config
+
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+@pytest.fixture
+def sink() -> Iterator[WebhookSink]:
+    s = WebhookSink()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def moto_url() -> Iterator[str]:
+    server, url = start_moto_server()
+    reset_moto_server(url)  # moto's backends are process-global: start from nothing
+    autoscaling, ec2 = aws_clients(url)
+    create_pools(
+        autoscaling,
+        ec2,
+        [
+            PoolSpec("ci-cpu", "linux.4xlarge", tuple(CPU), max_size=5),
+            PoolSpec("ci-gpu", "linux.g5.4xlarge.nvidia.gpu", tuple(GPU), max_size=5),
+        ],
+    )
+    yield url
+    server.stop()
+
+
+def acting_config(tmp: Path, github_url: str, sink_url: str, aws_url: str) -> Path:
+    return write_config(
+        tmp,
+        github_url,
+        free_port(),
+        runner_types={
+            "linux.4xlarge": {"labels": CPU, "pools": ["ci-cpu"]},
+            "linux.g5.4xlarge.nvidia.gpu": {"labels": GPU, "pools": ["ci-gpu"], "max": 2},
+        },
+        scaling={"enabled": True},
+        aws={"region": "us-east-1", "endpoint_url": aws_url},
+        alerts={
+            "rules": [
+                {
+                    "name": "Jobs queueing too long",
+                    "team": "pytorch-dev-infra",
+                    "priority": "P2",
+                    "description": "Jobs wait too long for a runner",
+                    "max_queue_size": 10,
+                    "max_queue_time": "60m",
+                    "receivers": ["hook"],
+                }
+            ],
+            "receivers": {"hook": {"type": "webhook", "url": sink_url}},
+            "builtin": {"receivers": ["hook"], "unmatched_jobs": False},
+        },
+    )
+
+
+def desired(aws_url: str) -> dict[str, int]:
+    autoscaling, _ = aws_clients(aws_url)
+    groups = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+    return {g["AutoScalingGroupName"]: g["DesiredCapacity"] for g in groups}
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["acts", "dry-run"])
+def test_once_alerts_and_scales(
+    tmp_path: Path, sink: WebhookSink, moto_url: str, dry_run: bool
+) -> None:
+    fake = seeded_github(gpu_jobs=3, gpu_age_minutes=62)
+    try:
+        config = acting_config(tmp_path, fake.url, sink.url, moto_url)
+        flags = ["--dry-run"] if dry_run else []
+        result = cli("once", "--config", str(config), "--output", "json", *flags, env=AWS_ENV)
+    finally:
+        fake.stop()
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+
+    [alert] = doc["alerts"]
+    assert alert["state"] == "firing" and alert["title"] == "[P2] Jobs queueing too long"
+    assert "max_queue_size=3, max_queue_time_mins=62, queue_size_threshold=0, " in alert["text"]
+    assert alert["values"]["threshold_breached"] == 1
+
+    decisions = {d["pool"]: d for d in doc["decisions"]}
+    assert decisions["ci-gpu"]["desired"] == 2, "3 queued GPU jobs, clamped to max 2"
+    assert decisions["ci-cpu"]["desired"] == 2, "2 queued CPU jobs (the one runner is not ours)"
+    assert set(decisions["ci-gpu"]) >= {"runner_type", "pool", "current", "desired", "reason"}
+
+    if dry_run:
+        assert sink.received == []
+        assert desired(moto_url) == {"ci-cpu": 0, "ci-gpu": 0}
+    else:
+        assert sink.received == ["FIRING: [P2] Jobs queueing too long"]
+        assert desired(moto_url) == {"ci-cpu": 2, "ci-gpu": 2}
+
+
+def test_alerts_test_sends_firing_then_resolved(tmp_path: Path, sink: WebhookSink) -> None:
+    config = write_config(
+        tmp_path,
+        "http://127.0.0.1:1",
+        free_port(),
+        alerts={"receivers": {"hook": {"type": "webhook", "url": sink.url}}},
+    )
+    result = cli("alerts", "test", "hook", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["hook: FIRING: sent", "hook: RESOLVED: sent"]
+    assert [r.split(":")[0] for r in sink.received] == ["FIRING", "RESOLVED"]
+    unknown = cli("alerts", "test", "nobody", "--config", str(config))
+    assert unknown.returncode == 1 and "unknown receiver 'nobody'" in unknown.stderr
+
+
+def test_alerts_test_fails_when_the_receiver_is_down(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        "http://127.0.0.1:1",
+        free_port(),
+        alerts={
+            "receivers": {
+                "hook": {
+                    "type": "webhook",
+                    "url": f"http://127.0.0.1:{free_port()}/x",
+                    "max_attempts": 1,
+                }
+            }
+        },
+    )
+    result = cli("alerts", "test", "hook", "--config", str(config))
+    assert result.returncode == 1
+    assert "hook: FIRING: failed" in result.stdout
