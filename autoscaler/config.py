@@ -6,7 +6,6 @@ The environment is read here and nowhere else (``${VAR}`` in any string value).
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,12 +14,18 @@ from typing import Any
 
 import yaml
 
-from autoscaler.configload import Reader, Secret, _join
+from autoscaler.config_alerts import (
+    PRIORITIES,
+    RECEIVER_TYPES,
+    AlertRuleConfig,
+    AlertsConfig,
+    BuiltinAlertsConfig,
+    ReceiverConfig,
+    read_alerts,
+)
+from autoscaler.configload import Reader, Secret, join_path, yaml_where
 from autoscaler.domain import RunnerType, normalize_labels
 from autoscaler.errors import ConfigError
-
-PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
-RECEIVER_TYPES = ("webhook", "slack", "pagerduty", "alertmanager", "github_issue")
 
 
 @dataclass(frozen=True)
@@ -130,76 +135,6 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
-class AlertRuleConfig:
-    name: str
-    team: str
-    priority: str
-    description: str
-    receivers: tuple[str, ...]
-    runbook_url: str = ""
-    dashboard_url: str = ""
-    runner_types: tuple[str, ...] = ("*",)
-    """Glob patterns over runner type names."""
-    exclude_runner_types: tuple[str, ...] = ()
-    per_runner_type: bool = False
-    """True: one alert per runner type; False: one over all covered types."""
-    max_queue_size: int | None = None
-    """Trips when the observed max queue size is above this."""
-    max_queue_time: float | None = None
-    """Trips when the observed max queue time (seconds) is above this."""
-    match: str = "any"
-    """``any``: one tripped check fires; ``all``: every configured check must trip."""
-    min_job_age: float = 0.0
-    """Jobs younger than this (seconds) are not counted."""
-    for_: float = 0.0
-    """Pending this long (seconds) before firing (YAML key ``for``)."""
-    repeat_interval: float = 4 * 3600.0
-    """Re-notify while still firing."""
-
-
-@dataclass(frozen=True)
-class ReceiverConfig:
-    name: str
-    type: str
-    url: str | None = None
-    """Where to POST (webhook, slack, alertmanager, pagerduty override); github_issue: the
-    REST API root override (default: the github section's ``api_url``)."""
-    routing_key: Secret | None = field(default=None, repr=False)
-    """PagerDuty Events API v2 integration key."""
-    repo: str | None = None
-    """github_issue: ``owner/name`` to open issues in."""
-    token: Secret | None = field(default=None, repr=False)
-    """github_issue: token; defaults to the github section's token."""
-    labels: tuple[str, ...] = ()
-    """github_issue: extra labels."""
-    timeout: float = 5.0
-    """Per-attempt timeout in seconds."""
-    max_attempts: int = 3
-    """Delivery attempts per tick."""
-
-
-@dataclass(frozen=True)
-class BuiltinAlertsConfig:
-    team: str = "dev-infra"
-    priority: str = "P2"
-    receivers: tuple[str, ...] = ()
-    """Receivers of the built-in alerts; empty: every receiver."""
-    unmatched_jobs: bool = True
-    """Alert on jobs whose labels no runner type serves."""
-    github_unreachable_after: float = 600.0
-    """Alert when no poll of GitHub succeeded for this long."""
-    runbook_url: str = ""
-    dashboard_url: str = ""
-
-
-@dataclass(frozen=True)
-class AlertsConfig:
-    rules: tuple[AlertRuleConfig, ...] = ()
-    receivers: Mapping[str, ReceiverConfig] = field(default_factory=dict)
-    builtin: BuiltinAlertsConfig = BuiltinAlertsConfig()
-
-
-@dataclass(frozen=True)
 class Config:
     github: GitHubConfig
     runner_types: tuple[RunnerTypeConfig, ...]
@@ -213,7 +148,7 @@ class Config:
     budgets: tuple[BudgetConfig, ...] = ()
     scaling: ScalingConfig = ScalingConfig()
     state: StateConfig = StateConfig()
-    alerts: AlertsConfig = AlertsConfig()
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def runner_type(self, name: str) -> RunnerTypeConfig:
         for rt in self.runner_types:
@@ -231,7 +166,7 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {_yaml_where(exc)}"]) from None
+        raise ConfigError([f"{path}: not valid YAML: {yaml_where(exc)}"]) from None
     return parse_config(raw, env=env, base_dir=Path(path).parent)
 
 
@@ -277,7 +212,7 @@ def parse_config(
                 r.mapping(top.get("state"), "state", ("path",)).get("path"), "state.path"
             )
         ),
-        alerts=_alerts(r, top.get("alerts"), base),
+        alerts=read_alerts(r, top.get("alerts"), base),
     )
     if config.poll_interval <= 0 and "poll_interval" in top:
         r.problem("poll_interval", "must be greater than zero")
@@ -354,7 +289,7 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
         return ()
     out = []
     for name, body in value.items():
-        p = _join(path, str(name))
+        p = join_path(path, str(name))
         m = r.mapping(
             body,
             p,
@@ -403,7 +338,7 @@ def _budgets(r: Reader, value: Any) -> tuple[BudgetConfig, ...]:
         return ()
     out = []
     for name, body in value.items():
-        p = _join("budgets", str(name))
+        p = join_path("budgets", str(name))
         m = r.mapping(body, p, ("max_instances", "runner_types"))
         out.append(
             BudgetConfig(
@@ -445,143 +380,6 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
     )
 
 
-_RULE_KEYS = (
-    "name",
-    "team",
-    "priority",
-    "description",
-    "runbook_url",
-    "dashboard_url",
-    "runner_types",
-    "exclude_runner_types",
-    "per_runner_type",
-    "max_queue_size",
-    "max_queue_time",
-    "match",
-    "min_job_age",
-    "for",
-    "repeat_interval",
-    "receivers",
-)
-
-
-def _rule(r: Reader, value: Any, p: str) -> AlertRuleConfig | None:
-    if not isinstance(value, dict):
-        r.problem(p, "must be a mapping")
-        return None
-    m = r.mapping(value, p, _RULE_KEYS)
-    rule = AlertRuleConfig(
-        name=r.string(m.get("name"), f"{p}.name"),
-        team=r.string(m.get("team"), f"{p}.team"),
-        priority=r.choice(m.get("priority"), f"{p}.priority", PRIORITIES, "P2"),
-        description=r.string(m.get("description"), f"{p}.description"),
-        receivers=r.string_list(m.get("receivers"), f"{p}.receivers"),
-        runbook_url=r.string(m.get("runbook_url"), f"{p}.runbook_url", ""),
-        dashboard_url=r.string(m.get("dashboard_url"), f"{p}.dashboard_url", ""),
-        runner_types=r.string_list(m.get("runner_types"), f"{p}.runner_types", default=("*",)),
-        exclude_runner_types=r.string_list(
-            m.get("exclude_runner_types"), f"{p}.exclude_runner_types", default=()
-        ),
-        per_runner_type=r.boolean(m.get("per_runner_type"), f"{p}.per_runner_type", False),
-        max_queue_size=r.optional_integer(m.get("max_queue_size"), f"{p}.max_queue_size"),
-        max_queue_time=r.optional_duration(m.get("max_queue_time"), f"{p}.max_queue_time"),
-        match=r.choice(m.get("match"), f"{p}.match", ("any", "all"), "any"),
-        min_job_age=r.duration(m.get("min_job_age"), f"{p}.min_job_age", 0.0),
-        for_=r.duration(m.get("for"), f"{p}.for", 0.0),
-        repeat_interval=r.duration(m.get("repeat_interval"), f"{p}.repeat_interval", 4 * 3600.0),
-    )
-    if rule.max_queue_size is None and rule.max_queue_time is None:
-        r.problem(p, "needs max_queue_size or max_queue_time (or both)")
-    return rule
-
-
-def _rule_files(r: Reader, patterns: tuple[str, ...], base: Path) -> tuple[AlertRuleConfig, ...]:
-    rules: list[AlertRuleConfig] = []
-    for i, pattern in enumerate(patterns):
-        full = pattern if os.path.isabs(pattern) else str(base / pattern)
-        matches = sorted(glob.glob(full))
-        if not matches:
-            r.problem(f"alerts.rule_files[{i}]", f"no file matches {pattern!r}")
-        for file in matches:
-            try:
-                doc = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                r.problem(file, f"cannot read rules: {_yaml_where(exc)}")
-                continue
-            if isinstance(doc, dict):
-                doc = r.mapping(doc, file, ("rules",)).get("rules")
-            rules.extend(r.each(doc, f"{file}: rules", lambda v, p: _rule(r, v, p)))
-    return tuple(rules)
-
-
-def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
-    p = _join("alerts.receivers", name)
-    m = r.mapping(
-        value,
-        p,
-        ("type", "url", "routing_key", "repo", "token", "labels", "timeout", "max_attempts"),
-    )
-    rtype = r.choice(m.get("type"), f"{p}.type", RECEIVER_TYPES, "webhook")
-    if m.get("type") is None:
-        r.problem(f"{p}.type", f"is required (one of {', '.join(RECEIVER_TYPES)})")
-    rc = ReceiverConfig(
-        name=name,
-        type=rtype,
-        url=r.optional_string(m.get("url"), f"{p}.url"),
-        routing_key=r.secret(m.get("routing_key"), f"{p}.routing_key"),
-        repo=r.optional_string(m.get("repo"), f"{p}.repo"),
-        token=r.secret(m.get("token"), f"{p}.token"),
-        labels=r.string_list(m.get("labels"), f"{p}.labels", default=()),
-        timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0),
-        max_attempts=r.integer(m.get("max_attempts"), f"{p}.max_attempts", 3, minimum=1),
-    )
-    if rtype in ("webhook", "slack", "alertmanager") and rc.url is None:
-        r.problem(f"{p}.url", f"is required for a {rtype} receiver")
-    if rtype == "pagerduty" and rc.routing_key is None:
-        r.problem(f"{p}.routing_key", "is required for a pagerduty receiver")
-    if rtype == "github_issue" and (rc.repo is None or "/" not in rc.repo):
-        r.problem(f"{p}.repo", "is required for a github_issue receiver, as owner/name")
-    return rc
-
-
-def _alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
-    m = r.mapping(value, "alerts", ("rule_files", "rules", "receivers", "builtin"))
-    files = r.string_list(m.get("rule_files"), "alerts.rule_files", default=())
-    rules = _rule_files(r, files, base) + r.each(
-        m.get("rules"), "alerts.rules", lambda v, p: _rule(r, v, p)
-    )
-    raw_receivers = m.get("receivers") or {}
-    if not isinstance(raw_receivers, dict):
-        r.problem("alerts.receivers", "must be a mapping of name -> receiver")
-        raw_receivers = {}
-    receivers = {str(n): _receiver(r, str(n), body) for n, body in raw_receivers.items()}
-    b = r.mapping(
-        m.get("builtin"),
-        "alerts.builtin",
-        (
-            "team",
-            "priority",
-            "receivers",
-            "unmatched_jobs",
-            "github_unreachable_after",
-            "runbook_url",
-            "dashboard_url",
-        ),
-    )
-    builtin = BuiltinAlertsConfig(
-        team=r.string(b.get("team"), "alerts.builtin.team", "dev-infra"),
-        priority=r.choice(b.get("priority"), "alerts.builtin.priority", PRIORITIES, "P2"),
-        receivers=r.string_list(b.get("receivers"), "alerts.builtin.receivers", default=()),
-        unmatched_jobs=r.boolean(b.get("unmatched_jobs"), "alerts.builtin.unmatched_jobs", True),
-        github_unreachable_after=r.duration(
-            b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
-        ),
-        runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
-        dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
-    )
-    return AlertsConfig(rules=rules, receivers=receivers, builtin=builtin)
-
-
 def _cross_check(r: Reader, config: Config) -> None:
     """Problems that span sections: references to names defined elsewhere."""
     known = set(config.alerts.receivers)
@@ -605,9 +403,22 @@ def _cross_check(r: Reader, config: Config) -> None:
             r.problem(f"runner_types.{rt.name}.min_idle", f"must not exceed max ({rt.max})")
 
 
-def _yaml_where(exc: Exception) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or type(exc).__name__
-    if mark is not None:
-        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return str(getattr(exc, "strerror", None) or problem)
+__all__ = [
+    "PRIORITIES",
+    "RECEIVER_TYPES",
+    "AlertRuleConfig",
+    "AlertsConfig",
+    "AwsConfig",
+    "BudgetConfig",
+    "BuiltinAlertsConfig",
+    "Config",
+    "GitHubAppConfig",
+    "GitHubConfig",
+    "ReceiverConfig",
+    "RetryConfig",
+    "RunnerTypeConfig",
+    "ScalingConfig",
+    "StateConfig",
+    "load_config",
+    "parse_config",
+]

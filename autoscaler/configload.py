@@ -87,7 +87,7 @@ class Reader:
             if key not in known:
                 hint = difflib.get_close_matches(str(key), known, n=1)
                 suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
-                self.problem(_join(path, str(key)), f"unknown key{suffix}")
+                self.problem(join_path(path, str(key)), f"unknown key{suffix}")
         return {k: v for k, v in value.items() if k in known}
 
     def expand(self, value: Any, path: str, *, secret: bool = False) -> Any:
@@ -222,7 +222,7 @@ class Reader:
         return tuple(item for item in items if item is not None)
 
 
-def _join(path: str, key: str) -> str:
+def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
@@ -230,3 +230,11 @@ def _type_name(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), type(value).__name__
     )
+
+
+def yaml_where(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(getattr(exc, "strerror", None) or problem)
