@@ -38,6 +38,14 @@ def _load(path: str) -> Config | None:
         return None
 
 
+def _configure(args: argparse.Namespace) -> Config | None:
+    """Load ``--config`` (problems to stderr) and set up logging from it."""
+    config = _load(args.config)
+    if config is not None:
+        _setup_logging(args.log_level or config.log_level)
+    return config
+
+
 def cmd_check_config(args: argparse.Namespace) -> int:
     config = _load(args.file)
     if config is None:
@@ -52,10 +60,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def cmd_once(args: argparse.Namespace) -> int:
     from autoscaler.wiring import build_runtime  # noqa: PLC0415
 
-    config = _load(args.config)
+    config = _configure(args)
     if config is None:
         return 1
-    _setup_logging(args.log_level or config.log_level)
     runtime = build_runtime(config, Metrics(), dry_run=args.dry_run)
     try:
         result = runtime.controller.tick(utc_now(), dry_run=args.dry_run)
@@ -72,10 +79,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from autoscaler.httpserver import StatusServer  # noqa: PLC0415
     from autoscaler.wiring import build_runtime  # noqa: PLC0415
 
-    config = _load(args.config)
+    config = _configure(args)
     if config is None:
         return 1
-    _setup_logging(args.log_level or config.log_level)
     metrics = Metrics()
     runtime = build_runtime(config, metrics)
     controller = runtime.controller
@@ -102,10 +108,9 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
     from autoscaler.alerting.delivery import Deliverer  # noqa: PLC0415
     from autoscaler.alerting.engine import send_test  # noqa: PLC0415
 
-    config = _load(args.config)
+    config = _configure(args)
     if config is None:
         return 1
-    _setup_logging(args.log_level or config.log_level)
     receiver = config.alerts.receivers.get(args.receiver)
     if receiver is None:
         known = ", ".join(sorted(config.alerts.receivers)) or "none"
