@@ -81,6 +81,9 @@ class Observation:
     runners: tuple[Runner, ...]
     #: Items skipped because the provider returned bad data for them.
     skipped_items: int = 0
+    #: Of those, runners: a skipped runner looks absent, so its instance must not be
+    #: mistaken for an orphan this tick.
+    skipped_runners: int = 0
 
 
 @dataclass(frozen=True, slots=True)

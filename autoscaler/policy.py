@@ -235,15 +235,18 @@ def _cleanup(
     *,
     left: int,
     out: _Builder,
+    orphans: bool = True,
 ) -> int:
-    """Plan orphan terminations, then stale runner removals; return how many were planned."""
+    """Plan orphan terminations (when ``orphans``), then stale runner removals; return how
+    many were planned."""
     name, used = t.rt.name, 0
     registered = {instance_id_of(r.name) for r in runners}
     boot_cutoff = snapshot.observed_at - timedelta(seconds=t.rt.boot_timeout)
     for p in t.pools:
         for i in p.instances:
             if (
-                used < left
+                orphans
+                and used < left
                 and i.lifecycle in _LIVE
                 and i.launched_at is not None
                 and (i.launched_at <= boot_cutoff and i.id not in registered)
@@ -269,8 +272,13 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     now: datetime,
     *,
     observation_fresh: bool,
+    runners_complete: bool = True,
 ) -> Plan:
-    """The plan for this tick. Pure: the same arguments give the same plan."""
+    """The plan for this tick. Pure: the same arguments give the same plan.
+
+    ``runners_complete`` False (the source skipped a malformed runner) plans no orphan
+    termination: the skipped runner's instance would look unregistered, and it may be busy.
+    """
     scaling = config.scaling
     if observation_fresh:
         idle_since = {
@@ -305,7 +313,9 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
             continue
         _scale_up(t, state, now, out)
         scale_in_left -= _scale_in(t, state, now, scale_in_left, out)
-        cleanup_left -= _cleanup(t, runners, snapshot, live_ids, left=cleanup_left, out=out)
+        cleanup_left -= _cleanup(
+            t, runners, snapshot, live_ids, left=cleanup_left, out=out, orphans=runners_complete
+        )
     return Plan(
         decisions=out.decisions(config),
         scale_ups=tuple(out.scale_ups),

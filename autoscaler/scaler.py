@@ -119,7 +119,14 @@ class Scaler:
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
         plan = decide(
-            snapshot, runners, pools, self.config, self.state, now, observation_fresh=fresh
+            snapshot,
+            runners,
+            pools,
+            self.config,
+            self.state,
+            now,
+            observation_fresh=fresh,
+            runners_complete=observation is None or observation.skipped_runners == 0,
         )
         self.last_plan = plan
         self.state = replace(self.state, idle_since=plan.state.idle_since)

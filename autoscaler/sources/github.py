@@ -123,6 +123,7 @@ class GitHubSource:
             jobs=tuple(sorted(jobs.values(), key=lambda j: j.id)),
             runners=tuple(runners),
             skipped_items=skips.count,
+            skipped_runners=skips.by_kind.get("runner", 0),
         )
 
     def remove_runner(self, runner_id: int) -> None:

@@ -41,11 +41,13 @@ class Skips:
         self._logged = logged
         self._lock = threading.Lock()
         self.count = 0
+        self.by_kind: dict[str, int] = {}
 
     def skip(self, kind: str, reason: str) -> None:
         self._metrics.github_skipped_items.labels(kind).inc()
         with self._lock:
             self.count += 1
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
             first = kind not in self._logged
             self._logged.add(kind)
         if first:

@@ -142,7 +142,7 @@ def test_malformed_items_are_skipped_counted_and_the_rest_goes_on(
     observation = source.observe(T0)
     assert [job.id for job in observation.jobs] == [good]
     assert [r.id for r in observation.runners] == [fine]
-    assert observation.skipped_items == 4
+    assert (observation.skipped_items, observation.skipped_runners) == (4, 1)
     assert world.sample("ci_autoscaler_github_skipped_items_total", kind="job") == 3
     assert world.sample("ci_autoscaler_github_skipped_items_total", kind="runner") == 1
     assert sum("malformed GitHub job" in r.message for r in caplog.records) == 1

@@ -274,3 +274,22 @@ def test_every_pool_out_of_capacity_is_a_problem() -> None:
     assert [p.kind for p in s.last_problems] == ["out_of_capacity"]
     step(s, queued=1, now=T0 + timedelta(seconds=10))  # both backed off: still a problem
     assert [p.kind for p in s.last_problems] == ["out_of_capacity"]
+
+
+def test_a_skipped_malformed_runner_never_makes_its_busy_instance_an_orphan() -> None:
+    """Regression: GitHub returned one runner item the source could not parse. That runner
+    (busy, on an instance long past boot_timeout) was absent from the observation, so its
+    instance looked unregistered and the orphan cleanup would have terminated it mid-job.
+    An observation with skipped runners now plans no orphan termination."""
+    fake = FakePool(
+        {"gpu-spot": pool("gpu-spot", [inst(1, "gpu-spot", age=1000)]), "gpu-od": pool("gpu-od")}
+    )
+    s = make(fake, FakeSource())
+    partial = replace(observation((), T0), skipped_items=1, skipped_runners=1)
+    decisions = s.step(snapshot({GPU: 0}, at=T0), partial, T0, observation_fresh=True)
+    assert [c for c in fake.calls if c[0] == "terminate_instance"] == []
+    assert all(d.action != "terminate_orphan" for d in decisions)
+
+    complete = replace(partial, skipped_items=0, skipped_runners=0)
+    s.step(snapshot({GPU: 0}, at=T0), complete, T0, observation_fresh=True)
+    assert ("terminate_instance", "gpu-spot", iid(1)) in fake.calls, "a true orphan still goes"
