@@ -27,6 +27,9 @@ from autoscaler.configload import Reader, Secret, join_path, yaml_where
 from autoscaler.domain import RunnerType, normalize_labels
 from autoscaler.errors import ConfigError
 
+#: GitHub-hosted runner labels (ubuntu-latest, windows-2022, macos-14, ...).
+DEFAULT_HOSTED_LABELS = ("ubuntu-*", "windows-*", "macos-*")
+
 
 @dataclass(frozen=True)
 class GitHubAppConfig:
@@ -54,6 +57,8 @@ class GitHubConfig:
     """Per-request timeout in seconds (connect, read, write and pool)."""
     max_concurrency: int = 16
     """Requests in flight at once."""
+    hosted_labels: tuple[str, ...] = DEFAULT_HOSTED_LABELS
+    """Globs of GitHub-hosted runner labels: an unmatched job asking for one is not ours."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,18 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
         r.problem(path, "is required")
         return GitHubConfig(owner="")
     m = r.mapping(
-        value, path, ("api_url", "owner", "repos", "token", "app", "timeout", "max_concurrency")
+        value,
+        path,
+        (
+            "api_url",
+            "owner",
+            "repos",
+            "token",
+            "app",
+            "timeout",
+            "max_concurrency",
+            "hosted_labels",
+        ),
     )
     app = None
     if m.get("app") is not None:
@@ -275,6 +291,12 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
         timeout=r.duration(m.get("timeout"), "github.timeout", 10.0),
         max_concurrency=r.integer(
             m.get("max_concurrency"), "github.max_concurrency", 16, minimum=1
+        ),
+        hosted_labels=tuple(
+            label.lower()
+            for label in r.string_list(
+                m.get("hosted_labels"), "github.hosted_labels", default=DEFAULT_HOSTED_LABELS
+            )
         ),
     )
 

@@ -163,7 +163,13 @@ class Controller:
             result.snapshot = self.last_snapshot
             log.warning("poll of the CI provider failed (%s): %s", exc.kind, exc)
             return False
-        snapshot = compute_queue(observation.jobs, observation.runners, self.types, now)
+        snapshot = compute_queue(
+            observation.jobs,
+            observation.runners,
+            self.types,
+            now,
+            self.config.github.hosted_labels,
+        )
         self.last_observation, self.last_snapshot = observation, snapshot
         self.last_successful_poll = now
         self.reporter.poll_succeeded(snapshot, now)

@@ -119,6 +119,8 @@ class QueueSnapshot:
     ghost_jobs: int
     #: Queue time in seconds of every unmatched job (nothing will ever run them).
     unmatched_ages_seconds: tuple[float, ...] = field(default=())
+    #: Queued jobs no type covers that ask for GitHub-hosted runners (not ours).
+    hosted_jobs: int = 0
 
 
 class InstanceLifecycle(enum.Enum):

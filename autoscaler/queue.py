@@ -8,12 +8,16 @@ Contracts (design.md):
   GitHub left it queued; it is not demand.
 - Queue time of a queued job is ``now - created_at``; of a started job
   ``started_at - created_at``.
+- A job no type covers that asks for a GitHub-hosted runner (a label matching one of
+  ``hosted_labels``, e.g. ``ubuntu-latest``) is not ours: GitHub runs it, it is counted
+  as ``hosted_jobs`` and never as unmatched.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from fnmatch import fnmatchcase
 
 from autoscaler.domain import (
     Job,
@@ -54,18 +58,24 @@ def queue_time_seconds(job: Job, now: datetime) -> float:
     return max(0.0, (end - job.created_at).total_seconds())
 
 
+def is_hosted(labels: frozenset[str], hosted_labels: Sequence[str]) -> bool:
+    """True when a job asks for a GitHub-hosted runner (glob patterns, lower-case)."""
+    return any(fnmatchcase(label, pattern) for label in labels for pattern in hosted_labels)
+
+
 def compute_queue(
     jobs: Iterable[Job],
     runners: Iterable[Runner],
     types: Sequence[RunnerType],
     now: datetime,
+    hosted_labels: Sequence[str] = (),
 ) -> QueueSnapshot:
     """Queue size, max queue time and runner counts per runner type."""
     ages: dict[str, list[float]] = {t.name: [] for t in types}
     oldest: dict[str, datetime] = {}
     ghosts: dict[str, int] = {t.name: 0 for t in types}
     unmatched: list[float] = []
-    total_ghosts = 0
+    total_ghosts = hosted = 0
     for job in jobs:
         if job.status is not JobStatus.QUEUED:
             continue
@@ -77,7 +87,10 @@ def compute_queue(
             continue
         age = queue_time_seconds(job, now)
         if rtype is None:
-            unmatched.append(age)
+            if is_hosted(job.labels, hosted_labels):
+                hosted += 1
+            else:
+                unmatched.append(age)
             continue
         ages[rtype.name].append(age)
         if rtype.name not in oldest or job.created_at < oldest[rtype.name]:
@@ -112,4 +125,5 @@ def compute_queue(
         unmatched_jobs=len(unmatched),
         ghost_jobs=total_ghosts,
         unmatched_ages_seconds=tuple(sorted(unmatched, reverse=True)),
+        hosted_jobs=hosted,
     )

@@ -214,3 +214,13 @@ def test_example_config_is_valid() -> None:
     config = load_config(REPO / "config.example.yaml", env={"GITHUB_TOKEN": "x"})
     assert len(config.runner_types) == 2
     assert config.runner_types[1].pools == ("ci-gpu-spot", "ci-gpu-ondemand")
+
+
+def test_hosted_labels_default_and_override() -> None:
+    assert parse_config(minimal(), env={}).github.hosted_labels == (
+        "ubuntu-*",
+        "windows-*",
+        "macos-*",
+    )
+    custom = minimal(github={"owner": "x", "token": "t", "hosted_labels": ["Ubuntu-*"]})
+    assert parse_config(custom, env={}).github.hosted_labels == ("ubuntu-*",)

@@ -150,3 +150,25 @@ def test_compute_queue_counts_sizes_ages_runners_ghosts_and_unmatched() -> None:
     assert snap.per_type["gpu-big"].max_queue_time_seconds == 0.0
     assert (snap.unmatched_jobs, snap.ghost_jobs) == (1, 1)
     assert snap.unmatched_ages_seconds == (30 * 60.0,)
+
+
+@pytest.mark.parametrize(
+    ("labels", "unmatched", "hosted"),
+    [
+        pytest.param(["ubuntu-latest"], 0, 1, id="github-hosted-is-not-ours"),
+        pytest.param(["Windows-2022"], 0, 1, id="hosted-case-insensitive"),
+        pytest.param(["self-hosted", "windows"], 1, 0, id="self-hosted-nobody-serves"),
+        pytest.param(["linux.4xlarge"], 0, 0, id="matched-never-hosted"),
+    ],
+)
+def test_unmatched_jobs_for_github_hosted_runners_are_not_ours(
+    labels: list[str], unmatched: int, hosted: int
+) -> None:
+    snap = compute_queue([job(labels)], [], TYPES, NOW, ("ubuntu-*", "windows-*", "macos-*"))
+    assert (snap.unmatched_jobs, snap.hosted_jobs) == (unmatched, hosted)
+
+
+def test_a_self_hosted_type_named_like_a_hosted_label_still_matches() -> None:
+    ubuntu_gpu = RunnerType("ubuntu-gpu", normalize_labels(["self-hosted", "ubuntu-gpu"]))
+    snap = compute_queue([job(["ubuntu-gpu"])], [], (ubuntu_gpu,), NOW, ("ubuntu-*",))
+    assert snap.per_type["ubuntu-gpu"].queue_size == 1 and snap.hosted_jobs == 0
