@@ -3,10 +3,13 @@
 Endpoints: ``GET /orgs/{org}/repos`` (and ``/users/{owner}/repos``),
 ``GET /repos/{o}/{r}/actions/runs?status=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
 ``GET /orgs/{org}/actions/runners``, ``DELETE /orgs/{org}/actions/runners/{id}``,
-``POST /app/installations/{id}/access_tokens``. Behaviour as GitHub documents it: ``Link``
-pagination (``per_page`` max 100, default 30), an ``ETag`` on every GET and ``304`` on a
-matching ``If-None-Match`` (a 304 costs no rate limit), ``x-ratelimit-*`` headers, 401 with
-GitHub's JSON body on a bad token, and injectable faults, latency and malformed bodies.
+``GET /repos/{o}/{r}/actions/runners``, ``DELETE /repos/{o}/{r}/actions/runners/{id}``,
+``POST /app/installations/{id}/access_tokens``. An ``owner_kind="user"`` owner is a user
+account: every ``/orgs/{owner}/...`` path answers 404 and runners live on repositories.
+Behaviour as GitHub documents it: ``Link`` pagination (``per_page`` max 100, default 30),
+an ``ETag`` on every GET and ``304`` on a matching ``If-None-Match`` (a 304 costs no rate
+limit), ``x-ratelimit-*`` headers, 401 with GitHub's JSON body on a bad token, and
+injectable faults, latency and malformed bodies.
 
 Thread-safe: the emulator drives the state while the server answers requests.
 """
@@ -47,8 +50,13 @@ class FakeGitHub:
         app_id: int | None = None,
         app_public_key_pem: str | None = None,
         latency: float = 0.0,
+        owner_kind: str = "org",
     ) -> None:
+        if owner_kind not in {"org", "user"}:
+            raise ValueError(f"owner_kind must be 'org' or 'user', not {owner_kind!r}")
         self.owner = owner
+        #: "org" (an organization) or "user" (a user account: no /orgs/ endpoints).
+        self.owner_kind = owner_kind
         self.token = token
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.app_id = app_id
@@ -133,10 +141,22 @@ class FakeGitHub:
             run.job_ids.append(job.id)
             return job.id
 
-    def register_runner(self, name: str, labels: Sequence[str]) -> int:
-        """An online, idle self-hosted runner of the org. Returns its id."""
+    def register_runner(
+        self, name: str, labels: Sequence[str], repo: str | Sequence[str] | None = None
+    ) -> int:
+        """An online, idle self-hosted runner. Returns its id.
+
+        Without ``repo`` it is an org runner (``/orgs/{org}/actions/runners``); with a
+        repository name (or several) it is listed by ``/repos/{o}/{r}/actions/runners`` of
+        each, and only there. A user owner has repository runners only.
+        """
+        repos = (repo,) if isinstance(repo, str) else tuple(repo or ())
+        if not repos and self.owner_kind == "user":
+            raise ValueError("a user owner has no org runners: pass repo=")
         with self.lock:
-            runner = FakeRunner(self._new_id(), name, tuple(labels))
+            for name_of_repo in repos:
+                self.add_repo(name_of_repo)
+            runner = FakeRunner(self._new_id(), name, tuple(labels), repos=repos)
             self._runners[runner.id] = runner
             return runner.id
 

@@ -26,11 +26,13 @@ from autoscaler.fakes.github_shapes import (
 if TYPE_CHECKING:
     from autoscaler.fakes.github import FakeGitHub
 
-_REPOS = re.compile(r"^/(?:orgs|users)/([^/]+)/repos$")
+_REPOS = re.compile(r"^/(orgs|users)/([^/]+)/repos$")
 _RUNS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs$")
 _JOBS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/jobs$")
 _RUNNERS = re.compile(r"^/orgs/([^/]+)/actions/runners$")
 _RUNNER = re.compile(r"^/orgs/([^/]+)/actions/runners/(\d+)$")
+_REPO_RUNNERS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners$")
+_REPO_RUNNER = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners/(\d+)$")
 _APP_TOKEN = re.compile(r"^/app/installations/(\d+)/access_tokens$")
 _MALFORMED = b'{"total_count": 3, "items": [{"id": 1, "name": '
 _RATE_MESSAGE = "API rate limit exceeded. Check out the documentation for more information."
@@ -93,7 +95,9 @@ class Handler(BaseHTTPRequestHandler):
             if _remaining(fake) <= 0:
                 return error_reply(403, _RATE_MESSAGE, _rate_headers(fake, count=False))
             if method == "DELETE" and (m := _RUNNER.match(path)):
-                return _delete_runner(fake, m.group(1), int(m.group(2)))
+                return _delete_runner(fake, m.group(1), None, int(m.group(2)))
+            if method == "DELETE" and (m := _REPO_RUNNER.match(path)):
+                return _delete_runner(fake, m.group(1), m.group(2), int(m.group(3)))
             if method != "GET":
                 return error_reply(404, "Not Found", _rate_headers(fake, count=True))
             listing = _listing(fake, path, query)
@@ -145,11 +149,16 @@ def _fault_reply(fake: FakeGitHub, fault: Fault) -> Reply:
     return error_reply(fault.status, HTTPStatus(fault.status).phrase, headers)
 
 
-def _delete_runner(fake: FakeGitHub, org: str, runner_id: int) -> Reply:
+def _delete_runner(fake: FakeGitHub, owner: str, repo: str | None, runner_id: int) -> Reply:
+    """DELETE an org runner (``repo`` None) or a repository's runner: 204, 404 or 422."""
     headers = _rate_headers(fake, count=True)
-    if org.lower() != fake.owner.lower() or runner_id not in fake._runners:
+    runner = fake._runners.get(runner_id)
+    if (
+        not _owner_serves(fake, owner, orgs=repo is None)
+        or runner is None
+        or (bool(runner.repos) if repo is None else repo not in runner.repos)
+    ):
         return error_reply(404, "Not Found", headers)
-    runner = fake._runners[runner_id]
     if runner.busy:
         return error_reply(
             422, f'Bad request - Runner "{runner.name}" is still running a job"', headers
@@ -158,21 +167,31 @@ def _delete_runner(fake: FakeGitHub, org: str, runner_id: int) -> Reply:
     return Reply(204, None, headers)
 
 
+def _owner_serves(fake: FakeGitHub, owner: str, *, orgs: bool) -> bool:
+    """The path's owner is ours, and an ``/orgs/`` path names an organization."""
+    return owner.lower() == fake.owner.lower() and not (orgs and fake.owner_kind == "user")
+
+
 def _listing(
     fake: FakeGitHub, path: str, query: dict[str, str]
 ) -> tuple[str | None, list[dict[str, Any]]] | None:
     """(wrapper key or None for a bare list, every item) for a GET, or None for a 404."""
     base, owner = fake.url, fake.owner
     if m := _REPOS.match(path):
-        if m.group(1).lower() != owner.lower():
+        if not _owner_serves(fake, m.group(2), orgs=m.group(1) == "orgs"):
             return None
         repos = sorted(fake._repos.values(), key=lambda r: r.id)
-        return None, [repo_json(base, owner, r) for r in repos]
+        return None, [repo_json(base, owner, r, fake.owner_kind) for r in repos]
     if m := _RUNNERS.match(path):
-        if m.group(1).lower() != owner.lower():
+        if not _owner_serves(fake, m.group(1), orgs=True):
             return None
         runners = sorted(fake._runners.values(), key=lambda r: r.id)
-        return "runners", [runner_json(r) for r in runners]
+        return "runners", [runner_json(r) for r in runners if not r.repos]
+    if m := _REPO_RUNNERS.match(path):
+        if m.group(1).lower() != owner.lower() or m.group(2) not in fake._repos:
+            return None
+        runners = sorted(fake._runners.values(), key=lambda r: r.id)
+        return "runners", [runner_json(r) for r in runners if m.group(2) in r.repos]
     if m := _RUNS.match(path):
         if m.group(1).lower() != owner.lower() or m.group(2) not in fake._repos:
             return None

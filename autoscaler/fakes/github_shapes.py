@@ -2,7 +2,8 @@
 
 Field names and types follow the documented responses of "List repositories for an
 organization", "List workflow runs for a repository", "List jobs for a workflow run" and
-"List self-hosted runners for an organization" (REST API version 2022-11-28).
+"List self-hosted runners for an organization" / "... for a repository" (REST API version
+2022-11-28).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class FakeRunner:
     online: bool = True
     busy: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: The repositories it is registered on; empty for an org runner.
+    repos: tuple[str, ...] = ()
 
 
 @dataclass
@@ -88,15 +91,16 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"message": message, "documentation_url": DOCS, "status": str(status)}
 
 
-def repo_json(base: str, owner: str, repo: FakeRepo) -> dict[str, Any]:
+def repo_json(base: str, owner: str, repo: FakeRepo, owner_kind: str = "org") -> dict[str, Any]:
     full = f"{owner}/{repo.name}"
+    owner_type = "User" if owner_kind == "user" else "Organization"
     return {
         "id": repo.id,
         "node_id": f"R_{repo.id}",
         "name": repo.name,
         "full_name": full,
         "private": True,
-        "owner": {"login": owner, "id": 1, "type": "Organization"},
+        "owner": {"login": owner, "id": 1, "type": owner_type},
         "html_url": f"https://github.com/{full}",
         "url": f"{base}/repos/{full}",
         "archived": False,

@@ -192,3 +192,64 @@ def test_app_installation_token_needs_a_jwt_signed_by_the_app_key() -> None:
             f"{fake.url}/orgs/demo-org/repos", headers={"Authorization": f"Bearer {token}"}
         )
         assert listed.status_code == 200
+
+
+@pytest.fixture
+def user_fake() -> Iterator[FakeGitHub]:
+    with FakeGitHub("demo-user", clock=lambda: T0, owner_kind="user") as fake:
+        yield fake
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        pytest.param("GET", "/orgs/demo-user/repos", 404, id="org-repos"),
+        pytest.param("GET", "/orgs/demo-user/actions/runners", 404, id="org-runners"),
+        pytest.param("DELETE", "/orgs/demo-user/actions/runners/{id}", 404, id="org-delete"),
+        pytest.param("GET", "/users/demo-user/repos", 200, id="user-repos"),
+        pytest.param("GET", "/repos/demo-user/app/actions/runners", 200, id="repo-runners"),
+        pytest.param("GET", "/repos/demo-user/nope/actions/runners", 404, id="unknown-repo"),
+        pytest.param("DELETE", "/repos/demo-user/other/actions/runners/{id}", 404, id="other"),
+        pytest.param("DELETE", "/repos/demo-user/app/actions/runners/{id}", 204, id="delete"),
+    ],
+)
+def test_user_owner_has_no_org_endpoints_and_repo_runners(
+    user_fake: FakeGitHub, method: str, path: str, status: int
+) -> None:
+    runner = user_fake.register_runner("r1", ["self-hosted"], repo="app")
+    user_fake.add_repo("other")
+    url = user_fake.url + path.format(id=runner)
+    response = httpx.request(method, url, headers={"Authorization": "Bearer fake-token"})
+    assert response.status_code == status
+    if status == 404:
+        assert response.json()["message"] == "Not Found"
+    assert [r.id for r in user_fake.runners()] == ([] if status == 204 else [runner])
+
+
+def test_repo_runners_are_listed_by_their_repos_only(
+    fake: FakeGitHub, client: httpx.Client
+) -> None:
+    org = fake.register_runner("org-1", ["self-hosted"])
+    shared = fake.register_runner("shared", ["self-hosted", "gpu"], repo=["app", "infra"])
+    mine = fake.register_runner("app-only", ["self-hosted"], repo="app")
+    app = client.get("/repos/demo-org/app/actions/runners").json()
+    infra = client.get("/repos/demo-org/infra/actions/runners").json()
+    listed = client.get("/orgs/demo-org/actions/runners").json()
+    assert (app["total_count"], [r["id"] for r in app["runners"]]) == (2, [shared, mine])
+    assert [r["id"] for r in infra["runners"]] == [shared]
+    assert [r["id"] for r in listed["runners"]] == [org]
+    assert app["runners"][0]["labels"][1] == {"id": 2, "name": "gpu", "type": "custom"}
+    assert client.delete(f"/orgs/demo-org/actions/runners/{mine}").status_code == 404
+    fake.assign_job(fake.queue_job("app", ["self-hosted"]), shared)
+    busy = client.delete(f"/repos/demo-org/infra/actions/runners/{shared}")
+    assert (busy.status_code, "still running" in busy.json()["message"]) == (422, True)
+
+
+def test_user_repos_say_user_and_org_runners_need_a_repo(user_fake: FakeGitHub) -> None:
+    user_fake.add_repo("app")
+    response = httpx.get(
+        f"{user_fake.url}/users/demo-user/repos", headers={"Authorization": "Bearer fake-token"}
+    )
+    assert response.json()[0]["owner"] == {"login": "demo-user", "id": 1, "type": "User"}
+    with pytest.raises(ValueError, match="repo="):
+        user_fake.register_runner("r1", ["self-hosted"])
