@@ -6,6 +6,11 @@ can still have queued jobs) and the org's self-hosted runners. Requests run on a
 thread pool over one ``httpx.Client``; jobs of a repo are fetched as soon as its runs are
 known, and the runner list in parallel with everything else.
 
+A user owner (or credentials that cannot see the org's runners) answers 404 on
+``/orgs/{owner}/actions/runners``: the source then lists the runners of each watched
+repository instead (deduplicated by id) and remembers both the choice (one org probe per
+source) and each runner's repository, so ``remove_runner`` deletes at the repository URL.
+
 Bad data skips the item (counted in ``github_skipped_items_total{kind}``, logged once per
 kind); a malformed runs/jobs page skips that page. A malformed repository or runner list
 fails the poll (TransientError): a partial runner list would make live runners look gone.
@@ -13,6 +18,7 @@ fails the poll (TransientError): a partial runner list would make live runners l
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -31,6 +37,7 @@ from autoscaler.sources.github_parse import (
     BadItem,
     RunRef,
     Skips,
+    merge_runners,
     parse_job,
     parse_repo,
     parse_run,
@@ -39,6 +46,7 @@ from autoscaler.sources.github_parse import (
 from autoscaler.telemetry import Metrics
 
 RUN_STATUSES = ("queued", "in_progress")
+log = logging.getLogger("autoscaler.sources.github")
 
 
 class GitHubSource:
@@ -75,6 +83,11 @@ class GitHubSource:
         self._http.auth = self.auth
         self._pool = ThreadPoolExecutor(config.max_concurrency, thread_name_prefix="github")
         self._repo_list_path: str | None = None
+        #: Where runners are listed: "org", "repos" (after the org endpoint's 404), or None
+        #: until the first answer.
+        self._runner_scope: str | None = None
+        #: Runner id -> the repository that listed it (last observe, "repos" scope only).
+        self._runner_repos: dict[int, str] = {}
         self._logged_kinds: set[str] = set()
 
     def __repr__(self) -> str:
@@ -90,21 +103,37 @@ class GitHubSource:
         self._http.begin_tick()
         pending: dict[Future[Any], str] = {}
         try:
-            runners_future = self._pool.submit(self._runners, skips)
-            pending[runners_future] = "runners"
-            for repo in self._repos(skips):
+            if self._runner_scope != "repos":
+                pending[self._pool.submit(self._runners, skips)] = "runners"
+            repos = self._repos(skips)
+            if self._runner_scope == "repos":
+                self._submit_repo_runners(pending, repos, skips)
+            for repo in repos:
                 for status in RUN_STATUSES:
                     pending[self._pool.submit(self._runs, repo, status, skips)] = "runs"
             runs_seen: set[int] = set()
             jobs: dict[int, Job] = {}
             runners: list[Runner] = []
+            by_repo: dict[str, list[Runner]] = {}
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     kind = pending.pop(future)
-                    result = future.result()
                     if kind == "runners":
-                        runners = result
+                        try:
+                            runners = future.result()
+                        except NotFoundError as exc:
+                            if self._runner_scope == "org":
+                                raise
+                            self._runner_scope = "repos"
+                            log.warning("%s; listing runners per repository instead", exc)
+                            self._submit_repo_runners(pending, repos, skips)
+                        else:
+                            self._runner_scope = "org"
+                        continue
+                    result = future.result()
+                    if kind == "repo_runners":
+                        by_repo[result[0]] = result[1]
                     elif kind == "runs":
                         for run in result:
                             if run.id not in runs_seen:
@@ -118,6 +147,8 @@ class GitHubSource:
             wait(pending)
             raise
         self._http.end_tick()
+        if self._runner_scope == "repos":
+            runners, self._runner_repos = merge_runners(repos, by_repo)
         return Observation(
             observed_at=now,
             jobs=tuple(sorted(jobs.values(), key=lambda j: j.id)),
@@ -127,9 +158,22 @@ class GitHubSource:
         )
 
     def remove_runner(self, runner_id: int) -> None:
-        """DELETE the org runner: RejectedError when busy (422), NotFoundError when gone."""
-        path = f"/orgs/{self._owner}/actions/runners/{int(runner_id)}"
+        """DELETE the runner: RejectedError when busy (422), NotFoundError when gone.
+
+        An org runner at the org URL; a repository runner (the "repos" scope) at the URL of
+        the repository that last listed it.
+        """
+        runner_id = int(runner_id)
+        path = f"/orgs/{self._owner}/actions/runners/{runner_id}"
+        if self._runner_scope == "repos":
+            repo = self._runner_repos.get(runner_id)
+            if repo is None:
+                raise NotFoundError(
+                    f"GitHub runner {runner_id}: no watched repository lists it", code="404"
+                )
+            path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners/{runner_id}"
         self._http.send("DELETE", path, "runner_delete")
+        self._runner_repos.pop(runner_id, None)
 
     # --- the calls
     def _exchange(self, installation_id: int, authorization: str) -> Mapping[str, Any]:
@@ -221,8 +265,19 @@ class GitHubSource:
                 jobs.append(job)
         return jobs
 
-    def _runners(self, skips: Skips) -> list[Runner]:
-        path = f"/orgs/{self._owner}/actions/runners"
+    def _submit_repo_runners(
+        self, pending: dict[Future[Any], str], repos: list[str], skips: Skips
+    ) -> None:
+        for repo in repos:
+            pending[self._pool.submit(self._repo_runners, repo, skips)] = "repo_runners"
+
+    def _repo_runners(self, repo: str, skips: Skips) -> tuple[str, list[Runner]]:
+        path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners"
+        return repo, self._runners(skips, path)
+
+    def _runners(self, skips: Skips, path: str | None = None) -> list[Runner]:
+        """Every runner at ``path`` (the org's list by default); malformed -> TransientError."""
+        path = path or f"/orgs/{self._owner}/actions/runners"
         try:
             items = self._list(path, "runners", "runners")
         except BadPage as exc:

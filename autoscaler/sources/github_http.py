@@ -2,7 +2,7 @@
 
 - Every request is counted in ``github_requests_total{endpoint,status}`` and timed.
 - Each GET URL's ``ETag`` is remembered; the next GET sends ``If-None-Match`` and a ``304``
-  reuses the cached body and ``Link`` header (a 304 costs no rate limit).
+  reuses the cached body (a 304 costs no rate limit) and the 304's ``Link``, else the cached.
 - 403 with ``x-ratelimit-remaining: 0``, a rate-limit message or ``Retry-After``, and 429:
   wait ``Retry-After``, else until ``x-ratelimit-reset``, through the injected sleep; a
   wait longer than ``rate_limit_cap`` raises :class:`RateLimitedError` instead.
@@ -129,7 +129,8 @@ class GitHubHttp:
         headers = {"If-None-Match": cached.etag} if cached else {}
         response = self.send("GET", url, endpoint, headers=headers)
         if response.status_code == 304 and cached is not None:
-            return Page(cached.body, self._next(cached.link), 304)
+            # The ETag covers the body, not the Link: prefer the 304's (a page added after).
+            return Page(cached.body, self._next(response.headers.get("link", cached.link)), 304)
         try:
             body = json.loads(response.content)
         except ValueError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -138,3 +139,17 @@ def parse_runner(item: Any) -> Runner:
             raise BadItem("labels: expected objects with a name")
         names.append(label_name)
     return Runner(runner_id, name, normalize_labels(names), status == "online", busy)
+
+
+def merge_runners(
+    repos: list[str], by_repo: Mapping[str, list[Runner]]
+) -> tuple[list[Runner], dict[int, str]]:
+    """One runner per id over the repositories (in order), and the repository of each."""
+    runners: list[Runner] = []
+    where: dict[int, str] = {}
+    for repo in repos:
+        for runner in by_repo.get(repo, ()):
+            if runner.id not in where:
+                where[runner.id] = repo
+                runners.append(runner)
+    return runners, where
