@@ -80,3 +80,25 @@ def init(terraform: str, cwd: Path, env: dict[str, str], mirror: Path) -> None:
         terraform, ["init", "-backend=false", f"-plugin-dir={mirror}", "-no-color"], cwd, env
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+MOTO_REGION = "us-east-1"
+MOTO_SERVICES = ("autoscaling", "ec2", "ecs", "iam", "logs", "sts", "ssm")
+
+
+def moto_provider(endpoint: str, region: str = MOTO_REGION) -> str:
+    """An ``aws`` provider block (or override) that talks only to moto at ``endpoint``."""
+    endpoints = "\n".join(f'    {s:<11} = "{endpoint}"' for s in MOTO_SERVICES)
+    return f"""provider "aws" {{
+  region                      = "{region}"
+  access_key                  = "test"
+  secret_key                  = "test"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+  skip_region_validation      = true
+  endpoints {{
+{endpoints}
+  }}
+}}
+"""

@@ -26,9 +26,17 @@ from moto.server import ThreadedMotoServer
 from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
 from autoscaler.pools.aws_asg import IAM_ACTIONS, AwsAsgPool
+from autoscaler.sim.fleet import reset_moto_server
 from autoscaler.telemetry import Metrics
 from tests.conftest import free_port, require_tool
-from tests.e2e.terraform_support import copy_tree, init, provider_mirror, run, terraform_env
+from tests.e2e.terraform_support import (
+    copy_tree,
+    init,
+    moto_provider,
+    provider_mirror,
+    run,
+    terraform_env,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -36,26 +44,13 @@ REGION = "us-east-1"
 POOL = "ci-gpu-spot"
 RUNNER_TYPE = "linux.g5.4xlarge.nvidia.gpu"
 INSTANCE_TYPES = ["g5.4xlarge", "g5.8xlarge"]
-SERVICES = ("autoscaling", "ec2", "ecs", "iam", "logs", "sts", "ssm")
 CONFIG_YAML = (
     "github:\n  owner: my-org\n  token: $${GITHUB_TOKEN}\nrunner_types:\n  a:\n    labels: [x]\n"
 )
 TOKEN_PARAMETER = "/ci-autoscaler/github-token"
 
 ROOT_MODULE = """
-provider "aws" {{
-  region                      = "{region}"
-  access_key                  = "test"
-  secret_key                  = "test"
-  skip_credentials_validation = true
-  skip_requesting_account_id  = true
-  skip_metadata_api_check     = true
-  skip_region_validation      = true
-  endpoints {{
-{endpoints}
-  }}
-}}
-
+{provider}
 module "pool" {{
   source                            = "../terraform/modules/runner-pool"
   pool_name                         = "{pool}"
@@ -99,9 +94,12 @@ def moto_endpoint() -> Iterator[str]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    reset_moto_server(endpoint)  # moto's state is per process: start from nothing
     try:
-        yield f"http://{host}:{port}"
+        yield endpoint
     finally:
+        reset_moto_server(endpoint)
         server.stop()
 
 
@@ -123,11 +121,10 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     copy_tree(tmp)
     root = tmp / "root"
     root.mkdir()
-    endpoints = "\n".join(f'    {s:<11} = "{moto_endpoint}"' for s in SERVICES)
     (root / "main.tf").write_text(
         ROOT_MODULE.format(
             region=REGION,
-            endpoints=endpoints,
+            provider=moto_provider(moto_endpoint, REGION),
             pool=POOL,
             runner_type=RUNNER_TYPE,
             ami=ami,
