@@ -141,6 +141,27 @@ class Instance:
     protected_from_scale_in: bool = True
 
 
+class ActivityStatus(enum.Enum):
+    """How a pool's scaling activity (an instance launch or termination) ended, or not yet.
+
+    EC2 Auto Scaling reports a launch it could not make (no capacity, spot capacity) this
+    way, after SetDesiredCapacity itself succeeded.
+    """
+
+    IN_PROGRESS = "in_progress"
+    SUCCESSFUL = "successful"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingActivity:
+    """One recent scaling activity of a pool (its status is an enum, never message text)."""
+
+    started_at: datetime
+    status: ActivityStatus
+
+
 @dataclass(frozen=True, slots=True)
 class PoolState:
     """A cloud runner pool (an EC2 Auto Scaling group) as last described."""
@@ -150,6 +171,9 @@ class PoolState:
     max_size: int
     desired_capacity: int
     instances: tuple[Instance, ...]
+    #: Recent scaling activities, newest first. Adapters fill it only for a pool whose
+    #: desired capacity exceeds its live instances (the only time a failed launch matters).
+    activities: tuple[ScalingActivity, ...] = ()
 
     @property
     def live_instances(self) -> int:

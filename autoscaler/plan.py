@@ -14,15 +14,20 @@ from autoscaler.config import ScalingConfig
 
 PROTECT_PER_POOL = 50  # instance ids protected per pool per tick (one API call)
 
-SCALE_UP, SCALE_IN, ORPHAN, STALE, HOLD, MISSING = (
+SCALE_UP, SCALE_IN, RELEASE, ORPHAN, STALE, HOLD, MISSING = (
     "scale_up",
     "scale_in",
+    "release",
     "terminate_orphan",
     "deregister_stale",
     "hold",
     "missing",
 )
-RANK = {SCALE_UP: 0, SCALE_IN: 1, ORPHAN: 2, STALE: 3, HOLD: 4, MISSING: 5}
+RANK = {SCALE_UP: 0, SCALE_IN: 1, RELEASE: 2, ORPHAN: 3, STALE: 4, HOLD: 5, MISSING: 6}
+LAUNCH_FAILED, STUCK = "launch_failed", "stuck"
+"""Why a pool could not provide the capacity it was asked for (``provisioning_failures``
+reasons): a Failed scaling activity since our last scale-up, or desired above live
+instances with no progress for ``boot_timeout``."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,22 @@ class DeregisterStale:
 
 
 @dataclass(frozen=True)
+class Release:
+    """A pool could not launch what it was asked for: it is backed off, and its desired
+    capacity goes back to the instances it has (``desired``), so it neither keeps trying
+    nor overshoots later while the need fails over to the next pool."""
+
+    runner_type: str
+    pool: str
+    current: int
+    desired: int
+    reason: str
+    """:data:`LAUNCH_FAILED` or :data:`STUCK`."""
+    failover: bool
+    """Another pool of the type is not in back-off and takes the need."""
+
+
+@dataclass(frozen=True)
 class Protect:
     runner_type: str
     pool: str
@@ -115,6 +136,12 @@ class ScalingState:
     """Pool -> end of its capacity back-off."""
     backoff_seconds: Mapping[str, float] = field(default_factory=dict)
     """Pool -> length of its last capacity back-off (doubles on each failure)."""
+    scaled_up_at: Mapping[str, datetime] = field(default_factory=dict)
+    """Pool -> when we last raised its desired capacity (a Failed scaling activity started
+    after it means the pool could not launch what we asked for)."""
+    short_since: Mapping[str, tuple[datetime, int]] = field(default_factory=dict)
+    """Pool -> (since when its desired capacity exceeds its live instances, live count
+    then). Restarts when an instance appears: only a pool making no progress is stuck."""
 
     def in_backoff(self, pool: str, now: datetime) -> bool:
         until = self.backoff_until.get(pool)
@@ -128,7 +155,11 @@ class ScalingState:
             self,
             backoff_until={**self.backoff_until, pool: now + timedelta(seconds=seconds)},
             backoff_seconds={**self.backoff_seconds, pool: seconds},
+            scaled_up_at={k: v for k, v in self.scaled_up_at.items() if k != pool},
         )
+
+    def scaled_up(self, pool: str, now: datetime) -> ScalingState:
+        return replace(self, scaled_up_at={**self.scaled_up_at, pool: now})
 
     def capacity_ok(self, pool: str) -> ScalingState:
         if pool not in self.backoff_seconds and pool not in self.backoff_until:
@@ -149,7 +180,10 @@ class Plan:
     stale_runners: tuple[DeregisterStale, ...]
     protect: tuple[Protect, ...]
     state: ScalingState
+    """The state after this plan's observations and the launch failures it found."""
     budget_use: Mapping[str, int]
     """Budget name -> instances its types hold once the scale-ups land."""
     out_of_capacity: tuple[str, ...]
     """Runner types that need instances while every pool is in capacity back-off."""
+    releases: tuple[Release, ...] = ()
+    """Pools whose launches failed: backed off in :attr:`state`, desired lowered."""

@@ -12,9 +12,13 @@ Per runner type:
 Scale up at once, filling the pools in order, skipping pools in capacity back-off and
 never past a pool's MaxSize. Scale down only idle runners past ``idle_timeout``, oldest
 idle first: each :class:`ScaleIn` says "deregister runner X, then terminate instance Y in
-pool P". Stale observations never scale: every pool is held. Orphans (an instance with no
-registered runner ``boot_timeout`` after launch) are terminated; an offline runner whose
-instance is gone is deregistered. Caps per tick come from :class:`ScalingConfig`.
+pool P". Stale observations never scale: every pool is held.
+A pool whose launches failed after it accepted a scale-up (a Failed scaling activity, or
+stuck short of its desired capacity past ``boot_timeout``; :mod:`autoscaler.capacity`) is
+backed off and released like one that refused synchronously, and the need fails over.
+Orphans (an instance with no registered runner ``boot_timeout`` after launch) are
+terminated; an offline runner whose instance is gone is deregistered. Caps per tick come
+from :class:`ScalingConfig`.
 
 Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"`` (:func:`instance_id_of`).
 """
@@ -26,14 +30,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from autoscaler.capacity import launch_failures, track_short
 from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.plan import (
     HOLD,
+    LAUNCH_FAILED,
     MISSING,
     ORPHAN,
     PROTECT_PER_POOL,
     RANK,
+    RELEASE,
     SCALE_IN,
     SCALE_UP,
     STALE,
@@ -42,6 +49,7 @@ from autoscaler.plan import (
     Plan,
     PoolSlot,
     Protect,
+    Release,
     ScaleIn,
     ScaleUp,
     ScalingState,
@@ -287,9 +295,13 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
             if r.online and not r.busy
         }
         state = replace(state, idle_since=idle_since)
+    state = track_short(pools, state, now)
     types = _types(snapshot, runners, pools, config)
     budget_use = _grant_budgets(types, config.budgets, now)
     out = _Builder(pools)
+    releases: list[Release] = []
+    if observation_fresh and scaling.enabled:
+        state, releases = launch_failures(((t.rt, t.pools) for t in types), state, now, scaling)
     scale_in_left = scaling.max_scale_in_per_tick
     cleanup_left = scaling.max_cleanup_per_tick
     live_ids = {i.id for p in pools.values() for i in p.instances if i.lifecycle in _LIVE}
@@ -300,6 +312,10 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         )
         for p in t.pools:
             out.note(t.rt.name, p.name, summary)
+        for r in releases:
+            if r.runner_type == t.rt.name:
+                _note_release(r, state, out)
+        for p in t.pools:
             unprotected = [
                 i.id for i in p.instances if i.lifecycle in _LIVE and not i.protected_from_scale_in
             ]
@@ -326,4 +342,15 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         state=state,
         budget_use=budget_use,
         out_of_capacity=tuple(out.out_of_capacity),
+        releases=tuple(releases),
     )
+
+
+def _note_release(r: Release, state: ScalingState, out: _Builder) -> None:
+    why = "a scaling activity Failed" if r.reason == LAUNCH_FAILED else "no launch progress"
+    text = f"launches failing ({why}): backed off {state.backoff_seconds[r.pool]:.0f}s"
+    if r.failover:
+        text += ", failing over"
+    if r.desired < r.current:
+        text += f"; desired back to {r.desired}"
+    out.note(r.runner_type, r.pool, text, RELEASE, r.desired - r.current)

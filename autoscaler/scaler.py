@@ -6,7 +6,10 @@ for a plan and executes it, every cloud call through one :class:`RetryPolicy`:
 - protect new instances from scale-in (the group never picks a victim itself);
 - scale up, failing over to the next pool on :class:`CapacityError` and backing the
   failed pool off (``capacity_backoff_initial`` doubling to ``capacity_backoff_max``,
-  reset by a success);
+  reset once the pool delivers);
+- release pools whose launches failed after they accepted a scale-up (the policy found a
+  Failed scaling activity or a pool stuck short past ``boot_timeout``, and backed it off):
+  their desired capacity goes back to the instances they have, the need fails over;
 - scale in: deregister the runner first, and only when that succeeds terminate its
   instance; a runner that turned busy in between (:class:`RejectedError`) is left alone;
 - terminate orphan instances, deregister runners whose instance is gone.
@@ -40,11 +43,13 @@ from autoscaler.plan import (
     MISSING,
     ORPHAN,
     RANK,
+    RELEASE,
     SCALE_IN,
     SCALE_UP,
     STALE,
     Decision,
     Plan,
+    Release,
     ScaleUp,
     ScalingState,
     slot_target,
@@ -129,7 +134,12 @@ class Scaler:
             runners_complete=observation is None or observation.skipped_runners == 0,
         )
         self.last_plan = plan
-        self.state = replace(self.state, idle_since=plan.state.idle_since)
+        if dry_run:  # remember what was observed, not the failures acted on
+            self.state = replace(
+                self.state, idle_since=plan.state.idle_since, short_since=plan.state.short_since
+            )
+        else:
+            self.state = plan.state
         if dry_run:
             decisions = list(plan.decisions)
         else:
@@ -140,6 +150,8 @@ class Scaler:
         return decisions
 
     def _execute(self, plan: Plan, now: datetime) -> None:
+        for r in plan.releases:
+            self._release(r)
         for p in plan.protect:
             self._cloud(
                 p.runner_type,
@@ -234,7 +246,7 @@ class Scaler:
                 self._problem(exc, up.runner_type, slot.pool, "set_desired_capacity")
                 self._note(key, f"scale up failed ({exc.kind} {exc.code})")
                 return
-            self.state = self.state.capacity_ok(slot.pool)
+            self.state = self.state.scaled_up(slot.pool, now)
             self.metrics.scale_actions.labels(up.runner_type, slot.pool, "scale_up").inc()
             text = f"scale up +{target - slot.current} after failover" if failed_over else ""
             self._done(key, target - slot.current, SCALE_UP, text)
@@ -242,6 +254,31 @@ class Scaler:
             need -= take
         if need > 0:
             self._out_of_capacity(up.runner_type)
+
+    def _release(self, r: Release) -> None:
+        """A pool the policy found failing to launch (and backed off): count it, and take
+        its desired capacity back to what it has."""
+        key = (r.runner_type, r.pool)
+        self.metrics.provisioning_failures.labels(r.runner_type, r.pool, r.reason).inc()
+        if r.failover:
+            self.metrics.pool_failovers.labels(r.runner_type, r.pool).inc()
+        log.warning(
+            "pool %s failed to launch (%s); backed off %.0fs",
+            r.pool,
+            r.reason,
+            self.state.backoff_seconds.get(r.pool, 0.0),
+        )
+        if r.desired >= r.current:
+            self._done(key, 0, RELEASE)
+        elif self._cloud(
+            r.runner_type,
+            r.pool,
+            "set_desired_capacity",
+            partial(self.pool.set_desired_capacity, r.pool, r.desired),
+        ):
+            self._done(key, r.desired - r.current, RELEASE)
+        else:
+            self._note(key, f"lowering desired to {r.desired} failed")
 
     # --- helpers
 

@@ -1,9 +1,12 @@
 """RunnerPool over EC2 Auto Scaling groups (boto3), narrowed to the calls we use.
 
-Calls: autoscaling DescribeAutoScalingGroups, SetDesiredCapacity (HonorCooldown=False),
-SetInstanceProtection, TerminateInstanceInAutoScalingGroup (decrementing the desired
-capacity) and ec2 DescribeInstances (for launch times). :data:`IAM_ACTIONS` lists the IAM
-actions exactly these calls need; the terraform task role is checked against it.
+Calls: autoscaling DescribeAutoScalingGroups, DescribeScalingActivities (one page of the
+most recent, only for a group whose desired capacity exceeds its live instances: that is
+where EC2 Auto Scaling reports a launch it could not make), SetDesiredCapacity
+(HonorCooldown=False), SetInstanceProtection, TerminateInstanceInAutoScalingGroup
+(decrementing the desired capacity) and ec2 DescribeInstances (for launch times).
+:data:`IAM_ACTIONS` lists the IAM actions exactly these calls need; the terraform task
+role is checked against it.
 
 Each method makes single attempts (botocore's own retries are set to
 ``aws.botocore_max_attempts``); the caller wraps them in :class:`autoscaler.retrying.RetryPolicy`.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,13 +30,20 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from autoscaler.config import AwsConfig
-from autoscaler.domain import Instance, InstanceLifecycle, PoolState
+from autoscaler.domain import (
+    ActivityStatus,
+    Instance,
+    InstanceLifecycle,
+    PoolState,
+    ScalingActivity,
+)
 from autoscaler.pools.aws_errors import translate
 from autoscaler.telemetry import Metrics
 
 IAM_ACTIONS: frozenset[str] = frozenset(
     {
         "autoscaling:DescribeAutoScalingGroups",
+        "autoscaling:DescribeScalingActivities",
         "autoscaling:SetDesiredCapacity",
         "autoscaling:SetInstanceProtection",
         "autoscaling:TerminateInstanceInAutoScalingGroup",
@@ -43,6 +54,13 @@ IAM_ACTIONS: frozenset[str] = frozenset(
 _GROUPS_PER_PAGE = 100  # DescribeAutoScalingGroups MaxRecords limit
 _IDS_PER_FILTER = 200  # DescribeInstances filter value limit
 _IDS_PER_PROTECT = 50  # SetInstanceProtection InstanceIds limit
+ACTIVITIES_PER_POOL = 20  # DescribeScalingActivities MaxRecords: one page, newest first
+
+_ACTIVITY_STATUS = {
+    "Successful": ActivityStatus.SUCCESSFUL,
+    "Failed": ActivityStatus.FAILED,
+    "Cancelled": ActivityStatus.CANCELLED,
+}  # every other StatusCode (InProgress, WaitingFor..., PreInService, ...) is in progress
 
 _LIFECYCLE = {
     "Pending": InstanceLifecycle.PENDING,
@@ -64,6 +82,10 @@ def boto_config(config: AwsConfig, *, connect_timeout: float, read_timeout: floa
         read_timeout=read_timeout,
         retries={"total_max_attempts": config.botocore_max_attempts, "mode": "standard"},
     )
+
+
+def _utc(at: datetime) -> datetime:
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
 class AwsAsgPool:
@@ -148,9 +170,28 @@ class AwsAsgPool:
                 desired_capacity=int(g["DesiredCapacity"]),
                 instances=instances,
             )
+            if state.desired_capacity > state.live_instances:
+                state = replace(state, activities=self._activities(name))
             self._min_size[name], self._max_size[name] = state.min_size, state.max_size
             out[name] = state
         return out
+
+    def _activities(self, pool: str) -> tuple[ScalingActivity, ...]:
+        """The group's most recent scaling activities: one page, never paginated."""
+        page = self._call(
+            "DescribeScalingActivities",
+            self.autoscaling.describe_scaling_activities,
+            AutoScalingGroupName=pool,
+            MaxRecords=ACTIVITIES_PER_POOL,
+        )
+        out = []
+        for a in page.get("Activities", []):
+            at = a.get("StartTime")
+            if not isinstance(at, datetime):
+                continue
+            status = _ACTIVITY_STATUS.get(str(a.get("StatusCode", "")), ActivityStatus.IN_PROGRESS)
+            out.append(ScalingActivity(_utc(at), status))
+        return tuple(out)
 
     def _launch_times(self, ids: Sequence[str]) -> dict[str, datetime]:
         out: dict[str, datetime] = {}
@@ -164,9 +205,7 @@ class AwsAsgPool:
                     for inst in reservation.get("Instances", []):
                         at = inst.get("LaunchTime")
                         if isinstance(at, datetime):
-                            out[inst["InstanceId"]] = (
-                                at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-                            )
+                            out[inst["InstanceId"]] = _utc(at)
                 token = page.get("NextToken")
                 if not token:
                     break

@@ -3,14 +3,18 @@
 A handler on ``before-send`` runs inside botocore's retry loop (unlike ``Stubber``): it
 sees every HTTP attempt, and the error it returns goes through botocore's retry logic and
 error parsing exactly like a real response. Used by the adapter tests and by the demo
-(an injected capacity error makes a pool fail over).
+(an injected capacity error makes a pool fail over). :class:`CapacityOutage` answers
+instead of failing: it plays a group that accepts a scale-up and then fails to launch,
+the way EC2 Auto Scaling reports capacity problems.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.awsrequest import AWSResponse, HTTPHeaders
@@ -93,3 +97,103 @@ def inject(client: Any, fault: Fault) -> Fault:
 
 def remove(client: Any, fault: Fault) -> None:
     client.meta.events.unregister("before-send", fault)
+
+
+_NS = "http://autoscaling.amazonaws.com/doc/2011-01-01/"
+_META = (
+    "<ResponseMetadata><RequestId>00000000-0000-0000-0000-000000000000</RequestId>"
+    "</ResponseMetadata>"
+)
+_ACTIVITY = (
+    "<member><ActivityId>{id}</ActivityId><AutoScalingGroupName>{group}</AutoScalingGroupName>"
+    "<Description>Launching a new EC2 instance.  Status Reason: injected capacity outage"
+    "</Description><Cause>injected capacity outage</Cause><StartTime>{start}</StartTime>"
+    "<EndTime>{start}</EndTime><StatusCode>Failed</StatusCode>"
+    "<StatusMessage>injected capacity outage</StatusMessage><Progress>100</Progress></member>"
+)
+
+
+def _operation(request: Any, kwargs: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    model = kwargs.get("model") or getattr(request, "context", {}).get("operation_model")
+    body = request.body.decode() if isinstance(request.body, bytes) else str(request.body or "")
+    params = {k: v[0] for k, v in urllib.parse.parse_qs(body).items()}
+    return str(getattr(model, "name", None) or params.get("Action", "")), params
+
+
+@dataclass
+class CapacityOutage:
+    """One Auto Scaling group out of capacity the way real AWS reports it: asynchronously.
+
+    While :attr:`active`, SetDesiredCapacity on ``group`` succeeds but launches nothing (the
+    group's DesiredCapacity reads higher than its instances), and each raise adds a
+    ``Failed`` scaling activity that DescribeScalingActivities returns, newest first. Other
+    groups and calls reach moto untouched. :meth:`install` it on the autoscaling client of
+    the pool under test; ``clock`` dates the activities (a virtual clock works).
+    """
+
+    group: str
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    active: bool = True
+    pending: int = 0
+    """Desired capacity asked for and never launched."""
+    failed_at: list[datetime] = field(default_factory=list)
+    raises: int = 0
+    _described: int = 0  # the group's real (moto) desired capacity, last seen
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def install(self, client: Any) -> CapacityOutage:
+        client.meta.events.register_first("before-send", self._before_send)
+        client.meta.events.register("after-call.autoscaling.DescribeAutoScalingGroups", self._seen)
+        return self
+
+    def end(self) -> None:
+        """Capacity is back: calls reach moto again, nothing is pending."""
+        with self._lock:
+            self.active, self.pending = False, 0
+
+    def _respond(self, request: Any, xml: str) -> AWSResponse:
+        request.url = "http://fault-injected.invalid/"  # nothing else serves it (see Fault)
+        return AWSResponse(request.url, 200, HTTPHeaders(), _Raw(xml.encode()))
+
+    def _before_send(self, request: Any, **kwargs: Any) -> AWSResponse | None:
+        name, params = _operation(request, kwargs)
+        if not self.active or params.get("AutoScalingGroupName") != self.group:
+            return None
+        if name == "SetDesiredCapacity":
+            with self._lock:
+                wanted = int(params.get("DesiredCapacity", "0"))
+                if wanted > self._described:
+                    self.raises += 1
+                    self.failed_at.insert(0, self.clock())
+                self.pending = max(0, wanted - self._described)
+            return self._respond(
+                request,
+                f'<SetDesiredCapacityResponse xmlns="{_NS}">{_META}</SetDesiredCapacityResponse>',
+            )
+        if name == "DescribeScalingActivities":
+            limit = int(params.get("MaxRecords", "100"))
+            members = "".join(
+                _ACTIVITY.format(
+                    id=f"00000000-0000-0000-0000-{n:012d}",
+                    group=self.group,
+                    start=at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                )
+                for n, at in enumerate(self.failed_at[:limit])
+            )
+            return self._respond(
+                request,
+                f'<DescribeScalingActivitiesResponse xmlns="{_NS}">'
+                "<DescribeScalingActivitiesResult>"
+                f"<Activities>{members}</Activities></DescribeScalingActivitiesResult>{_META}"
+                "</DescribeScalingActivitiesResponse>",
+            )
+        return None
+
+    def _seen(self, parsed: dict[str, Any], **_: Any) -> None:
+        """Show the group's DesiredCapacity as raised, the way AWS does while it fails."""
+        for group in parsed.get("AutoScalingGroups", []):
+            if group.get("AutoScalingGroupName") == self.group:
+                with self._lock:
+                    self._described = int(group["DesiredCapacity"])
+                    if self.active:
+                        group["DesiredCapacity"] = self._described + self.pending

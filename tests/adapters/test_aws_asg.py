@@ -18,7 +18,7 @@ from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, Config, RetryConfig
-from autoscaler.domain import InstanceLifecycle
+from autoscaler.domain import ActivityStatus, InstanceLifecycle, ScalingActivity
 from autoscaler.errors import (
     AuthenticationError,
     AutoscalerError,
@@ -31,7 +31,7 @@ from autoscaler.errors import (
 from autoscaler.pools.aws_asg import IAM_ACTIONS, AwsAsgPool
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scaler import Scaler
-from autoscaler.sim.aws_faults import TIMEOUT, Fault, inject
+from autoscaler.sim.aws_faults import TIMEOUT, CapacityOutage, Fault, inject
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import GPU, FakeSource, config, observation, rtype, snapshot
@@ -157,8 +157,10 @@ def test_iam_actions_are_exactly_the_calls_made(world: World) -> None:
 
     for client in (world.pool.autoscaling, world.pool.ec2):
         client.meta.events.register("before-call", record)
+    CapacityOutage("gpu-spot").install(world.pool.autoscaling)
+    world.pool.set_desired_capacity("gpu-spot", 1)  # short: its activities are read
     world.pool.set_desired_capacity("gpu-od", 1)
-    iid = world.pool.describe(["gpu-od"])["gpu-od"].instances[0].id
+    iid = world.pool.describe(["gpu-od", "gpu-spot"])["gpu-od"].instances[0].id
     world.pool.protect_instances("gpu-od", [iid])
     world.pool.terminate_instance("gpu-od", iid)
     assert seen == IAM_ACTIONS
@@ -311,6 +313,8 @@ def test_capacity_error_fails_over_and_backs_off(world: World) -> None:
 
     fault.times = 0  # capacity is back
     assert tick(s, 5, now + timedelta(seconds=902)) == {"gpu-spot": 1, "gpu-od": 4}
+    assert s.state.backoff_seconds == {"gpu-spot": 600.0}  # until it delivers:
+    tick(s, 5, now + timedelta(seconds=932))
     assert s.state.backoff_seconds == {}
 
 
@@ -346,3 +350,63 @@ def test_busy_group_is_left_for_the_next_tick(world: World) -> None:
     assert tick(s, 2, now) == {"gpu-spot": 0, "gpu-od": 0}
     assert (fault.attempts, s.last_problems) == (1, [])
     assert tick(s, 2, now + timedelta(seconds=30)) == {"gpu-spot": 2, "gpu-od": 0}
+
+
+# --- asynchronous capacity failures: SetDesiredCapacity succeeds, the launch fails
+
+
+def test_describe_reads_the_failed_activities_of_a_short_group_only(world: World) -> None:
+    at = datetime(2026, 11, 30, 3, 0, 5, tzinfo=UTC)
+    CapacityOutage("gpu-spot", clock=lambda: at).install(world.pool.autoscaling)
+    world.pool.set_desired_capacity("gpu-spot", 2)
+    world.pool.set_desired_capacity("gpu-od", 1)
+    pools = world.pool.describe(["gpu-spot", "gpu-od"])
+    spot = pools["gpu-spot"]
+    assert (spot.desired_capacity, spot.live_instances) == (2, 0)
+    assert spot.activities == (ScalingActivity(at, ActivityStatus.FAILED),)
+    assert pools["gpu-od"].activities == ()  # not short: not asked
+    calls = "ci_autoscaler_aws_calls_total"
+    assert sample(world.metrics, calls, operation="DescribeScalingActivities", code="") == 1
+
+
+def test_async_capacity_failure_fails_over_and_backs_off(world: World) -> None:
+    s = scaler_for(world.pool, config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=900)))
+    clock = [datetime.now(UTC)]
+    outage = CapacityOutage("gpu-spot", clock=lambda: clock[0] + timedelta(seconds=2))
+    outage.install(world.pool.autoscaling)
+    now = clock[0]
+    assert tick(s, 2, now) == {"gpu-spot": 2, "gpu-od": 0}  # accepted...
+    clock[0] = now + timedelta(seconds=30)
+    assert tick(s, 2, clock[0]) == {"gpu-spot": 0, "gpu-od": 2}  # ...failed: over to od
+    assert s.state.backoff_seconds == {"gpu-spot": 300.0}
+    m = world.metrics
+    failures = "ci_autoscaler_provisioning_failures_total"
+    assert sample(m, failures, runner_type=GPU, pool="gpu-spot", reason="launch_failed") == 1
+    assert sample(m, "ci_autoscaler_pool_failovers_total", runner_type=GPU, pool="gpu-spot") == 1
+    assert s.last_problems == []
+
+    outage.end()  # capacity is back
+    clock[0] = now + timedelta(seconds=331)
+    assert tick(s, 13, clock[0]) == {"gpu-spot": 3, "gpu-od": 10}
+    tick(s, 13, clock[0] + timedelta(seconds=30))
+    assert s.state.backoff_seconds == {}
+
+
+def test_throttled_activities_stay_within_the_call_bound() -> None:
+    with mock_aws():
+        asg, ec2 = aws_clients(None)
+        create_pools(asg, ec2, SPECS)
+        pool = make_pool(botocore_attempts=2)
+        retry = RetryPolicy(
+            RetryConfig(max_attempts=3), pool.metrics, sleep=Sleeps(), rng=random.Random(1)
+        )
+        fault = inject(
+            pool.autoscaling, Fault("DescribeScalingActivities", "Throttling", times=None)
+        )
+        CapacityOutage("gpu-spot").install(pool.autoscaling)  # after: the fault goes first
+        pool.set_desired_capacity("gpu-spot", 1)
+        with pytest.raises(RateLimitedError):
+            retry.call(lambda: pool.describe(["gpu-spot", "gpu-od"]), pool="all")
+        assert fault.attempts == 3 * 2  # one page per short pool per attempt, bounded
+        calls = "ci_autoscaler_aws_calls_total"
+        assert sample(pool.metrics, calls, operation="DescribeAutoScalingGroups", code="") == 3

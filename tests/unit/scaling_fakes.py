@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from autoscaler.config import (
@@ -14,6 +14,7 @@ from autoscaler.config import (
     ScalingConfig,
 )
 from autoscaler.domain import (
+    ActivityStatus,
     Instance,
     InstanceLifecycle,
     Observation,
@@ -22,6 +23,7 @@ from autoscaler.domain import (
     QueueStats,
     Runner,
     RunnerCounts,
+    ScalingActivity,
 )
 from autoscaler.errors import AutoscalerError, RejectedError
 
@@ -112,10 +114,17 @@ def observation(runners: Sequence[Runner], at: datetime = T0) -> Observation:
 
 @dataclass
 class FakePool:
-    """An in-memory RunnerPool. Refuses (like AWS) a desired capacity past MaxSize."""
+    """An in-memory RunnerPool. Refuses (like AWS) a desired capacity past MaxSize.
+
+    A pool in ``outage`` fails like real AWS: a raise of its desired capacity succeeds,
+    launches nothing, and adds a Failed scaling activity (dated ``now``) that ``describe``
+    reports while the pool is short of its desired capacity.
+    """
 
     pools: dict[str, PoolState]
     errors: dict[tuple[str, str], list[AutoscalerError]] = field(default_factory=dict)
+    outage: set[str] = field(default_factory=set)
+    activities: dict[str, list[ScalingActivity]] = field(default_factory=dict)
     calls: list[tuple[str, str, object]] = field(default_factory=list)
     next_id: int = 1000
     now: datetime = T0
@@ -131,7 +140,11 @@ class FakePool:
     def describe(self, names: Sequence[str]) -> dict[str, PoolState]:
         self.calls.append(("describe", "", tuple(names)))
         self._maybe_fail("describe", "*")
-        return {n: self.pools[n] for n in names if n in self.pools}
+        out = {n: self.pools[n] for n in names if n in self.pools}
+        for n, p in out.items():
+            if p.desired_capacity > p.live_instances:
+                out[n] = replace(p, activities=tuple(self.activities.get(n, ())))
+        return out
 
     def set_desired_capacity(self, pool: str, desired: int) -> None:
         self.calls.append(("set_desired_capacity", pool, desired))
@@ -140,6 +153,12 @@ class FakePool:
         if not p.min_size <= desired <= p.max_size:
             raise AssertionError(f"{pool}: desired {desired} outside [{p.min_size}, {p.max_size}]")
         instances = list(p.instances)
+        if pool in self.outage:
+            if desired > p.live_instances:
+                failed = ScalingActivity(self.now, ActivityStatus.FAILED)
+                self.activities.setdefault(pool, []).insert(0, failed)
+            self.pools[pool] = replace(p, desired_capacity=desired)
+            return
         while len(instances) < desired:
             self.next_id += 1
             instances.append(inst(self.next_id, pool, age=0, now=self.now))

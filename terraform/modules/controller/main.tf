@@ -85,6 +85,7 @@ data "aws_iam_policy_document" "task" {
     sid = "DescribePools"
     actions = [
       "autoscaling:DescribeAutoScalingGroups",
+      "autoscaling:DescribeScalingActivities",
       "ec2:DescribeInstances",
     ]
     resources = ["*"]
