@@ -26,6 +26,7 @@ from autoscaler.config_alerts import (
 from autoscaler.configload import Reader, Secret, join_path, yaml_where
 from autoscaler.domain import RunnerType, normalize_labels
 from autoscaler.errors import ConfigError
+from autoscaler.schedule import MinIdle, read_min_idle
 
 #: GitHub-hosted runner labels (ubuntu-latest, windows-2022, macos-14, ...).
 DEFAULT_HOSTED_LABELS = ("ubuntu-*", "windows-*", "macos-*")
@@ -69,8 +70,9 @@ class RunnerTypeConfig:
     """Labels every runner of this type carries (lower-cased)."""
     pools: tuple[str, ...] = ()
     """Auto Scaling group names, tried in this order."""
-    min_idle: int = 0
-    """Warm runners kept idle."""
+    min_idle: MinIdle = field(default_factory=MinIdle)
+    """Warm runners kept idle: a number, or a weekly UTC schedule (:mod:`autoscaler.schedule`);
+    ask it with ``min_idle.at(now)``."""
     max: int | None = None
     """Never more instances than this across the type's pools (nor the ASG MaxSize)."""
     priority: int = 0
@@ -322,7 +324,7 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 name=str(name),
                 labels=normalize_labels(r.string_list(m.get("labels"), f"{p}.labels")),
                 pools=r.string_list(m["pools"], f"{p}.pools") if "pools" in m else (),
-                min_idle=r.integer(m.get("min_idle"), f"{p}.min_idle", 0),
+                min_idle=read_min_idle(r, m.get("min_idle"), f"{p}.min_idle"),
                 max=r.optional_integer(m.get("max"), f"{p}.max"),
                 priority=r.integer(m.get("priority"), f"{p}.priority", 0),
                 idle_timeout=r.duration(m.get("idle_timeout"), f"{p}.idle_timeout", 600.0),
@@ -421,7 +423,7 @@ def _cross_check(r: Reader, config: Config) -> None:
                     f"pool {pool!r} is already used by runner type {seen[pool]!r}",
                 )
             seen[pool] = rt.name
-        if rt.max is not None and rt.min_idle > rt.max:
+        if rt.max is not None and rt.min_idle.maximum > rt.max:
             r.problem(f"runner_types.{rt.name}.min_idle", f"must not exceed max ({rt.max})")
 
 

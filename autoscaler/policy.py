@@ -2,7 +2,8 @@
 
 Per runner type:
 
-- demand = fresh queued jobs + busy runners on the type's instances + ``min_idle``;
+- demand = fresh queued jobs + busy runners on the type's instances + ``min_idle`` at
+  ``now`` (a number, or a weekly UTC schedule);
 - supply = instances in service or pending in the type's pools (booting ones count, so a
   queued job is not provisioned twice);
 - desired = demand clamped to the type's ``max``, to the pools' MaxSize and to the budgets.
@@ -139,6 +140,7 @@ def _types(
     runners: Sequence[Runner],
     pools: Mapping[str, PoolState],
     config: Config,
+    now: datetime,
 ) -> list[_Type]:
     out = []
     for rt in config.runner_types:
@@ -148,7 +150,7 @@ def _types(
         stats = snapshot.per_type.get(rt.name)
         queued = stats.queue_size if stats is not None else 0
         busy = sum(1 for r, _ in mine if r.online and r.busy)
-        demand = queued + busy + rt.min_idle
+        demand = queued + busy + rt.min_idle.at(now)
         cap = sum(p.max_size for p in present)
         if rt.max is not None:
             cap = min(cap, rt.max)
@@ -296,7 +298,7 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         }
         state = replace(state, idle_since=idle_since)
     state = track_short(pools, state, now)
-    types = _types(snapshot, runners, pools, config)
+    types = _types(snapshot, runners, pools, config, now)
     budget_use = _grant_budgets(types, config.budgets, now)
     out = _Builder(pools)
     releases: list[Release] = []
@@ -307,7 +309,8 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     live_ids = {i.id for p in pools.values() for i in p.instances if i.lifecycle in _LIVE}
     for t in types:
         summary = (
-            f"demand {t.demand} (queued {t.queued} + busy {t.busy} + min_idle {t.rt.min_idle}),"
+            f"demand {t.demand} (queued {t.queued} + busy {t.busy}"
+            f" + min_idle {t.demand - t.queued - t.busy}),"
             f" supply {t.live}"
         )
         for p in t.pools:

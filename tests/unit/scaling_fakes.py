@@ -26,6 +26,7 @@ from autoscaler.domain import (
     ScalingActivity,
 )
 from autoscaler.errors import AutoscalerError, RejectedError
+from autoscaler.schedule import MinIdle
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 GPU, CPU = "linux.g5.4xlarge.nvidia.gpu", "linux.4xlarge"
@@ -35,7 +36,7 @@ def rtype(
     name: str = GPU,
     pools: Sequence[str] = ("gpu-spot", "gpu-od"),
     *,
-    min_idle: int = 0,
+    min_idle: int | MinIdle = 0,
     max: int | None = None,
     priority: int = 0,
     idle_timeout: float = 600.0,
@@ -45,7 +46,7 @@ def rtype(
         name=name,
         labels=frozenset({"self-hosted", name}),
         pools=tuple(pools),
-        min_idle=min_idle,
+        min_idle=MinIdle(min_idle) if isinstance(min_idle, int) else min_idle,
         max=max,
         priority=priority,
         idle_timeout=idle_timeout,

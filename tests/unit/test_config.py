@@ -224,3 +224,84 @@ def test_hosted_labels_default_and_override() -> None:
     )
     custom = minimal(github={"owner": "x", "token": "t", "hosted_labels": ["Ubuntu-*"]})
     assert parse_config(custom, env={}).github.hosted_labels == ("ubuntu-*",)
+
+
+def with_min_idle(min_idle: Any, **extra: Any) -> dict[str, Any]:
+    rt = {"labels": ["self-hosted", "linux.4xlarge"], "min_idle": min_idle, **extra}
+    return minimal(runner_types={"cpu": rt})
+
+
+def test_min_idle_number_and_schedule() -> None:
+    plain = parse_config(with_min_idle(2), env={}).runner_types[0].min_idle
+    assert (plain.default, plain.schedule) == (2, ())
+    window = {"days": ["mon", "Fri"], "from": "08:00", "to": "24:00", "min_idle": 4}
+    timed = parse_config(with_min_idle({"default": 1, "schedule": [window]}), env={})
+    min_idle = timed.runner_types[0].min_idle
+    w = min_idle.schedule[0]
+    assert (min_idle.default, w.start, w.end, w.min_idle) == (1, 480, 1440, 4)
+    assert w.days == frozenset({0, 4})
+
+
+MI = "runner_types.cpu.min_idle"
+W0 = f"{MI}.schedule[0]"
+
+
+@pytest.mark.parametrize(
+    ("min_idle", "expected"),
+    [
+        pytest.param(["2"], f"{MI}: must be an integer or a mapping", id="list"),
+        pytest.param(-1, f"{MI}: must be >= 0, got -1", id="negative"),
+        pytest.param({"default": 1}, f"{MI}.schedule: must be a non-empty list", id="no-windows"),
+        pytest.param({"defualt": 1, "schedule": [{}]}, f"{MI}.defualt: unknown key", id="typo"),
+        pytest.param(
+            {"schedule": [{"days": ["mon", "funday"], "from": "08:00", "to": "18:00"}]},
+            f"{W0}.days[1]: must be one of mon, tue, wed, thu, fri, sat, sun, got 'funday'",
+            id="bad-day",
+        ),
+        pytest.param(
+            {"schedule": [{"days": [], "from": "08:00", "to": "18:00", "min_idle": 1}]},
+            f"{W0}.days: must be a non-empty list",
+            id="empty-days",
+        ),
+        pytest.param(
+            {"schedule": [{"from": "25:00", "to": "18:00", "min_idle": 1}]},
+            f"{W0}.from: must be a time \"HH:MM\" from 00:00 to 23:59, got '25:00'",
+            id="bad-time",
+        ),
+        pytest.param(
+            {"schedule": [{"from": "08:00", "to": 1080, "min_idle": 1}]},
+            f'{W0}.to: must be a quoted "HH:MM" string',
+            id="unquoted-time-read-as-number",
+        ),
+        pytest.param(
+            {"schedule": [{"from": "08:00", "min_idle": 1}]}, f"{W0}.to: is required", id="no-to"
+        ),
+        pytest.param(
+            {"schedule": [{"from": "08:00", "to": "18:00"}]},
+            f"{W0}.min_idle: is required",
+            id="no-window-min-idle",
+        ),
+        pytest.param(
+            {"schedule": [{"form": "08:00", "to": "18:00", "min_idle": 1}]},
+            f"{W0}.form: unknown key (did you mean 'from'?)",
+            id="window-typo",
+        ),
+        pytest.param(
+            {"schedule": [{"from": "08:00", "to": "08:00", "min_idle": 1}]},
+            f"{W0}: from and to must differ",
+            id="empty-window",
+        ),
+        pytest.param(
+            {"schedule": ["08:00-18:00"]}, f"{W0}: must be a mapping", id="window-not-mapping"
+        ),
+    ],
+)
+def test_min_idle_problems_have_their_path(min_idle: Any, expected: str) -> None:
+    found = problems(with_min_idle(min_idle))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_min_idle_schedule_must_not_exceed_max() -> None:
+    window = {"from": "08:00", "to": "18:00", "min_idle": 4}
+    found = problems(with_min_idle({"default": 1, "schedule": [window]}, max=3))
+    assert found == [f"{MI}: must not exceed max (3)"]

@@ -12,6 +12,7 @@ from autoscaler.config import BudgetConfig, Config, ScalingConfig
 from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.plan import Plan, ScalingState
 from autoscaler.policy import decide
+from autoscaler.schedule import IdleWindow, MinIdle
 from tests.unit.scaling_fakes import CPU, GPU, T0, config, iid, inst, pool, rtype, runner, snapshot
 
 PENDING = InstanceLifecycle.PENDING
@@ -431,3 +432,25 @@ def test_capacity_backoff_doubles_to_the_cap_and_resets() -> None:
     assert lengths == [300, 600, 1200, 1800, 1800]
     assert state.in_backoff("gpu-spot", T0 + timedelta(seconds=1799))
     assert not state.capacity_ok("gpu-spot").in_backoff("gpu-spot", T0)
+
+
+def test_demand_follows_the_min_idle_schedule() -> None:
+    office = MinIdle(1, (IdleWindow(8 * 60, 18 * 60, 4, frozenset(range(5))),))
+    cfg = config(rtype(min_idle=office))
+
+    def wanted(now: datetime) -> dict[str, int]:
+        plan = decide(
+            snapshot({}, at=now),
+            (),
+            {p.name: p for p in TWO_GPU},
+            cfg,
+            ScalingState(),
+            now,
+            observation_fresh=True,
+        )
+        return {d.pool: d.desired for d in plan.decisions if d.action == "scale_up"}
+
+    monday = T0.replace(hour=9)  # 2026-11-30 is a Monday
+    assert wanted(monday) == {"gpu-spot": 4}
+    assert wanted(monday.replace(hour=19)) == {"gpu-spot": 1}
+    assert wanted(monday + timedelta(days=5)) == {"gpu-spot": 1}  # Saturday
