@@ -277,7 +277,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             private_key=Secret(key),
         )
     token = r.secret(m.get("token"), "github.token")
-    if token is None and app is None:
+    if m.get("token") is None and app is None:
         r.problem(path, "needs either token or app")
     if token is not None and app is not None:
         r.problem(path, "set token or app, not both")

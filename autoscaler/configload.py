@@ -122,7 +122,10 @@ class Reader:
     def secret(self, value: Any, path: str) -> Secret | None:
         if value is None:
             return None
+        before = len(self.problems)
         expanded = self.expand(value, path, secret=True)
+        if len(self.problems) > before:  # an unset ${VAR}: already said, once
+            return None
         if not isinstance(expanded, str) or not expanded:
             self.problem(path, "must be a non-empty string (the value is not shown)")
             return None

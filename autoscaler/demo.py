@@ -6,7 +6,8 @@ into runners after a boot delay and runs queued jobs on them; a local webhook si
 receives the alerts. The real controller (GitHub adapter, alerting, scaler, AWS adapter)
 runs against all of it, serves ``/metrics`` and the terminal redraws each tick: queues
 rise, pools grow, queues drain, idle runners go, and an injected capacity error on the
-GPU spot pool makes the controller fail over to on-demand.
+GPU spot pool (accepted scale-ups that launch nothing, with a Failed scaling
+activity, as real AWS reports it) makes the controller fail over to on-demand.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ WORLD: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
         (("ci-gpu-multi", 3),),
     ),
 )
-CAPACITY_FAULT_AT = 20.0
+CAPACITY_FAULT_AT = 15.0
 """Seconds into the demo when the GPU spot pool runs out of capacity."""
 
 
@@ -182,7 +183,7 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
     import boto3  # noqa: PLC0415
 
     from autoscaler.pools.aws_asg import AwsAsgPool  # noqa: PLC0415
-    from autoscaler.sim.aws_faults import Fault, inject  # noqa: PLC0415
+    from autoscaler.sim.aws_faults import CapacityOutage  # noqa: PLC0415
     from autoscaler.wiring import build_runtime  # noqa: PLC0415
 
     stop = threading.Event()
@@ -204,22 +205,14 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
             server = StatusServer(runtime.controller, metrics.registry, host or "127.0.0.1", 0)
         server.start()
         started = time.monotonic()
-        fault: Fault | None = None
+        outage: CapacityOutage | None = None
         try:
             while not stop.is_set():
                 elapsed = time.monotonic() - started
                 if duration is not None and elapsed >= duration:
                     break
-                if fault is None and elapsed >= CAPACITY_FAULT_AT:
-                    fault = inject(
-                        pool.autoscaling,
-                        Fault(
-                            "SetDesiredCapacity",
-                            "InsufficientInstanceCapacity",
-                            times=None,
-                            match="ci-gpu-spot",
-                        ),
-                    )
+                if outage is None and elapsed >= CAPACITY_FAULT_AT:
+                    outage = CapacityOutage("ci-gpu-spot").install(pool.autoscaling)
                 now = datetime.now(UTC)
                 workload.step(now)
                 events = fleet.tick(now)
@@ -233,9 +226,10 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
                     f"{len(events.removed)} runners gone; busy runners killed: "
                     f"{fleet.busy_terminations}",
                 ]
-                if fault is not None:
+                if outage is not None:
                     lines.append(
-                        "injected: ci-gpu-spot is out of capacity (InsufficientInstanceCapacity)"
+                        "injected: ci-gpu-spot accepts scale-ups but launches nothing (a Failed"
+                        " scaling activity, as AWS reports InsufficientInstanceCapacity)"
                         " -> GPU demand fails over to ci-gpu-ondemand"
                     )
                 lines.append("alert notifications received by the webhook sink:")

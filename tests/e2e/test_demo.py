@@ -31,7 +31,9 @@ def test_demo_scales_alerts_fails_over_and_never_kills_a_busy_runner() -> None:
     assert "RUNNER TYPE" in out and "linux.g5.4xlarge.nvidia.gpu" in out
     # Pools grew: some decision scaled up.
     assert "scale up" in out
-    # The injected capacity error on the spot pool sent GPU demand to on-demand.
+    # The injected capacity outage on the spot pool (scale-ups accepted, nothing launched,
+    # a Failed scaling activity) was seen, the pool backed off and GPU demand went on-demand.
+    assert re.search(r"ci-gpu-spot .*launches failing.*failing over", out), "no failover seen"
     ondemand = [int(m.group(2)) for m in re.finditer(r"ci-gpu-ondemand\s+(\d+)\s+(\d+)", out)]
     assert ondemand and max(ondemand) > 0, "GPU demand never failed over to on-demand"
     # Alerts reached the webhook sink.

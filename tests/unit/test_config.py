@@ -305,3 +305,9 @@ def test_min_idle_schedule_must_not_exceed_max() -> None:
     window = {"from": "08:00", "to": "18:00", "min_idle": 4}
     found = problems(with_min_idle({"default": 1, "schedule": [window]}, max=3))
     assert found == [f"{MI}: must not exceed max (3)"]
+
+
+def test_an_unset_variable_is_one_problem_not_a_cascade() -> None:
+    assert problems(minimal(github={"owner": "x", "token": "${GITHUB_TOKEN}"})) == [
+        "github.token: environment variable GITHUB_TOKEN is not set"
+    ]
