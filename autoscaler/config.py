@@ -28,6 +28,10 @@ from autoscaler.domain import RunnerType, normalize_labels
 from autoscaler.errors import ConfigError
 from autoscaler.schedule import MinIdle, read_min_idle
 
+#: The alert state file when the config names none (the image's working directory is its
+#: state volume, /var/lib/ci-autoscaler).
+DEFAULT_STATE_PATH = "ci-autoscaler-state.db"
+
 #: GitHub-hosted runner labels (ubuntu-latest, windows-2022, macos-14, ...).
 DEFAULT_HOSTED_LABELS = ("ubuntu-*", "windows-*", "macos-*")
 
@@ -137,8 +141,10 @@ class ScalingConfig:
 
 @dataclass(frozen=True)
 class StateConfig:
-    path: str | None = None
-    """SQLite file for alert state; ``None`` keeps it in memory (lost on restart)."""
+    path: str | None = DEFAULT_STATE_PATH
+    """SQLite file for alert state and the notification outbox, relative to the working
+    directory (the image's is the state volume); ``":memory:"`` keeps it in memory, lost
+    on restart."""
 
 
 @dataclass(frozen=True)
@@ -215,8 +221,10 @@ def parse_config(
         budgets=_budgets(r, top.get("budgets")),
         scaling=_scaling(r, top.get("scaling")),
         state=StateConfig(
-            path=r.optional_string(
-                r.mapping(top.get("state"), "state", ("path",)).get("path"), "state.path"
+            path=r.string(
+                r.mapping(top.get("state"), "state", ("path",)).get("path"),
+                "state.path",
+                DEFAULT_STATE_PATH,
             )
         ),
         alerts=read_alerts(r, top.get("alerts"), base),

@@ -110,6 +110,7 @@ def demo_config(github_url: str, token: str, aws_url: str, sink_url: str, tick: 
             "github": {"api_url": github_url, "owner": "demo-org", "token": token},
             "runner_types": runner_types,
             "budgets": {"gpus": {"max_instances": 9, "runner_types": ["*gpu*"]}},
+            "state": {"path": ":memory:"},  # the demo leaves no files behind
             "aws": {"region": "us-east-1", "endpoint_url": aws_url},
             "scaling": {"capacity_backoff_initial": "30s", "capacity_backoff_max": "2m"},
             "alerts": {

@@ -47,6 +47,7 @@ def write_config(tmp: Path, github_url: str, port: int, **extra: object) -> Path
             "linux.g5.4xlarge.nvidia.gpu": {"labels": GPU},
         },
         "scaling": {"enabled": False},
+        "state": {"path": str(tmp / "state.db")},
     }
     doc.update(extra)
     path = tmp / "config.yaml"

@@ -146,3 +146,20 @@ def test_alerts_test_fails_when_the_receiver_is_down(tmp_path: Path) -> None:
     result = cli("alerts", "test", "hook", "--config", str(config))
     assert result.returncode == 1
     assert "hook: FIRING: failed" in result.stdout
+
+
+def test_a_second_process_does_not_page_again(
+    tmp_path: Path, sink: WebhookSink, moto_url: str
+) -> None:
+    """Two `once` runs share the state file: the second continues the first's alert."""
+    fake = seeded_github(gpu_jobs=3, gpu_age_minutes=62)
+    try:
+        config = acting_config(tmp_path, fake.url, sink.url, moto_url)
+        for _ in range(2):
+            result = cli("once", "--config", str(config), "--output", "json", env=AWS_ENV)
+            assert result.returncode == 0, result.stderr
+            assert json.loads(result.stdout)["alerts"][0]["state"] == "firing"
+    finally:
+        fake.stop()
+    assert sink.received == ["FIRING: [P2] Jobs queueing too long"]
+    assert (tmp_path / "state.db").exists()

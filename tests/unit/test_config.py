@@ -311,3 +311,9 @@ def test_an_unset_variable_is_one_problem_not_a_cascade() -> None:
     assert problems(minimal(github={"owner": "x", "token": "${GITHUB_TOKEN}"})) == [
         "github.token: environment variable GITHUB_TOKEN is not set"
     ]
+
+
+def test_state_is_a_file_by_default() -> None:
+    assert parse_config(minimal(), env={}).state.path == "ci-autoscaler-state.db"
+    memory = parse_config(minimal(state={"path": ":memory:"}), env={})
+    assert memory.state.path == ":memory:"
