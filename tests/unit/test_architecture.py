@@ -12,6 +12,9 @@ PURE = [
     "autoscaler.queue",
     "autoscaler.controller",
     "autoscaler.policy",
+    "autoscaler.plan",
+    "autoscaler.capacity",
+    "autoscaler.schedule",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
 ]
