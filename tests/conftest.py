@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,3 +26,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    """moto's server on 127.0.0.1 for one test module, its (process-global) state reset
+    before and after."""
+    from autoscaler.sim.fleet import reset_moto_server, start_moto_server  # noqa: PLC0415
+
+    server, endpoint = start_moto_server()
+    reset_moto_server(endpoint)
+    try:
+        yield endpoint
+    finally:
+        reset_moto_server(endpoint)
+        server.stop()

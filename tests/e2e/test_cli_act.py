@@ -15,7 +15,6 @@ from autoscaler.sim.fleet import (
     aws_clients,
     create_pools,
     reset_moto_server,
-    start_moto_server,
 )
 from tests.e2e.harness import CPU, GPU, cli, free_port, seeded_github, write_config
 
@@ -30,9 +29,9 @@ def sink() -> Iterator[WebhookSink]:
 
 
 @pytest.fixture
-def moto_url() -> Iterator[str]:
-    server, url = start_moto_server()
-    reset_moto_server(url)  # moto's backends are process-global: start from nothing
+def moto_url(moto_endpoint: str) -> str:
+    url = moto_endpoint
+    reset_moto_server(url)  # moto's backends are process-global: start each test afresh
     autoscaling, ec2 = aws_clients(url)
     create_pools(
         autoscaling,
@@ -42,8 +41,7 @@ def moto_url() -> Iterator[str]:
             PoolSpec("ci-gpu", "linux.g5.4xlarge.nvidia.gpu", tuple(GPU), max_size=5),
         ],
     )
-    yield url
-    server.stop()
+    return url
 
 
 def acting_config(tmp: Path, github_url: str, sink_url: str, aws_url: str) -> Path:

@@ -17,7 +17,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,9 @@ from typing import Any
 import boto3
 import pytest
 import yaml
-from moto.server import ThreadedMotoServer
 
 from autoscaler.config import load_config
-from autoscaler.sim.fleet import reset_moto_server
-from tests.conftest import free_port, require_tool
+from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
     MOTO_REGION,
     REPO,
@@ -75,20 +72,6 @@ def client(service: str, endpoint: str) -> Any:
         aws_access_key_id="test", aws_secret_access_key="test", region_name=MOTO_REGION
     )
     return session.client(service, endpoint_url=endpoint)
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    reset_moto_server(endpoint)  # moto's state is per process: start from nothing
-    try:
-        yield endpoint
-    finally:
-        reset_moto_server(endpoint)
-        server.stop()
 
 
 def tfvars(endpoint: str) -> tuple[dict[str, Any], dict[str, Any]]:

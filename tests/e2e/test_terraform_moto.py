@@ -21,14 +21,12 @@ from urllib.parse import unquote
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
 from autoscaler.pools.aws_asg import IAM_ACTIONS, AwsAsgPool
-from autoscaler.sim.fleet import reset_moto_server
 from autoscaler.telemetry import Metrics
-from tests.conftest import free_port, require_tool
+from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
     copy_tree,
     init,
@@ -87,20 +85,6 @@ def session() -> boto3.session.Session:
         aws_secret_access_key="test",
         region_name=REGION,
     )
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    reset_moto_server(endpoint)  # moto's state is per process: start from nothing
-    try:
-        yield endpoint
-    finally:
-        reset_moto_server(endpoint)
-        server.stop()
 
 
 @pytest.fixture(scope="module")
