@@ -26,6 +26,10 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
+    # httpx logs every request at INFO (hundreds per tick); our own lines say what matters.
+    quiet = logging.DEBUG if level == "debug" else logging.WARNING
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(quiet)
 
 
 def _load(path: str) -> Config | None:

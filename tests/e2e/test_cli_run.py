@@ -112,3 +112,14 @@ def test_readyz_fails_when_github_is_down(tmp_path: Path, path: str) -> None:
                 wait_for(lambda: httpx.get(f"{base}{path}").status_code == 503, 20, "unready")
     finally:
         fake.stop()
+
+
+def test_info_logs_are_not_one_line_per_github_request(tmp_path: Path) -> None:
+    fake = seeded_github()
+    try:
+        config = write_config(tmp_path, fake.url, free_port())
+        result = cli("--log-level", "info", "once", "--config", str(config))
+    finally:
+        fake.stop()
+    assert result.returncode == 0, result.stderr
+    assert "HTTP Request:" not in result.stderr
