@@ -57,14 +57,6 @@ def parse_duration(text: str) -> float:
     return total
 
 
-def format_duration(seconds: float) -> str:
-    """Seconds -> the shortest of ``45s``, ``5m``, ``4h`` that is exact, else seconds."""
-    for unit, size in (("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
 class Reader:
     """Reads values at paths, records problems, never raises on bad input."""
 
@@ -90,7 +82,7 @@ class Reader:
                 self.problem(join_path(path, str(key)), f"unknown key{suffix}")
         return {k: v for k, v in value.items() if k in known}
 
-    def expand(self, value: Any, path: str, *, secret: bool = False) -> Any:
+    def expand(self, value: Any, path: str) -> Any:
         """Replace ``${VAR}`` in a string with the environment's value."""
         if not isinstance(value, str):
             return value
@@ -123,7 +115,7 @@ class Reader:
         if value is None:
             return None
         before = len(self.problems)
-        expanded = self.expand(value, path, secret=True)
+        expanded = self.expand(value, path)
         if len(self.problems) > before:  # an unset ${VAR}: already said, once
             return None
         if not isinstance(expanded, str) or not expanded:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -121,7 +121,6 @@ class Controller:
             problems: Sequence[ScalingProblem] | None = None
             if (
                 scaler is not None
-                and self.config.scaling.enabled
                 and self.last_observation is not None
                 and self.last_snapshot is not None
             ):
@@ -176,7 +175,7 @@ class Controller:
         result.snapshot = snapshot
         return True
 
-    def _guarded(self, stage: str, run: Any) -> Sequence[Any]:
+    def _guarded(self, stage: str, run: Callable[[], Sequence[Any]]) -> Sequence[Any]:
         """Run a stage; a bug or outage in one stage never ends the loop or skips the others."""
         try:
             out: Sequence[Any] = run()

@@ -37,8 +37,8 @@ def build_runtime(
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
-    ``source`` and ``pool`` override the real adapters (the demo passes its own endpoints
-    through the config instead; tests may pass fakes).
+    ``source`` and ``pool`` override the real adapters (the demo passes a pool with
+    moto's credentials; tests may pass fakes). Scaling is wired only when enabled.
     """
     closers: list[Callable[[], None]] = []
     if source is None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autoscaler.config import load_config, parse_config
-from autoscaler.configload import Secret, format_duration, parse_duration
+from autoscaler.configload import Secret, parse_duration
 from autoscaler.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,10 +47,6 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
-
-
-def test_format_duration_round_trips() -> None:
-    assert [format_duration(s) for s in (45.0, 300.0, 14400.0, 90.0)] == ["45s", "5m", "4h", "90s"]
 
 
 def test_minimal_config_gets_defaults() -> None:
