@@ -22,8 +22,8 @@ from typing import Any, Protocol
 from autoscaler.config import Config
 from autoscaler.domain import Observation, QueueSnapshot, RunnerType, ScalingProblem
 from autoscaler.errors import AutoscalerError
+from autoscaler.observe.queue import compute_queue
 from autoscaler.ports import JobSource
-from autoscaler.queue import compute_queue
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class AlertStep(Protocol):
 
 
 class ScaleStep(Protocol):
-    """The scaling stage (autoscaler.scaler.Scaler)."""
+    """The scaling stage (autoscaler.scale.scaler.Scaler)."""
 
     @property
     def last_problems(self) -> Sequence[ScalingProblem]:

@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 import httpx
 
 from autoscaler.config import GitHubConfig
-from autoscaler.configload import Secret
+from autoscaler.config.reader import Secret
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.sources.github import GitHubSource
+from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics
 
 REPOS = 200

@@ -33,7 +33,7 @@ from autoscaler.alerting import render
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.store import OutboxItem, StateStore
 from autoscaler.config import Config, ReceiverConfig
-from autoscaler.configload import Secret
+from autoscaler.config.reader import Secret
 from autoscaler.errors import PermanentError, TransientError
 from autoscaler.telemetry import Metrics
 

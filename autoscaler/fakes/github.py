@@ -16,30 +16,19 @@ Thread-safe: the emulator drives the state while the server answers requests.
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
-from http.server import ThreadingHTTPServer
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
 
-from autoscaler.fakes.github_server import make_server
-from autoscaler.fakes.github_shapes import (
-    FakeJob,
-    FakeRepo,
-    FakeRequest,
-    FakeRun,
-    FakeRunner,
-    Fault,
-)
+from autoscaler.fakes.github_server import FakeServer, make_server
+from autoscaler.fakes.github_shapes import FakeJob, FakeRequest, FakeRun, FakeRunner
+from autoscaler.fakes.github_state import GitHubState
 
 __all__ = ["FakeGitHub", "FakeJob", "FakeRequest", "FakeRun", "FakeRunner"]
 
 
-class FakeGitHub:
-    """State plus a server. Times are timezone-aware UTC from ``clock``."""
-
-    RATE_LIMIT = 5000
+class FakeGitHub(GitHubState):
+    """The fake's state plus a real HTTP server on 127.0.0.1 (``start``/``stop``)."""
 
     def __init__(
         self,
@@ -52,33 +41,18 @@ class FakeGitHub:
         latency: float = 0.0,
         owner_kind: str = "org",
     ) -> None:
-        if owner_kind not in {"org", "user"}:
-            raise ValueError(f"owner_kind must be 'org' or 'user', not {owner_kind!r}")
-        self.owner = owner
-        #: "org" (an organization) or "user" (a user account: no /orgs/ endpoints).
-        self.owner_kind = owner_kind
-        self.token = token
-        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
-        self.app_id = app_id
-        self.app_public_key_pem = app_public_key_pem
-        self.latency = latency
-        self.url = ""
-        self.requests: list[FakeRequest] = []
-        #: Installation tokens issued to the App: token -> expiry.
-        self.installation_tokens: dict[str, datetime] = {}
-        self.lock = threading.RLock()
-        self._repos: dict[str, FakeRepo] = {}
-        self._runs: dict[int, FakeRun] = {}
-        self._jobs: dict[int, FakeJob] = {}
-        self._runners: dict[int, FakeRunner] = {}
-        self._faults: list[Fault] = []
-        self._next_id = 1000
-        self._rate_used = 0
-        self._rate_reset: float | None = None
-        self._server: ThreadingHTTPServer | None = None
+        super().__init__(
+            owner,
+            token,
+            clock=clock,
+            app_id=app_id,
+            app_public_key_pem=app_public_key_pem,
+            latency=latency,
+            owner_kind=owner_kind,
+        )
+        self._server: FakeServer | None = None
         self._thread: threading.Thread | None = None
 
-    # --- server
     def start(self) -> str:
         self._server = make_server(self)
         host, port = self._server.server_address[:2]
@@ -107,173 +81,3 @@ class FakeGitHub:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # --- state
-    def _new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id
-
-    def add_repo(self, name: str) -> None:
-        with self.lock:
-            if name not in self._repos:
-                self._repos[name] = FakeRepo(self._new_id(), name)
-
-    def queue_job(
-        self,
-        repo: str,
-        labels: Sequence[str],
-        *,
-        created_at: datetime | None = None,
-        name: str = "build",
-        run_id: int | None = None,
-    ) -> int:
-        """A queued job; a new run of its own unless ``run_id`` names one. Returns its id."""
-        with self.lock:
-            self.add_repo(repo)
-            now = created_at or self.clock()
-            if run_id is None or run_id not in self._runs:
-                run = FakeRun(run_id or self._new_id(), repo, now)
-                self._runs[run.id] = run
-            else:
-                run = self._runs[run_id]
-            job = FakeJob(self._new_id(), run.id, run.repo, name, tuple(labels), now)
-            self._jobs[job.id] = job
-            run.job_ids.append(job.id)
-            return job.id
-
-    def register_runner(
-        self, name: str, labels: Sequence[str], repo: str | Sequence[str] | None = None
-    ) -> int:
-        """An online, idle self-hosted runner. Returns its id.
-
-        Without ``repo`` it is an org runner (``/orgs/{org}/actions/runners``); with a
-        repository name (or several) it is listed by ``/repos/{o}/{r}/actions/runners`` of
-        each, and only there. A user owner has repository runners only.
-        """
-        repos = (repo,) if isinstance(repo, str) else tuple(repo or ())
-        if not repos and self.owner_kind == "user":
-            raise ValueError("a user owner has no org runners: pass repo=")
-        with self.lock:
-            for name_of_repo in repos:
-                self.add_repo(name_of_repo)
-            runner = FakeRunner(self._new_id(), name, tuple(labels), repos=repos)
-            self._runners[runner.id] = runner
-            return runner.id
-
-    def set_runner_online(self, runner_id: int, online: bool) -> None:
-        with self.lock:
-            self._runners[runner_id].online = online
-
-    def assign_job(self, job_id: int, runner_id: int) -> None:
-        """The runner picks the job: job in_progress (with a step), runner busy."""
-        with self.lock:
-            job, runner = self._jobs[job_id], self._runners[runner_id]
-            job.status, job.started_at = "in_progress", self.clock()
-            job.runner_id, job.runner_name = runner.id, runner.name
-            runner.busy = True
-
-    def complete_job(self, job_id: int) -> None:
-        """The job completes; its runner (if any) is idle again."""
-        with self.lock:
-            job = self._jobs[job_id]
-            now = self.clock()
-            job.status, job.completed_at = "completed", now
-            job.started_at = job.started_at or now
-            runner = self._runners.get(job.runner_id) if job.runner_id is not None else None
-            if runner is not None:
-                runner.busy = False
-
-    def remove_runner(self, runner_id: int) -> None:
-        """Deregister a runner. KeyError when unknown, ValueError when busy (the 422)."""
-        with self.lock:
-            runner = self._runners[runner_id]
-            if runner.busy:
-                raise ValueError(f'Runner "{runner.name}" is still running a job')
-            del self._runners[runner_id]
-
-    def set_run_status(self, run_id: int, status: str | None) -> None:
-        """Make the API report this run's status (e.g. completed over a queued job)."""
-        with self.lock:
-            self._runs[run_id].reported_status = status
-
-    def override_job(self, job_id: int, **fields: Any) -> None:
-        """Serve these raw JSON fields for the job (bad data on purpose)."""
-        with self.lock:
-            self._jobs[job_id].overrides.update(fields)
-
-    def override_runner(self, runner_id: int, **fields: Any) -> None:
-        with self.lock:
-            self._runners[runner_id].overrides.update(fields)
-
-    def queued_jobs(self) -> list[FakeJob]:
-        with self.lock:
-            return [j for j in self._jobs.values() if j.status == "queued"]
-
-    def job(self, job_id: int) -> FakeJob:
-        with self.lock:
-            return self._jobs[job_id]
-
-    def jobs(self) -> list[FakeJob]:
-        with self.lock:
-            return list(self._jobs.values())
-
-    def runners(self) -> list[FakeRunner]:
-        with self.lock:
-            return list(self._runners.values())
-
-    def repos(self) -> list[str]:
-        with self.lock:
-            return list(self._repos)
-
-    def run_status(self, run: FakeRun) -> str:
-        """The status derived from the run's jobs."""
-        statuses = {self._jobs[j].status for j in run.job_ids}
-        if statuses == {"completed"}:
-            return "completed"
-        if statuses <= {"queued"}:
-            return "queued"
-        return "in_progress"
-
-    # --- faults
-    def inject_fault(
-        self,
-        path_regex: str,
-        status: int,
-        *,
-        times: int = 1,
-        retry_after: float | None = None,
-        ratelimit_reset: float | None = None,
-    ) -> None:
-        """Answer the next ``times`` requests whose path (with query) matches with ``status``.
-
-        ``retry_after`` sets ``Retry-After``; ``ratelimit_reset`` sets
-        ``x-ratelimit-remaining: 0`` and ``x-ratelimit-reset``: seconds from the fake's
-        clock, or an absolute unix time when larger than 1e9.
-        """
-        with self.lock:
-            self._faults.append(
-                Fault(re.compile(path_regex), status, times, retry_after, ratelimit_reset)
-            )
-
-    def inject_malformed(self, path_regex: str, *, times: int = 1) -> None:
-        """Answer the next ``times`` matching requests with 200 and an invalid JSON body."""
-        with self.lock:
-            self._faults.append(Fault(re.compile(path_regex), None, times))
-
-    def take_fault(self, path: str) -> Fault | None:
-        with self.lock:
-            for fault in self._faults:
-                if fault.times > 0 and fault.pattern.search(path):
-                    fault.times -= 1
-                    return fault
-            return None
-
-    def count(self, status: int | None = None, path_regex: str = "") -> int:
-        """Requests logged so far with this status (any when None) whose path matches."""
-        pattern = re.compile(path_regex)
-        with self.lock:
-            return sum(
-                1
-                for r in self.requests
-                if (status is None or r.status == status) and pattern.search(r.path)
-            )

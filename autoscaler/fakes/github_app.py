@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import jwt
 
 from autoscaler.fakes.github_shapes import Reply, error_reply, iso
-
-if TYPE_CHECKING:
-    from autoscaler.fakes.github import FakeGitHub
+from autoscaler.fakes.github_state import GitHubState
 
 
-def authorized(fake: FakeGitHub, auth: str) -> bool:
+def authorized(fake: GitHubState, auth: str) -> bool:
     scheme, _, token = auth.partition(" ")
     if scheme.lower() not in ("bearer", "token") or not token:
         return False
@@ -26,7 +23,7 @@ def authorized(fake: FakeGitHub, auth: str) -> bool:
     return expiry is not None and fake.clock() < expiry
 
 
-def app_token(fake: FakeGitHub, auth: str) -> Reply:
+def app_token(fake: GitHubState, auth: str) -> Reply:
     scheme, _, token = auth.partition(" ")
     bad = error_reply(401, "A JSON web token could not be decoded")
     if fake.app_public_key_pem is None or scheme.lower() != "bearer" or not token:

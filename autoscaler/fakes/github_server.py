@@ -8,7 +8,7 @@ import re
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from autoscaler.fakes.github_app import app_token, authorized
@@ -22,9 +22,7 @@ from autoscaler.fakes.github_shapes import (
     run_json,
     runner_json,
 )
-
-if TYPE_CHECKING:
-    from autoscaler.fakes.github import FakeGitHub
+from autoscaler.fakes.github_state import GitHubState
 
 _REPOS = re.compile(r"^/(orgs|users)/([^/]+)/repos$")
 _RUNS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs$")
@@ -79,7 +77,7 @@ class Handler(BaseHTTPRequestHandler):
         if reply.status not in (204, 304):
             self.wfile.write(reply.raw)
 
-    def _reply(self, method: str, fake: FakeGitHub) -> Reply:
+    def _reply(self, method: str, fake: GitHubState) -> Reply:
         fault = fake.take_fault(self.path)
         if fault is not None:
             return _fault_reply(fake, fault)
@@ -107,14 +105,14 @@ class Handler(BaseHTTPRequestHandler):
         return _page(fake, self.path, key, items, query, self.headers.get("If-None-Match"))
 
 
-def _remaining(fake: FakeGitHub) -> int:
+def _remaining(fake: GitHubState) -> int:
     now = fake.clock().timestamp()
     if fake._rate_reset is None or now >= fake._rate_reset:
         fake._rate_reset, fake._rate_used = float(int(now) + 3600), 0
     return fake.RATE_LIMIT - fake._rate_used
 
 
-def _rate_headers(fake: FakeGitHub, *, count: bool) -> dict[str, str]:
+def _rate_headers(fake: GitHubState, *, count: bool) -> dict[str, str]:
     """x-ratelimit-* headers; ``count`` spends one request first (not for 304s)."""
     with fake.lock:
         _remaining(fake)
@@ -129,7 +127,7 @@ def _rate_headers(fake: FakeGitHub, *, count: bool) -> dict[str, str]:
         }
 
 
-def _fault_reply(fake: FakeGitHub, fault: Fault) -> Reply:
+def _fault_reply(fake: GitHubState, fault: Fault) -> Reply:
     if fault.status is None:
         return Reply(200, _MALFORMED, _rate_headers(fake, count=True))
     headers = _rate_headers(fake, count=False)
@@ -149,7 +147,7 @@ def _fault_reply(fake: FakeGitHub, fault: Fault) -> Reply:
     return error_reply(fault.status, HTTPStatus(fault.status).phrase, headers)
 
 
-def _delete_runner(fake: FakeGitHub, owner: str, repo: str | None, runner_id: int) -> Reply:
+def _delete_runner(fake: GitHubState, owner: str, repo: str | None, runner_id: int) -> Reply:
     """DELETE an org runner (``repo`` None) or a repository's runner: 204, 404 or 422."""
     headers = _rate_headers(fake, count=True)
     runner = fake._runners.get(runner_id)
@@ -167,13 +165,13 @@ def _delete_runner(fake: FakeGitHub, owner: str, repo: str | None, runner_id: in
     return Reply(204, None, headers)
 
 
-def _owner_serves(fake: FakeGitHub, owner: str, *, orgs: bool) -> bool:
+def _owner_serves(fake: GitHubState, owner: str, *, orgs: bool) -> bool:
     """The path's owner is ours, and an ``/orgs/`` path names an organization."""
     return owner.lower() == fake.owner.lower() and not (orgs and fake.owner_kind == "user")
 
 
 def _listing(
-    fake: FakeGitHub, path: str, query: dict[str, str]
+    fake: GitHubState, path: str, query: dict[str, str]
 ) -> tuple[str | None, list[dict[str, Any]]] | None:
     """(wrapper key or None for a bare list, every item) for a GET, or None for a 404."""
     base, owner = fake.url, fake.owner
@@ -211,7 +209,7 @@ def _listing(
 
 
 def _page(  # noqa: PLR0917
-    fake: FakeGitHub,
+    fake: GitHubState,
     raw_path: str,
     key: str | None,
     items: list[dict[str, Any]],
@@ -273,10 +271,10 @@ class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256
 
-    def __init__(self, fake: FakeGitHub) -> None:
+    def __init__(self, fake: GitHubState) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.fake = fake
 
 
-def make_server(fake: FakeGitHub) -> FakeServer:
+def make_server(fake: GitHubState) -> FakeServer:
     return FakeServer(fake)

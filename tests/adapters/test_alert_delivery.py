@@ -18,7 +18,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
-from autoscaler.configload import Secret
+from autoscaler.config.reader import Secret
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.telemetry import Metrics
 from tests.conftest import free_port

@@ -28,9 +28,9 @@ from autoscaler.errors import (
     RateLimitedError,
     TransientError,
 )
-from autoscaler.pools.aws_asg import IAM_ACTIONS, AwsAsgPool
 from autoscaler.retrying import RetryPolicy
-from autoscaler.scaler import Scaler
+from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
+from autoscaler.scale.scaler import Scaler
 from autoscaler.sim.aws_faults import TIMEOUT, CapacityOutage, Fault, inject
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics

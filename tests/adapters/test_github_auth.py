@@ -11,11 +11,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
-from autoscaler.configload import Secret
+from autoscaler.config.reader import Secret
 from autoscaler.errors import AuthenticationError
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.sources.github import GitHubSource
-from autoscaler.sources.github_auth import AppAuth
+from autoscaler.observe.github.auth import AppAuth
+from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.configload import Secret
+from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
 from autoscaler.errors import (
     AuthenticationError,
@@ -19,7 +19,7 @@ from autoscaler.errors import (
     TransientError,
 )
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.sources.github import GitHubSource
+from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

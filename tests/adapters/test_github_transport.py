@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.configload import Secret
+from autoscaler.config.reader import Secret
 from autoscaler.errors import TransientError
-from autoscaler.sources.github import GitHubSource
+from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ from typing import Any
 import hcl2
 import pytest
 
-from autoscaler.pools.aws_asg import IAM_ACTIONS
+from autoscaler.scale.aws.asg import IAM_ACTIONS
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
     TERRAFORM_DIR,

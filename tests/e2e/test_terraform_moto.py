@@ -24,7 +24,7 @@ import pytest
 
 from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
-from autoscaler.pools.aws_asg import IAM_ACTIONS, AwsAsgPool
+from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
 from autoscaler.telemetry import Metrics
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (

@@ -13,6 +13,7 @@ from autoscaler.config import (
     RunnerTypeConfig,
     ScalingConfig,
 )
+from autoscaler.config.schedule import MinIdle
 from autoscaler.domain import (
     ActivityStatus,
     Instance,
@@ -26,7 +27,6 @@ from autoscaler.domain import (
     ScalingActivity,
 )
 from autoscaler.errors import AutoscalerError, RejectedError
-from autoscaler.schedule import MinIdle
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 GPU, CPU = "linux.g5.4xlarge.nvidia.gpu", "linux.4xlarge"

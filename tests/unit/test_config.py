@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autoscaler.config import load_config, parse_config
-from autoscaler.configload import Secret, parse_duration
+from autoscaler.config.reader import Secret, parse_duration
 from autoscaler.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

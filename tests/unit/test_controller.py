@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
 from autoscaler.domain import (
@@ -19,7 +20,6 @@ from autoscaler.domain import (
     normalize_labels,
 )
 from autoscaler.errors import AutoscalerError, TransientError
-from autoscaler.service import run_loop
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

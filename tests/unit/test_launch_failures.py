@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, RetryConfig
 from autoscaler.domain import ActivityStatus, PoolState, ScalingActivity
-from autoscaler.plan import Plan, ScalingState
-from autoscaler.policy import decide
-from autoscaler.scaler import Scaler
+from autoscaler.scale.plan import Plan, ScalingState
+from autoscaler.scale.policy import decide
+from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import (
     GPU,

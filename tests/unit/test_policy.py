@@ -9,10 +9,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from autoscaler.config import BudgetConfig, Config, ScalingConfig
+from autoscaler.config.schedule import IdleWindow, MinIdle
 from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
-from autoscaler.plan import Plan, ScalingState
-from autoscaler.policy import decide
-from autoscaler.schedule import IdleWindow, MinIdle
+from autoscaler.scale.plan import Plan, ScalingState
+from autoscaler.scale.policy import decide
 from tests.unit.scaling_fakes import CPU, GPU, T0, config, iid, inst, pool, rtype, runner, snapshot
 
 PENDING = InstanceLifecycle.PENDING

@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.domain import Job, JobStatus, Runner, RunnerType, normalize_labels
-from autoscaler.queue import compute_queue, is_ghost, match_job, match_runner, queue_time_seconds
+from autoscaler.observe.queue import (
+    compute_queue,
+    is_ghost,
+    match_job,
+    match_runner,
+    queue_time_seconds,
+)
 
 NOW = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 CPU = RunnerType("linux.4xlarge", normalize_labels(["self-hosted", "linux.4xlarge"]))

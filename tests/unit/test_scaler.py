@@ -17,8 +17,8 @@ from autoscaler.errors import (
     RejectedError,
     TransientError,
 )
-from autoscaler.plan import Decision
-from autoscaler.scaler import Scaler
+from autoscaler.scale.plan import Decision
+from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import (
     GPU,

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from autoscaler.config import BudgetConfig
 from autoscaler.domain import InstanceLifecycle, Observation, Runner
 from autoscaler.errors import RejectedError
-from autoscaler.scaler import Scaler
+from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import T0, FakePool, config, observation, pool, rtype, snapshot
 

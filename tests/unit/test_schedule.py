@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from autoscaler.schedule import IdleWindow, MinIdle
+from autoscaler.config.schedule import IdleWindow, MinIdle
 
 MON, FRI, SAT, SUN = 0, 4, 5, 6
 WEEKDAYS = frozenset(range(5))

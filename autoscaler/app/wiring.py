@@ -11,7 +11,7 @@ from autoscaler.alerting.store import StateStore
 from autoscaler.config import Config
 from autoscaler.controller import Controller
 from autoscaler.ports import JobSource, RunnerPool
-from autoscaler.scaler import Scaler
+from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
 
 
@@ -42,7 +42,7 @@ def build_runtime(
     """
     closers: list[Callable[[], None]] = []
     if source is None:
-        from autoscaler.sources.github import GitHubSource  # noqa: PLC0415 (light CLI start)
+        from autoscaler.observe.github.source import GitHubSource  # noqa: PLC0415 (light CLI start)
 
         github = GitHubSource(config.github, metrics)
         closers.append(github.close)
@@ -57,7 +57,7 @@ def build_runtime(
     scaler = None
     if config.scaling.enabled and any(rt.pools for rt in config.runner_types):
         if pool is None:
-            from autoscaler.pools.aws_asg import AwsAsgPool  # noqa: PLC0415
+            from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
 
             pool = AwsAsgPool(config.aws, metrics)
         scaler = Scaler(pool, source, config, metrics)

@@ -1,7 +1,7 @@
 """The values a scaling plan is made of: decisions, actions, and the policy's state.
 
-:func:`autoscaler.policy.decide` produces a :class:`Plan`; :class:`autoscaler.scaler.Scaler`
-executes it. Plain frozen values, no I/O.
+:func:`autoscaler.scale.policy.decide` produces a :class:`Plan`;
+:class:`autoscaler.scale.scaler.Scaler` executes it. Plain frozen values, no I/O.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from autoscaler.config import RunnerTypeConfig, ScalingConfig
 from autoscaler.domain import ActivityStatus, PoolState
-from autoscaler.plan import LAUNCH_FAILED, STUCK, Release, ScalingState
+from autoscaler.scale.plan import LAUNCH_FAILED, STUCK, Release, ScalingState
 
 
 def track_short(pools: Mapping[str, PoolState], state: ScalingState, now: datetime) -> ScalingState:

@@ -33,10 +33,10 @@ from autoscaler.errors import (
     RejectedError,
     TransientError,
 )
-from autoscaler.sources.github_auth import Auth
+from autoscaler.observe.github.auth import Auth
 from autoscaler.telemetry import Metrics
 
-log = logging.getLogger("autoscaler.sources.github")
+log = logging.getLogger("autoscaler.observe.github")
 
 
 class BadPage(Exception):

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.configload import Reader, Secret, join_path, yaml_where
+from autoscaler.config.reader import Reader, Secret, join_path, yaml_where
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
 RECEIVER_TYPES = ("webhook", "slack", "pagerduty", "alertmanager", "github_issue")

@@ -10,10 +10,10 @@ import threading
 from collections.abc import Sequence
 
 from autoscaler import __version__
+from autoscaler.app.report import format_table, to_json
+from autoscaler.app.service import run_loop, stop_on_signals, utc_now
 from autoscaler.config import Config, load_config
 from autoscaler.errors import ConfigError
-from autoscaler.report import format_table, to_json
-from autoscaler.service import run_loop, stop_on_signals, utc_now
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler")
@@ -62,7 +62,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_once(args: argparse.Namespace) -> int:
-    from autoscaler.wiring import build_runtime  # noqa: PLC0415
+    from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
@@ -80,8 +80,8 @@ def cmd_once(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autoscaler.httpserver import StatusServer  # noqa: PLC0415
-    from autoscaler.wiring import build_runtime  # noqa: PLC0415
+    from autoscaler.app.httpserver import StatusServer  # noqa: PLC0415
+    from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
@@ -131,7 +131,7 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from autoscaler.demo import run_demo  # noqa: PLC0415
+    from autoscaler.app.demo import run_demo  # noqa: PLC0415
 
     _setup_logging(args.log_level or "warning")
     return run_demo(duration=args.duration, listen=args.listen, tick=args.tick)

@@ -1,6 +1,6 @@
 """Act on the policy's plan: the part of a tick that changes the cloud and the CI provider.
 
-Each tick :meth:`Scaler.step` describes the pools, asks :func:`autoscaler.policy.decide`
+Each tick :meth:`Scaler.step` describes the pools, asks :func:`autoscaler.scale.policy.decide`
 for a plan and executes it, every cloud call through one :class:`RetryPolicy`:
 
 - protect new instances from scale-in (the group never picks a victim itself);
@@ -38,7 +38,9 @@ from autoscaler.domain import (
     ScalingProblem,
 )
 from autoscaler.errors import AutoscalerError, CapacityError, PermanentError, RejectedError
-from autoscaler.plan import (
+from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.retrying import RetryPolicy
+from autoscaler.scale.plan import (
     HOLD,
     MISSING,
     ORPHAN,
@@ -54,9 +56,7 @@ from autoscaler.plan import (
     ScalingState,
     slot_target,
 )
-from autoscaler.policy import decide
-from autoscaler.ports import JobSource, RunnerPool
-from autoscaler.retrying import RetryPolicy
+from autoscaler.scale.policy import decide
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any
 from autoscaler.domain import Job, JobStatus, Runner, normalize_labels
 from autoscaler.telemetry import Metrics
 
-log = logging.getLogger("autoscaler.sources.github")
+log = logging.getLogger("autoscaler.observe.github")
 
 _JOB_STATUSES = {s.value: s for s in JobStatus}
 

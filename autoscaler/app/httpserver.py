@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from autoscaler.app.report import format_table
 from autoscaler.controller import Controller
-from autoscaler.report import format_table
 
 log = logging.getLogger(__name__)
 

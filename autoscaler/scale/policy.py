@@ -15,7 +15,7 @@ never past a pool's MaxSize. Scale down only idle runners past ``idle_timeout``,
 idle first: each :class:`ScaleIn` says "deregister runner X, then terminate instance Y in
 pool P". Stale observations never scale: every pool is held.
 A pool whose launches failed after it accepted a scale-up (a Failed scaling activity, or
-stuck short of its desired capacity past ``boot_timeout``; :mod:`autoscaler.capacity`) is
+stuck short of its desired capacity past ``boot_timeout``; :mod:`autoscaler.scale.capacity`) is
 backed off and released like one that refused synchronously, and the need fails over.
 Orphans (an instance with no registered runner ``boot_timeout`` after launch) are
 terminated; an offline runner whose instance is gone is deregistered. Caps per tick come
@@ -31,10 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from autoscaler.capacity import launch_failures, track_short
 from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
-from autoscaler.plan import (
+from autoscaler.ports import instance_id_of
+from autoscaler.scale.capacity import launch_failures, track_short
+from autoscaler.scale.plan import (
     HOLD,
     LAUNCH_FAILED,
     MISSING,
@@ -57,7 +58,6 @@ from autoscaler.plan import (
     TerminateOrphan,
     slot_target,
 )
-from autoscaler.ports import instance_id_of
 
 __all__ = ["Decision", "Plan", "ScalingState", "decide", "pool_of_runner"]
 

@@ -31,9 +31,9 @@ import httpx
 from autoscaler.config import GitHubConfig
 from autoscaler.domain import Job, Observation, Runner
 from autoscaler.errors import ConfigError, NotFoundError, TransientError
-from autoscaler.sources.github_auth import AppAuth, Auth, TokenAuth
-from autoscaler.sources.github_http import BadPage, GitHubHttp
-from autoscaler.sources.github_parse import (
+from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
+from autoscaler.observe.github.http import BadPage, GitHubHttp
+from autoscaler.observe.github.parse import (
     BadItem,
     RunRef,
     Skips,
@@ -46,7 +46,7 @@ from autoscaler.sources.github_parse import (
 from autoscaler.telemetry import Metrics
 
 RUN_STATUSES = ("queued", "in_progress")
-log = logging.getLogger("autoscaler.sources.github")
+log = logging.getLogger("autoscaler.observe.github")
 
 
 class GitHubSource:

@@ -11,7 +11,7 @@ role is checked against it.
 Each method makes single attempts (botocore's own retries are set to
 ``aws.botocore_max_attempts``); the caller wraps them in :class:`autoscaler.retrying.RetryPolicy`.
 Every call is timed by operation and error code through :meth:`AwsAsgPool._call`, and
-botocore errors are translated (:mod:`autoscaler.pools.aws_errors`) before they leave.
+botocore errors are translated (:mod:`autoscaler.scale.aws.errors`) before they leave.
 
 Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"``
 (:func:`autoscaler.ports.instance_id_of`).
@@ -37,7 +37,7 @@ from autoscaler.domain import (
     PoolState,
     ScalingActivity,
 )
-from autoscaler.pools.aws_errors import translate
+from autoscaler.scale.aws.errors import translate
 from autoscaler.telemetry import Metrics
 
 IAM_ACTIONS: frozenset[str] = frozenset(

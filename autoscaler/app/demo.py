@@ -23,11 +23,11 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from autoscaler.app.httpserver import StatusServer
+from autoscaler.app.report import format_table
+from autoscaler.app.service import stop_on_signals
 from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.httpserver import StatusServer
-from autoscaler.report import format_table
-from autoscaler.service import stop_on_signals
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -183,9 +183,9 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
         return 1
     import boto3  # noqa: PLC0415
 
-    from autoscaler.pools.aws_asg import AwsAsgPool  # noqa: PLC0415
+    from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
+    from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
     from autoscaler.sim.aws_faults import CapacityOutage  # noqa: PLC0415
-    from autoscaler.wiring import build_runtime  # noqa: PLC0415
 
     stop = threading.Event()
     stop_on_signals(stop)

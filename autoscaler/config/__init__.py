@@ -1,0 +1,51 @@
+"""Configuration: the frozen schema, its YAML reader, the alerts section, min_idle schedules.
+
+One public entry point, :func:`load_config` (or :func:`parse_config` for a parsed document).
+"""
+
+from autoscaler.config.alerts import (
+    PRIORITIES,
+    RECEIVER_TYPES,
+    AlertRuleConfig,
+    AlertsConfig,
+    BuiltinAlertsConfig,
+    ReceiverConfig,
+)
+from autoscaler.config.load import load_config, parse_config
+from autoscaler.config.reader import Secret
+from autoscaler.config.schema import (
+    DEFAULT_HOSTED_LABELS,
+    DEFAULT_STATE_PATH,
+    AwsConfig,
+    BudgetConfig,
+    Config,
+    GitHubAppConfig,
+    GitHubConfig,
+    RetryConfig,
+    RunnerTypeConfig,
+    ScalingConfig,
+    StateConfig,
+)
+
+__all__ = [
+    "DEFAULT_HOSTED_LABELS",
+    "DEFAULT_STATE_PATH",
+    "PRIORITIES",
+    "RECEIVER_TYPES",
+    "AlertRuleConfig",
+    "AlertsConfig",
+    "AwsConfig",
+    "BudgetConfig",
+    "BuiltinAlertsConfig",
+    "Config",
+    "GitHubAppConfig",
+    "GitHubConfig",
+    "ReceiverConfig",
+    "RetryConfig",
+    "RunnerTypeConfig",
+    "ScalingConfig",
+    "Secret",
+    "StateConfig",
+    "load_config",
+    "parse_config",
+]

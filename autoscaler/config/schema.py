@@ -1,0 +1,155 @@
+"""The configuration's frozen, typed values: one dataclass per section, a docstring per field.
+
+Durations are float seconds. Built by :mod:`autoscaler.config.load` (validated once, every
+problem reported together); read everywhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoscaler.config.alerts import AlertsConfig
+from autoscaler.config.reader import Secret
+from autoscaler.config.schedule import MinIdle
+from autoscaler.domain import RunnerType
+
+#: The alert state file when the config names none (the image's working directory is its
+#: state volume, /var/lib/ci-autoscaler).
+DEFAULT_STATE_PATH = "ci-autoscaler-state.db"
+
+#: GitHub-hosted runner labels (ubuntu-latest, windows-2022, macos-14, ...).
+DEFAULT_HOSTED_LABELS = ("ubuntu-*", "windows-*", "macos-*")
+
+
+@dataclass(frozen=True)
+class GitHubAppConfig:
+    app_id: int
+    """The GitHub App's id."""
+    installation_id: int
+    """The installation of the app on the owner (org or user)."""
+    private_key: Secret = field(repr=False)
+    """The app's PEM private key, read from ``private_key_file`` at load."""
+
+
+@dataclass(frozen=True)
+class GitHubConfig:
+    owner: str
+    """The org (or user) whose repositories and self-hosted runners are watched."""
+    api_url: str = "https://api.github.com"
+    """REST API root; GitHub Enterprise Server: ``https://HOST/api/v3``."""
+    repos: tuple[str, ...] | None = None
+    """Repository names to watch; ``None`` lists every repository of the owner."""
+    token: Secret | None = field(default=None, repr=False)
+    """A token with Actions read and org self-hosted runner read/write."""
+    app: GitHubAppConfig | None = field(default=None, repr=False)
+    """GitHub App credentials, instead of a token."""
+    timeout: float = 10.0
+    """Per-request timeout in seconds (connect, read, write and pool)."""
+    max_concurrency: int = 16
+    """Requests in flight at once."""
+    hosted_labels: tuple[str, ...] = DEFAULT_HOSTED_LABELS
+    """Globs of GitHub-hosted runner labels: an unmatched job asking for one is not ours."""
+
+
+@dataclass(frozen=True)
+class RunnerTypeConfig:
+    name: str
+    """The runner type's name (the key under ``runner_types``)."""
+    labels: frozenset[str]
+    """Labels every runner of this type carries (lower-cased)."""
+    pools: tuple[str, ...] = ()
+    """Auto Scaling group names, tried in this order."""
+    min_idle: MinIdle = field(default_factory=MinIdle)
+    """Warm runners kept idle: a number, or a weekly UTC schedule
+    (:mod:`autoscaler.config.schedule`); ask it with ``min_idle.at(now)``."""
+    max: int | None = None
+    """Never more instances than this across the type's pools (nor the ASG MaxSize)."""
+    priority: int = 0
+    """Higher gets capacity first under a shared budget."""
+    idle_timeout: float = 600.0
+    """An idle runner older than this may be scaled in."""
+    boot_timeout: float = 900.0
+    """An instance with no registered runner after this long is an orphan."""
+
+    @property
+    def runner_type(self) -> RunnerType:
+        return RunnerType(self.name, self.labels)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    name: str
+    """The budget's name (the key under ``budgets``)."""
+    max_instances: int
+    """Instances the matching runner types may hold together."""
+    runner_types: tuple[str, ...]
+    """Glob patterns over runner type names."""
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    max_attempts: int = 4
+    """Attempts per cloud call, the first included."""
+    deadline: float = 30.0
+    """No new attempt starts after this many seconds."""
+    initial_backoff: float = 0.5
+    """Upper bound of the first full-jitter wait, in seconds; doubles each attempt."""
+    max_backoff: float = 8.0
+    """Cap on one wait, in seconds."""
+
+
+@dataclass(frozen=True)
+class AwsConfig:
+    region: str = "us-east-1"
+    """AWS region of the runner pools."""
+    endpoint_url: str | None = None
+    """Set for moto or another AWS-compatible endpoint."""
+    retry: RetryConfig = RetryConfig()
+    """Our retry policy around every AWS call."""
+    botocore_max_attempts: int = 1
+    """botocore's own ``total_max_attempts`` (1: botocore does not retry; we do)."""
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    enabled: bool = True
+    """False: observe and alert only, never touch a pool."""
+    max_scale_in_per_tick: int = 5
+    """Idle runners removed per tick at most."""
+    max_cleanup_per_tick: int = 5
+    """Orphan instances and stale runners cleaned up per tick at most."""
+    capacity_backoff_initial: float = 300.0
+    """How long a pool out of capacity is skipped at first; doubles each time."""
+    capacity_backoff_max: float = 1800.0
+    """Cap on the capacity back-off."""
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    path: str | None = DEFAULT_STATE_PATH
+    """SQLite file for alert state and the notification outbox, relative to the working
+    directory (the image's is the state volume); ``":memory:"`` keeps it in memory, lost
+    on restart."""
+
+
+@dataclass(frozen=True)
+class Config:
+    github: GitHubConfig
+    runner_types: tuple[RunnerTypeConfig, ...]
+    poll_interval: float = 30.0
+    """Seconds between ticks."""
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 9464
+    """Where /metrics, /healthz and /readyz are served."""
+    log_level: str = "info"
+    aws: AwsConfig = AwsConfig()
+    budgets: tuple[BudgetConfig, ...] = ()
+    scaling: ScalingConfig = ScalingConfig()
+    state: StateConfig = StateConfig()
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+
+    def runner_type(self, name: str) -> RunnerTypeConfig:
+        for rt in self.runner_types:
+            if rt.name == name:
+                return rt
+        raise KeyError(name)

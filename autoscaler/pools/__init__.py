@@ -1,1 +1,0 @@
-"""Cloud runner pools behind the RunnerPool port (EC2 Auto Scaling today)."""

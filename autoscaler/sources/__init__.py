@@ -1,1 +1,0 @@
-"""CI providers behind the JobSource port (GitHub today)."""
