@@ -160,6 +160,7 @@ class ScalingActivity:
 
     started_at: datetime
     status: ActivityStatus
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,3 +200,19 @@ class ScalingProblem:
     pool: str
     code: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One reason jobs of a runner type wait, as on-call reads it.
+
+    ``code`` is stable (``at_max``, ``capacity_backoff``, ... :mod:`autoscaler.scale.diagnosis`
+    lists them): alerts, ``explain`` and dashboards may key on it. ``detail`` is one line for
+    a person, naming the numbers (pools, counts, ages, the cloud's own message).
+    """
+
+    code: str
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "detail": self.detail}

@@ -20,9 +20,12 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
     FLEET,
+    OBJECTIVE_RULE,
     PROVISIONING_RULE,
     UNMATCHED_RULE,
+    Causes,
     Evaluation,
+    evaluate_objective,
     evaluate_provisioning,
     evaluate_rules,
     evaluate_unmatched,
@@ -32,6 +35,7 @@ from autoscaler.alerting.rules import (
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import QueueSnapshot, ScalingProblem
+from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,10 @@ class AlertView:
     text: str
     fingerprint: str
     values: Mapping[str, int]
+    reason: str = ""
+    """The Reason line's text (for the status page; not in ``once`` JSON)."""
+    cause: str | None = None
+    """The Cause line's text, None when the alert has none (not in ``once`` JSON)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +82,8 @@ def _view(state: AlertState) -> AlertView:
         render.text(n),
         ev.fingerprint,
         dict(ev.values),
+        ev.reason,
+        ev.cause,
     )
 
 
@@ -100,19 +110,29 @@ class AlertEngine:
         last_successful_poll: datetime | None,
         now: datetime,
         problems: Sequence[ScalingProblem] | None = None,
+        *,
+        causes: Causes | None = None,
+        objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
-        scaling run this tick: ``problems`` is None)."""
+        scaling run this tick: ``problems`` is None). ``causes`` (runner type -> why its
+        jobs wait) go on the queue alerts' ``Cause:`` line; ``objectives`` feed the
+        built-in queue-time objective alert."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
         keep: set[str] = set()
         if snapshot is not None:
-            evaluations += evaluate_rules(self.config.rules, snapshot)
+            evaluations += evaluate_rules(self.config.rules, snapshot, causes)
             if b.unmatched_jobs:
-                evaluations.append(evaluate_unmatched(b, snapshot, everyone))
+                evaluations.append(evaluate_unmatched(b, snapshot, everyone, causes))
+            if b.queue_time_objective:
+                evaluations += [
+                    evaluate_objective(b, status, everyone, causes)
+                    for status in (objectives or {}).values()
+                ]
         else:
-            keep = {r.name for r in self.config.rules} | {UNMATCHED_RULE}
+            keep = {r.name for r in self.config.rules} | {UNMATCHED_RULE, OBJECTIVE_RULE}
         if problems is None:
             keep.add(PROVISIONING_RULE)
         else:
@@ -132,11 +152,15 @@ class AlertEngine:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        causes: Causes | None = None,
+        objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed."""
         if self.started_at is None:
             self.started_at = now
-        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems)
+        evaluations, keep = self.evaluate(
+            snapshot, last_successful_poll, now, problems, causes=causes, objectives=objectives
+        )
         old = self.store.load_states()
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:

@@ -3,7 +3,11 @@
 Pure functions of a :class:`Notification`; no I/O. Payload shapes:
 
 - webhook: our own flat JSON (title, state, team, priority, description, reason, values and
-  flags as numbers, occurred_at, fingerprint, runbook_url, dashboard_url, text).
+  flags as numbers, occurred_at, fingerprint, runbook_url, dashboard_url, causes, text).
+
+Every payload carries ``causes: [{runner_type, code, detail}]`` (PagerDuty in
+``custom_details``; Alertmanager also as the ``cause`` annotation); the text carries them
+as the ``Cause:`` line right after ``Reason:`` (queue alerts only; ``Reason:`` never changes).
 - slack: an incoming-webhook message: ``text`` (notification fallback) plus one attachment
   with a colour bar (red FIRING, green RESOLVED) holding Block Kit sections.
 - pagerduty: Events API v2 ``trigger`` / ``resolve`` with ``dedup_key`` = fingerprint.
@@ -48,8 +52,9 @@ def title(ev: Evaluation) -> str:
 
 
 def text(n: Notification) -> str:
-    """The full on-call text."""
+    """The full on-call text; queue alerts carry a ``Cause:`` line right after ``Reason:``."""
     ev = n.evaluation
+    cause = [] if ev.cause is None else [f"Cause: {ev.cause}"]
     return "\n".join(
         [
             f"Occurred At: {human_time(n.occurred_at)}",
@@ -58,6 +63,7 @@ def text(n: Notification) -> str:
             f"Priority: {ev.priority}",
             f"Description: {ev.description}",
             f"Reason: {ev.reason}",
+            *cause,
             f"Runbook: {ev.runbook_url}",
             f"Dashboard: {ev.dashboard_url}",
             f"Fingerprint: {ev.fingerprint}",
@@ -84,6 +90,7 @@ def webhook_payload(n: Notification) -> dict[str, Any]:
         "fingerprint": ev.fingerprint,
         "runbook_url": ev.runbook_url,
         "dashboard_url": ev.dashboard_url,
+        "causes": ev.causes_as_dicts(),
         "text": text(n),
     }
 
@@ -107,6 +114,7 @@ def slack_payload(n: Notification) -> dict[str, Any]:
     return {
         "text": f"{n.status}: {title(ev)}",
         "attachments": [{"color": color, "fallback": text(n), "blocks": blocks}],
+        "causes": ev.causes_as_dicts(),
     }
 
 
@@ -131,7 +139,7 @@ def pagerduty_payload(n: Notification, routing_key: str) -> dict[str, Any]:
             "component": ev.scope,
             "group": ev.team,
             "class": ev.rule,
-            "custom_details": {"text": text(n), **dict(ev.values)},
+            "custom_details": {"text": text(n), **dict(ev.values), "causes": ev.causes_as_dicts()},
         },
         "links": links,
     }
@@ -158,6 +166,7 @@ def alertmanager_payload(n: Notification, receiver: str, external_url: str = "")
         "reason": ev.reason,
         "runbook_url": ev.runbook_url,
         "dashboard_url": ev.dashboard_url,
+        **({} if ev.cause is None else {"cause": ev.cause}),
     }
     alert = {
         "status": status,
@@ -180,6 +189,7 @@ def alertmanager_payload(n: Notification, receiver: str, external_url: str = "")
         "commonAnnotations": annotations,
         "externalURL": external_url,
         "alerts": [alert],
+        "causes": ev.causes_as_dicts(),
     }
 
 

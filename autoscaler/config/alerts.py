@@ -76,6 +76,8 @@ class BuiltinAlertsConfig:
     """Alert on jobs whose labels no runner type serves."""
     github_unreachable_after: float = 600.0
     """Alert when no poll of GitHub succeeded for this long."""
+    queue_time_objective: bool = True
+    """Alert when a runner type's queue-time objective (its ``slo``) burns too fast."""
     runbook_url: str = ""
     dashboard_url: str = ""
 
@@ -207,6 +209,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
             "receivers",
             "unmatched_jobs",
             "github_unreachable_after",
+            "queue_time_objective",
             "runbook_url",
             "dashboard_url",
         ),
@@ -218,6 +221,9 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         unmatched_jobs=r.boolean(b.get("unmatched_jobs"), "alerts.builtin.unmatched_jobs", True),
         github_unreachable_after=r.duration(
             b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
+        ),
+        queue_time_objective=r.boolean(
+            b.get("queue_time_objective"), "alerts.builtin.queue_time_objective", True
         ),
         runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
         dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),

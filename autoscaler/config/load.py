@@ -24,6 +24,7 @@ from autoscaler.config.schema import (
     Config,
     GitHubAppConfig,
     GitHubConfig,
+    QueueObjective,
     RetryConfig,
     RunnerTypeConfig,
     ScalingConfig,
@@ -188,7 +189,16 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
         m = r.mapping(
             body,
             p,
-            ("labels", "pools", "min_idle", "max", "priority", "idle_timeout", "boot_timeout"),
+            (
+                "labels",
+                "pools",
+                "min_idle",
+                "max",
+                "priority",
+                "idle_timeout",
+                "boot_timeout",
+                "slo",
+            ),
         )
         out.append(
             RunnerTypeConfig(
@@ -200,9 +210,31 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 priority=r.integer(m.get("priority"), f"{p}.priority", 0),
                 idle_timeout=r.duration(m.get("idle_timeout"), f"{p}.idle_timeout", 600.0),
                 boot_timeout=r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0),
+                slo=_slo(r, m.get("slo"), f"{p}.slo"),
             )
         )
     return tuple(out)
+
+
+def _slo(r: Reader, value: Any, p: str) -> QueueObjective | None:
+    """``{queue_time: 5m, objective: 0.95}``; both keys required."""
+    if value is None:
+        return None
+    m = r.mapping(value, p, ("queue_time", "objective"))
+    queue_time = r.duration(m.get("queue_time"), f"{p}.queue_time")
+    if "queue_time" in m and queue_time <= 0:
+        r.problem(f"{p}.queue_time", "must be greater than zero")
+    raw = r.expand(m.get("objective"), f"{p}.objective")
+    objective = 0.99
+    if raw is None:
+        r.problem(f"{p}.objective", "is required (a share such as 0.95)")
+    elif isinstance(raw, bool) or not isinstance(raw, int | float):
+        r.problem(f"{p}.objective", "must be a number between 0 and 1, such as 0.95")
+    elif not 0 < raw < 1:
+        r.problem(f"{p}.objective", f"must be between 0 and 1 (exclusive), got {raw}")
+    else:
+        objective = float(raw)
+    return QueueObjective(queue_time=queue_time, objective=objective)
 
 
 def _aws(r: Reader, value: Any) -> AwsConfig:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +12,7 @@ from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
 from autoscaler.domain import (
+    Cause,
     Job,
     JobStatus,
     Observation,
@@ -20,6 +21,8 @@ from autoscaler.domain import (
     normalize_labels,
 )
 from autoscaler.errors import AutoscalerError, TransientError
+from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.scale.diagnosis import ScalingView
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -74,6 +77,7 @@ def observation(queued: int, at: datetime) -> Observation:
 class RecordingScaler:
     calls: list[tuple[int, bool]]
     last_problems: tuple[ScalingProblem, ...] = ()
+    last_view: ScalingView | None = None
 
     def step(
         self,
@@ -170,6 +174,8 @@ class RecordingAlerts:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        causes: Mapping[str, Sequence[Cause]] | None = None,
+        objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         return []

@@ -190,7 +190,8 @@ class AwsAsgPool:
             if not isinstance(at, datetime):
                 continue
             status = _ACTIVITY_STATUS.get(str(a.get("StatusCode", "")), ActivityStatus.IN_PROGRESS)
-            out.append(ScalingActivity(_utc(at), status))
+            message = str(a.get("StatusMessage", "") or "")
+            out.append(ScalingActivity(_utc(at), status, message))
         return tuple(out)
 
     def _launch_times(self, ids: Sequence[str]) -> dict[str, datetime]:
