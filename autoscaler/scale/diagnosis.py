@@ -207,6 +207,9 @@ class _Tick:
         out += self._limit_causes(rt, stats, present, decisions)
         return out + self._runner_causes(rt, stats, present)
 
+    def _age(self, since: datetime) -> float:
+        return (self.now - since).total_seconds()
+
     def _stale(self) -> Cause:
         if self.last_poll is None:
             return Cause("github_stale", "no successful poll of GitHub yet: nothing scales")
@@ -306,17 +309,29 @@ class _Tick:
                         f"budget {b.name} {use[b.name]}/{b.max_instances} instances",
                     )
                 )
-        online = stats.runners.idle + stats.runners.busy
-        if present and total >= demand and total > online:
+        working = sum(asked[p.name] for p in present if not self._failing(p))
+        registered = stats.runners.idle + stats.runners.busy + stats.runners.offline
+        if present and working >= demand and working > registered:
             out.append(
                 Cause(
                     "demand_met",
-                    f"{total} instances asked for a demand of {demand}, {total - online} on"
-                    f" their way: the queue should drain within boot_timeout"
-                    f" {fmt_age(rt.boot_timeout)}",
+                    f"{working} instances asked for a demand of {demand},"
+                    f" {working - registered} on their way: the queue should drain within"
+                    f" boot_timeout {fmt_age(rt.boot_timeout)}",
                 )
             )
         return out
+
+    def _failing(self, p: PoolState) -> bool:
+        """In capacity back-off, its launches fail, or its instances never become runners:
+        what it was asked will not come."""
+        assert self.scaling is not None
+        plan = self.scaling.plan
+        return (
+            self.scaling.state.in_backoff(p.name, self.now)
+            or bool(_failed_since_success(p))
+            or (plan is not None and any(o.pool == p.name for o in plan.orphans))
+        )
 
     def _asked(self, p: PoolState, decisions: Mapping[str, Decision]) -> int:
         """Instances the pool holds or was asked for once this tick's plan is carried out
@@ -334,11 +349,15 @@ class _Tick:
             i
             for p in present
             for i in p.instances
-            if i.lifecycle is InstanceLifecycle.PENDING
-            or (i.lifecycle is InstanceLifecycle.IN_SERVICE and i.id not in registered)
+            if (
+                i.lifecycle is InstanceLifecycle.PENDING
+                or (i.lifecycle is InstanceLifecycle.IN_SERVICE and i.id not in registered)
+            )
+            # past boot_timeout it is an orphan (launch_failing), not booting
+            and (i.launched_at is None or self._age(i.launched_at) < rt.boot_timeout)
         ]
         if booting:
-            ages = [(self.now - i.launched_at).total_seconds() for i in booting if i.launched_at]
+            ages = [self._age(i.launched_at) for i in booting if i.launched_at is not None]
             pools = ", ".join(sorted({i.pool for i in booting}))
             oldest = f", oldest {fmt_age(max(ages))}" if ages else ""
             out.append(
@@ -368,8 +387,7 @@ class _Tick:
 
 
 def _permanent(p: ScalingProblem) -> str:
-    where = p.pool or "all pools"
-    return f"{where}: {p.code or p.kind}" + (f" ({p.message})" if p.message else "")
+    return p.message or f"{p.pool or 'all pools'}: {p.code or p.kind}"
 
 
 def _failed_since_success(p: PoolState) -> list[ScalingActivity]:
