@@ -20,6 +20,7 @@ Conventions (documented once, here):
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -288,6 +289,11 @@ def evaluate_unmatched(
     return replace(evaluation, causes=typed_causes([UNMATCHED], causes))
 
 
+def _floor(value: float) -> int:
+    """Floored for display, forgiving float noise (0.5 / 0.05 reads 10, not 9)."""
+    return math.floor(value + 1e-9)
+
+
 def evaluate_objective(
     b: BuiltinAlertsConfig,
     status: ObjectiveStatus,
@@ -302,14 +308,14 @@ def evaluate_objective(
     long_slow, short_slow, _ = SLOW_BURN
     share = status.share(long_fast)
     values = {
-        "queue_time_objective_secs": int(slo.queue_time),
-        "objective_pct": int(slo.objective * 100),
+        "queue_time_objective_secs": _floor(slo.queue_time),
+        "objective_pct": _floor(slo.objective * 100),
         "jobs_started_1h": status.counts.get(long_fast, (0, 0))[1],
-        "within_objective_pct_1h": 100 if share is None else int(share * 100),
-        "burn_rate_5m": int(status.burn(short_fast)),
-        "burn_rate_1h": int(status.burn(long_fast)),
-        "burn_rate_30m": int(status.burn(short_slow)),
-        "burn_rate_6h": int(status.burn(long_slow)),
+        "within_objective_pct_1h": 100 if share is None else _floor(share * 100),
+        "burn_rate_5m": _floor(status.burn(short_fast)),
+        "burn_rate_1h": _floor(status.burn(long_fast)),
+        "burn_rate_30m": _floor(status.burn(short_slow)),
+        "burn_rate_6h": _floor(status.burn(long_slow)),
         "threshold_breached": int(status.burning),
     }
     description = (

@@ -126,6 +126,8 @@ class FakePool:
     errors: dict[tuple[str, str], list[AutoscalerError]] = field(default_factory=dict)
     outage: set[str] = field(default_factory=set)
     activities: dict[str, list[ScalingActivity]] = field(default_factory=dict)
+    outage_message: str = "We currently do not have sufficient capacity in the zone requested."
+    """The StatusMessage of the Failed activities an outage adds (AWS's words)."""
     calls: list[tuple[str, str, object]] = field(default_factory=list)
     next_id: int = 1000
     now: datetime = T0
@@ -156,7 +158,7 @@ class FakePool:
         instances = list(p.instances)
         if pool in self.outage:
             if desired > p.live_instances:
-                failed = ScalingActivity(self.now, ActivityStatus.FAILED)
+                failed = ScalingActivity(self.now, ActivityStatus.FAILED, self.outage_message)
                 self.activities.setdefault(pool, []).insert(0, failed)
             self.pools[pool] = replace(p, desired_capacity=desired)
             return

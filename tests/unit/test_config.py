@@ -313,3 +313,52 @@ def test_state_is_a_file_by_default() -> None:
     assert parse_config(minimal(), env={}).state.path == "ci-autoscaler-state.db"
     memory = parse_config(minimal(state={"path": ":memory:"}), env={})
     assert memory.state.path == ":memory:"
+
+
+def with_slo(slo: Any) -> dict[str, Any]:
+    return minimal(runner_types={"cpu": {"labels": ["self-hosted", "cpu"], "slo": slo}})
+
+
+def test_slo_is_optional_and_read_as_seconds_and_a_share() -> None:
+    assert parse_config(minimal(), env={}).runner_types[0].slo is None
+    slo = parse_config(with_slo({"queue_time": "5m", "objective": 0.95}), env={})
+    objective = slo.runner_types[0].slo
+    assert objective is not None
+    assert (objective.queue_time, objective.objective) == (300.0, 0.95)
+    assert objective.error_budget == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(
+    ("slo", "expected"),
+    [
+        pytest.param(
+            {"queue_time": "5m"}, "runner_types.cpu.slo.objective: is required", id="no-objective"
+        ),
+        pytest.param(
+            {"objective": 0.9}, "runner_types.cpu.slo.queue_time: is required", id="no-time"
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": 1},
+            "runner_types.cpu.slo.objective: must be between 0 and 1 (exclusive), got 1",
+            id="objective-1",
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": "ghp_x"},
+            "runner_types.cpu.slo.objective: must be a number between 0 and 1, such as 0.95",
+            id="objective-not-a-number-never-echoed",
+        ),
+        pytest.param(
+            {"queue_time": "0s", "objective": 0.9},
+            "runner_types.cpu.slo.queue_time: must be greater than zero",
+            id="zero-time",
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": 0.9, "window": "30d"},
+            "runner_types.cpu.slo.window: unknown key",
+            id="unknown-key",
+        ),
+    ],
+)
+def test_slo_problems_have_their_path(slo: Any, expected: str) -> None:
+    found = problems(with_slo(slo))
+    assert any(p.startswith(expected) for p in found), found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -195,3 +195,88 @@ def test_alerting_hears_this_ticks_scaling_problems() -> None:
     controller.tick(T0)  # no observation yet: scaling cannot run, its alerts stay as they are
     controller.tick(T0 + timedelta(seconds=30))
     assert alerts.problems == [None, (denied,)]
+
+
+def test_the_tick_records_why_jobs_wait_and_alerting_hears_it() -> None:
+    """The diagnosis runs in the tick, after scaling and before alerting, on the same
+    values: here no pools are configured, and then the poll fails (the picture is stale)."""
+    alerts = RecordingCauses()
+    source = FakeSource([observation(2, T0), TransientError("down")])
+    controller = Controller(config(), source, Metrics(), alerts=alerts)
+    first = controller.tick(T0)
+    assert first.causes == {"cpu": (Cause("scaling_disabled", "cpu has no pools configured"),)}
+    second = controller.tick(T0 + timedelta(minutes=2))
+    assert [c.code for c in second.causes["cpu"]] == ["github_stale", "scaling_disabled"]
+    assert alerts.causes == [first.causes, second.causes]
+
+
+def started_job(job_id: int, at: datetime, waited: float) -> Job:
+    created = at - timedelta(seconds=waited)
+    labels = normalize_labels(["cpu"])
+    return Job(job_id, 1, "org/app", "b", labels, JobStatus.IN_PROGRESS, created, started_at=at)
+
+
+def test_each_started_job_is_one_queue_time_observation() -> None:
+    metrics = Metrics()
+    job = started_job(7, T0 + timedelta(seconds=20), waited=95)
+    source = FakeSource(
+        [
+            Observation(T0, (), ()),
+            Observation(T0 + timedelta(seconds=30), (job,), ()),
+            Observation(T0 + timedelta(seconds=60), (job,), ()),
+        ]
+    )
+    controller = Controller(config(), source, metrics)
+    for seconds in (0, 30, 60):
+        controller.tick(T0 + timedelta(seconds=seconds))
+    value = metrics.registry.get_sample_value
+    labels = {"runner_type": "cpu"}
+    assert value("ci_autoscaler_job_queue_seconds_count", labels) == 1
+    assert value("ci_autoscaler_job_queue_seconds_sum", labels) == 95
+    assert value("ci_autoscaler_job_queue_seconds_bucket", {**labels, "le": "120.0"}) == 1
+
+
+def test_a_bug_in_the_diagnosis_does_not_silence_the_alerts() -> None:
+    """Regression guard: a diagnosis that raises (here: a snapshot naming a type the config
+    does not have is fine, so the scaler's view is made to lie) must leave the alert stage
+    running and be counted."""
+    alerts = RecordingCauses()
+    scaler = RecordingScaler(calls=[], last_view=BrokenView())  # type: ignore[arg-type]
+    metrics = Metrics()
+    controller = Controller(
+        config_with_pools(), FakeSource([observation(1, T0)]), metrics, alerts=alerts, scaler=scaler
+    )
+    result = controller.tick(T0)
+    assert result.causes == {} and alerts.causes == [{}]
+    value = metrics.registry.get_sample_value
+    assert value("ci_autoscaler_stage_failures_total", {"stage": "diagnosis"}) == 1.0
+
+
+class BrokenView:
+    @property
+    def plan(self) -> object:
+        raise RuntimeError("bug")
+
+    pools: dict[str, object] = {}
+
+
+def config_with_pools() -> Config:
+    return parse_config(
+        {
+            "poll_interval": "30s",
+            "github": {"owner": "org", "token": "t"},
+            "runner_types": {"cpu": {"labels": ["self-hosted", "cpu"], "pools": ["ci-cpu"]}},
+        },
+        env={},
+    )
+
+
+@dataclass
+class RecordingCauses:
+    causes: list[Mapping[str, Sequence[Cause]] | None] = field(default_factory=list)
+
+    def step(
+        self, *args: Any, causes: Mapping[str, Sequence[Cause]] | None = None, **kw: Any
+    ) -> Sequence[Any]:
+        self.causes.append(causes)
+        return []
