@@ -62,6 +62,25 @@ CODES: tuple[str, ...] = (
 )
 _RANK = {code: i for i, code in enumerate(CODES)}
 
+#: Each code in words, for the status page and the demo (a person's first read).
+WORDS: Mapping[str, str] = {
+    "github_stale": "The picture is stale: GitHub was not read recently",
+    "scaling_disabled": "Nothing scales this runner type",
+    "dry_run": "Dry run: capacity planned, not asked",
+    "pool_missing": "A configured pool does not exist",
+    "permanent_error": "The cloud refused a call for good",
+    "capacity_backoff": "A pool is out of capacity and backed off",
+    "launch_failing": "Launches fail, or instances never become runners",
+    "at_max": "The runner type is at its max",
+    "pool_max_size": "Every pool is at its MaxSize",
+    "budget_exhausted": "A shared budget is spent",
+    "booting": "Instances are booting",
+    "runners_offline": "Runners are offline",
+    "idle_runners_not_assigned": "Idle runners, yet GitHub does not assign the jobs",
+    "no_runner_type": "Jobs ask for labels no runner type serves",
+    "demand_met": "Capacity is asked for and on its way",
+}
+
 UNMATCHED = "(unmatched)"
 """The key under which :func:`diagnose` lists queued jobs no runner type serves."""
 
