@@ -96,7 +96,10 @@ def _pools(result: TickResult, config: Config, name: str) -> tuple[PoolRow, ...]
         rows.append(
             PoolRow(
                 pool,
-                desired=p.desired_capacity,
+                # a live tick's decision is what the pool now has; a dry run's is a plan
+                desired=decision.desired
+                if decision is not None and not result.dry_run
+                else p.desired_capacity,
                 in_service=sum(
                     1 for i in p.instances if i.lifecycle is InstanceLifecycle.IN_SERVICE
                 ),

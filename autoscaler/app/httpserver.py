@@ -1,4 +1,5 @@
-"""The controller's HTTP face: /metrics for Prometheus, /healthz, /readyz and a status page.
+"""The controller's HTTP face: /metrics for Prometheus, /healthz, /readyz and the status page
+at / (rendered by :mod:`autoscaler.app.status_page`; this module only routes).
 
 ``/healthz`` answers 200 while the process serves; ``/readyz`` answers 503 once the last
 successful poll is older than three poll intervals (the picture is stale).
@@ -8,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from autoscaler.app.report import format_table
+from autoscaler.app import status_page
 from autoscaler.controller import Controller
 
 log = logging.getLogger(__name__)
@@ -77,16 +78,25 @@ def _make_handler(owner: StatusServer) -> type[BaseHTTPRequestHandler]:
                     )
                     self._send(503, f"not ready: {why}\n".encode())
             elif path == "/":
-                result = owner.controller.last_result
-                text = format_table(result) if result else "no tick yet\n"
-                self._send(200, text.encode())
+                page = status_page.respond(
+                    owner.controller, owner.clock(), self.path, self.headers.get("Accept", "")
+                )
+                self._send(200, page.body, page.content_type, page.headers)
             else:
                 self._send(404, b"not found\n")
 
-        def _send(self, status: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+        def _send(
+            self,
+            status: int,
+            body: bytes,
+            ctype: str = "text/plain; charset=utf-8",
+            headers: Mapping[str, str] | None = None,
+        ) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
 
