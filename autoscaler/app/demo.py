@@ -23,10 +23,12 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from autoscaler.app.explain import reports
 from autoscaler.app.httpserver import StatusServer
 from autoscaler.app.report import format_table
 from autoscaler.app.service import stop_on_signals
 from autoscaler.config import Config, parse_config
+from autoscaler.controller import TickResult
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.telemetry import Metrics
 
@@ -49,6 +51,9 @@ WORLD: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
 )
 CAPACITY_FAULT_AT = 15.0
 """Seconds into the demo when the GPU spot pool runs out of capacity."""
+GPU_RUSH = ((CAPACITY_FAULT_AT, 3), (CAPACITY_FAULT_AT + 5.0, 16))
+"""(seconds into the demo, GPU jobs): spot is asked and fails, then a rush waits on the
+on-demand pool alone, so the GPU queue alert fires with ``Cause: capacity_backoff``."""
 
 
 class WebhookSink:
@@ -63,7 +68,11 @@ class WebhookSink:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 try:
                     doc = json.loads(body)
-                    sink.received.append(f"{doc.get('state')}: {doc.get('title')}")
+                    cause = [
+                        ln for ln in str(doc.get("text", "")).splitlines() if ln[:7] == "Cause: "
+                    ]
+                    line = f"{doc.get('state')}: {doc.get('title')}"
+                    sink.received.append(line + (f" | {cause[0]}" if cause else ""))
                 except ValueError:
                     sink.received.append("(unreadable notification)")
                 self.send_response(200)
@@ -166,6 +175,18 @@ def demo_world(tick: float) -> Iterator[tuple[Config, FakeGitHub, Any, Any, Webh
         yield config, github, (workload, autoscaling), fleet, sink
 
 
+def causes_panel(result: TickResult, config: Config, width: int = 160) -> list[str]:
+    """Why jobs wait, per runner type with a queue: the same causes as ``explain``, the
+    page at ``/`` and the alerts' Cause line (one line each, cut to ``width``)."""
+    lines = ["why jobs wait (explain):"]
+    for t in reports(result, config):
+        if not t.queue_size:
+            continue
+        lines.append(f"  {t.name}: {t.queue_size} queued")
+        lines.extend(f"    {c.code}: {c.detail}"[:width] for c in t.causes or ())
+    return lines if len(lines) > 1 else [*lines, "  (no queue)"]
+
+
 def _redraw(text: str) -> None:
     if sys.stdout.isatty():
         sys.stdout.write("\x1b[H\x1b[2J" + text)
@@ -207,6 +228,7 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
         server.start()
         started = time.monotonic()
         outage: CapacityOutage | None = None
+        rush = list(GPU_RUSH)
         try:
             while not stop.is_set():
                 elapsed = time.monotonic() - started
@@ -215,12 +237,14 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
                 if outage is None and elapsed >= CAPACITY_FAULT_AT:
                     outage = CapacityOutage("ci-gpu-spot").install(pool.autoscaling)
                 now = datetime.now(UTC)
+                while rush and elapsed >= rush[0][0]:
+                    workload.burst(WORLD[2][1], rush.pop(0)[1], now)
                 workload.step(now)
                 events = fleet.tick(now)
                 result = runtime.controller.tick(now)
                 lines = [
-                    f"ci-autoscaler demo  t={elapsed:5.1f}s  metrics: "
-                    f"http://{host or '127.0.0.1'}:{server.port}/metrics  (Ctrl-C stops)",
+                    f"ci-autoscaler demo  t={elapsed:5.1f}s  page: "
+                    f"http://{host or '127.0.0.1'}:{server.port}/ (and /metrics)  (Ctrl-C stops)",
                     format_table(result),
                     f"fleet: +{len(events.registered)} runners booted, "
                     f"{len(events.assigned)} jobs started, {len(events.completed)} finished, "
@@ -233,6 +257,7 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
                         " scaling activity, as AWS reports InsufficientInstanceCapacity)"
                         " -> GPU demand fails over to ci-gpu-ondemand"
                     )
+                lines.extend(causes_panel(result, config))
                 lines.append("alert notifications received by the webhook sink:")
                 lines.extend(f"  {n}" for n in sink.received[-6:] or ["  (none yet)"])
                 _redraw("\n".join(lines) + "\n")

@@ -38,4 +38,18 @@ def test_demo_scales_alerts_fails_over_and_never_kills_a_busy_runner() -> None:
     assert ondemand and max(ondemand) > 0, "GPU demand never failed over to on-demand"
     # Alerts reached the webhook sink.
     assert "FIRING: [P2]" in out
+    # Why jobs wait, in the explain panel and on the alert (issue 12's "done when"): spot
+    # out of capacity with AWS's message, CPU at its max, a label nobody serves.
+    gpu = r"linux\.g5\.4xlarge\.nvidia\.gpu"
+    assert re.search(
+        gpu + r": \d+ queued\n    capacity_backoff: ci-gpu-spot since .*AWS: injected capacity", out
+    ), "no capacity_backoff for the GPU type"
+    assert re.search(r"    at_max: linux\.(4|2)xlarge \d+/\d+ instances", out), "no at_max"
+    assert "no_runner_type: 1 queued jobs ask for labels no runner type serves:" in out
+    assert "[linux.arm64.nobody-serves-this, self-hosted]" in out
+    assert re.search(
+        r"FIRING: \[P2\] Jobs queueing too long \(" + gpu + r"\) \| Cause: capacity_backoff"
+        r" \(ci-gpu-spot since [^;]*; Failed scaling activity, AWS: injected capacity outage\)",
+        out,
+    ), "the GPU queue alert does not say capacity_backoff"
     assert "busy runners killed: 0" in out.rsplit("fleet:", 1)[1]
