@@ -3,7 +3,7 @@ causes in words; firing alerts with their Reason and Cause lines; recent decisio
 of the picture.
 
 HTML for a browser (no JavaScript at all: it refreshes itself with a meta refresh every
-poll interval, and reads on a phone: one column of cards, wide tables scroll sideways);
+poll interval, at least every 5 s, and reads on a phone: one column of cards, wide tables scroll sideways);
 plain text at ``/?format=text``, for ``Accept: text/plain`` and for clients that do not ask
 for HTML (curl); the ``explain`` JSON of the last tick at ``/?format=json``.
 
@@ -27,6 +27,8 @@ from autoscaler.app.report import format_table
 from autoscaler.controller import Controller, TickResult
 from autoscaler.scale.diagnosis import UNMATCHED, WORDS, fmt_age
 
+#: Seconds between the page's own reloads at least (a 1 s tick would hammer a phone).
+MIN_REFRESH = 5
 #: Recent decisions shown (the controller keeps more).
 DECISIONS_SHOWN = 10
 #: No script, no external anything: styles inline only.
@@ -249,7 +251,7 @@ def _decisions(recent: Sequence[tuple[datetime, Any]]) -> str:
 def render_html(controller: Controller, now: datetime) -> str:
     """The HTML page (every dynamic string escaped)."""
     result = controller.last_result
-    refresh = max(1, round(controller.config.poll_interval))
+    refresh = max(MIN_REFRESH, round(controller.config.poll_interval))
     head = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
