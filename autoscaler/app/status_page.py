@@ -3,7 +3,8 @@ causes in words; firing alerts with their Reason and Cause lines; recent decisio
 of the picture.
 
 HTML for a browser (no JavaScript at all: it refreshes itself with a meta refresh every
-poll interval, at least every 5 s, and reads on a phone: one column of cards, wide tables scroll sideways);
+poll interval, at least every 5 s, and reads on a phone: one column of cards, wide tables
+scroll sideways);
 plain text at ``/?format=text``, for ``Accept: text/plain`` and for clients that do not ask
 for HTML (curl); the ``explain`` JSON of the last tick at ``/?format=json``.
 

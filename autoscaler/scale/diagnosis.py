@@ -181,6 +181,11 @@ def fmt_age(seconds: float) -> str:
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """``1 instance``, ``3 instances``."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
 def _clock(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%H:%M:%S UTC")
 
@@ -254,18 +259,19 @@ class _Tick:
             if failed:
                 last = failed[0]
                 said = f": {last.message}" if last.message else ""
+                many = "Failed scaling activities"
                 out.append(
                     Cause(
                         "launch_failing",
-                        f"{p.name}: {len(failed)} Failed scaling activities, last at"
-                        f" {_clock(last.started_at)}{said}",
+                        f"{p.name}: {plural(len(failed), 'Failed scaling activity', many)},"
+                        f" last at {_clock(last.started_at)}{said}",
                     )
                 )
             if orphans[p.name]:
                 out.append(
                     Cause(
                         "launch_failing",
-                        f"{p.name}: {orphans[p.name]} instances never registered a runner"
+                        f"{p.name}: {plural(orphans[p.name], 'instance')} never registered a runner"
                         f" within boot_timeout {fmt_age(rt.boot_timeout)}",
                     )
                 )
@@ -313,9 +319,11 @@ class _Tick:
         out: list[Cause] = []
         if rt.max is not None and demand > rt.max and total >= rt.max:
             out.append(Cause("at_max", f"{rt.name} {total}/{rt.max} instances"))
-        full = all(asked[p.name] >= p.max_size for p in present)
-        if present and full and demand > sum(p.max_size for p in present):
-            sizes = ", ".join(f"{p.name} {asked[p.name]}/{p.max_size}" for p in present)
+        # the pools that can still deliver; a pool out of capacity adds nothing
+        working = [p for p in present if not self._failing(p)]
+        full = bool(working) and all(asked[p.name] >= p.max_size for p in working)
+        if full and demand > sum(asked[p.name] for p in working):
+            sizes = ", ".join(f"{p.name} {asked[p.name]}/{p.max_size}" for p in working)
             out.append(Cause("pool_max_size", f"MaxSize reached: {sizes}"))
         assert self.scaling is not None and self.scaling.plan is not None
         use = self.scaling.plan.budget_use
@@ -328,14 +336,14 @@ class _Tick:
                         f"budget {b.name} {use[b.name]}/{b.max_instances} instances",
                     )
                 )
-        working = sum(asked[p.name] for p in present if not self._failing(p))
+        coming = sum(asked[p.name] for p in working)
         registered = stats.runners.idle + stats.runners.busy + stats.runners.offline
-        if present and working >= demand and working > registered:
+        if present and coming >= demand and coming > registered:
             out.append(
                 Cause(
                     "demand_met",
-                    f"{working} instances asked for a demand of {demand},"
-                    f" {working - registered} on their way: the queue should drain within"
+                    f"{plural(coming, 'instance')} asked for a demand of {demand},"
+                    f" {coming - registered} on their way: the queue should drain within"
                     f" boot_timeout {fmt_age(rt.boot_timeout)}",
                 )
             )
@@ -382,7 +390,7 @@ class _Tick:
             out.append(
                 Cause(
                     "booting",
-                    f"{len(booting)} instances in {pools}{oldest}"
+                    f"{plural(len(booting), 'instance')} in {pools}{oldest}"
                     f" (boot_timeout {fmt_age(rt.boot_timeout)})",
                 )
             )
@@ -397,7 +405,8 @@ class _Tick:
             out.append(
                 Cause(
                     "idle_runners_not_assigned",
-                    f"{counts.idle} idle {rt.name} runners while {stats.queue_size} jobs wait"
+                    f"{plural(counts.idle, 'idle ' + rt.name + ' runner')} while"
+                    f" {plural(stats.queue_size, 'job')} wait"
                     f" (oldest {fmt_age(stats.max_queue_time_seconds)}): GitHub does not"
                     " assign them (runner group or label mismatch?)",
                 )
@@ -438,7 +447,7 @@ def _unmatched(jobs: Sequence[Job], config: Config, count: int) -> Cause:
         shown.append(text)
     if len(sets) > MAX_LABEL_SETS:
         shown.append(f"+{len(sets) - MAX_LABEL_SETS} more label sets")
-    detail = f"{count} queued jobs ask for labels no runner type serves"
+    detail = f"{plural(count, 'queued job')} no runner type serves, by labels"
     return Cause("no_runner_type", detail + (": " + ", ".join(shown) if shown else ""))
 
 

@@ -204,7 +204,7 @@ def test_explain_one_dry_run_tick_per_runner_type(tmp_path: Path, moto_url: str)
     assert "  pool ci-gpu: desired 0, in service 0, pending 0, MaxSize 5" in out
     assert "    dry_run: +2 in ci-gpu planned, not asked (dry run)" in out
     assert "(unmatched): 1 queued" in out
-    assert "    no_runner_type: 1 queued jobs ask for labels no runner type serves:" in out
+    assert "    no_runner_type: 1 queued job no runner type serves, by labels:" in out
     assert "[linux.arm64, self-hosted] x1" in out
     assert "  decision ci-gpu: scale_up -> 2: demand 3" in out
     assert unknown.returncode == 1 and "unknown runner type 'linux.nope'" in unknown.stderr

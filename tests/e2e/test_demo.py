@@ -45,7 +45,7 @@ def test_demo_scales_alerts_fails_over_and_never_kills_a_busy_runner() -> None:
         gpu + r": \d+ queued\n    capacity_backoff: ci-gpu-spot since .*AWS: injected capacity", out
     ), "no capacity_backoff for the GPU type"
     assert re.search(r"    at_max: linux\.(4|2)xlarge \d+/\d+ instances", out), "no at_max"
-    assert "no_runner_type: 1 queued jobs ask for labels no runner type serves:" in out
+    assert "no_runner_type: 1 queued job no runner type serves, by labels:" in out
     assert "[linux.arm64.nobody-serves-this, self-hosted]" in out
     assert re.search(
         r"FIRING: \[P2\] Jobs queueing too long \(" + gpu + r"\) \| Cause: capacity_backoff"

@@ -159,7 +159,9 @@ def test_causes_survive_the_store_and_old_rows_still_load() -> None:
 
 def test_unmatched_alert_names_the_label_sets() -> None:
     snap = QueueSnapshot(NOW, {}, 2, 0, (600.0, 300.0))
-    unmatched = Cause("no_runner_type", "2 queued jobs ask for labels ...: [arm64, self-hosted] x2")
+    unmatched = Cause(
+        "no_runner_type", "2 queued jobs no runner type serves, by labels: [arm64, self-hosted] x2"
+    )
     ev = evaluate_unmatched(BuiltinAlertsConfig(), snap, ("oncall",), {UNMATCHED: (unmatched,)})
     assert ev.cause == f"no_runner_type ({unmatched.detail})"
     assert ev.causes_as_dicts()[0]["runner_type"] == UNMATCHED

@@ -157,6 +157,19 @@ CASES = [
     pytest.param(
         World(
             queued=3,
+            state=BACKED_OFF,
+            pools={"gpu-spot": pool("gpu-spot"), "gpu-od": _full("gpu-od", 2, max_size=2)},
+            runners=_busy("gpu-od", 2),
+        ),
+        [
+            ("capacity_backoff", "gpu-spot since 02:59:00 UTC, skipped until 03:04:00 UTC"),
+            ("pool_max_size", "MaxSize reached: gpu-od 2/2"),
+        ],
+        id="pool_max_size: the pools not out of capacity are full",
+    ),
+    pytest.param(
+        World(
+            queued=3,
             cfg=config(rtype(), budgets=[BudgetConfig("gpus", 2, ("*gpu*",))]),
             pools={"gpu-spot": _full("gpu-spot", 2), "gpu-od": pool("gpu-od")},
             runners=_busy("gpu-spot", 2),
@@ -229,7 +242,7 @@ CASES = [
         [
             (
                 "launch_failing",
-                "gpu-spot: 1 Failed scaling activities, last at 02:58:00 UTC: Quota exceeded",
+                "gpu-spot: 1 Failed scaling activity, last at 02:58:00 UTC: Quota exceeded",
             )
         ],
         id="launch_failing: a Failed activity not (yet) acted on; nothing is on its way",
@@ -245,7 +258,7 @@ CASES = [
         [
             (
                 "launch_failing",
-                "gpu-spot: 1 instances never registered a runner within boot_timeout 15m",
+                "gpu-spot: 1 instance never registered a runner within boot_timeout 15m",
             )
         ],
         id="launch_failing: an instance past boot_timeout with no runner (an orphan)",
@@ -284,10 +297,10 @@ CASES = [
             },
         ),
         [
-            ("booting", "1 instances in gpu-spot, oldest 2m (boot_timeout 15m)"),
+            ("booting", "1 instance in gpu-spot, oldest 2m (boot_timeout 15m)"),
             (
                 "demand_met",
-                "1 instances asked for a demand of 1, 1 on their way: the queue should drain"
+                "1 instance asked for a demand of 1, 1 on their way: the queue should drain"
                 " within boot_timeout 15m",
             ),
         ],
@@ -312,7 +325,7 @@ CASES = [
         [
             (
                 "idle_runners_not_assigned",
-                f"1 idle {GPU} runners while 2 jobs wait (oldest 5m): GitHub does not assign"
+                f"1 idle {GPU} runner while 2 jobs wait (oldest 5m): GitHub does not assign"
                 " them (runner group or label mismatch?)",
             ),
             (
@@ -400,7 +413,7 @@ def test_unmatched_jobs_are_named_by_label_set_with_the_nearest_type() -> None:
     [cause] = world.diagnose()[UNMATCHED]
     assert cause == Cause(
         "no_runner_type",
-        "3 queued jobs ask for labels no runner type serves: [linux.arm64, self-hosted] x2,"
+        "3 queued jobs no runner type serves, by labels: [linux.arm64, self-hosted] x2,"
         f" [cuda-12, {GPU}, self-hosted] x1 ({GPU} lacks cuda-12)",
     )
 
