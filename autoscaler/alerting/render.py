@@ -7,7 +7,10 @@ Pure functions of a :class:`Notification`; no I/O. Payload shapes:
 - slack: an incoming-webhook message: ``text`` (notification fallback) plus one attachment
   with a colour bar (red FIRING, green RESOLVED) holding Block Kit sections.
 - pagerduty: Events API v2 ``trigger`` / ``resolve`` with ``dedup_key`` = fingerprint.
-- alertmanager: the Alertmanager webhook payload, ``version: "4"``, one alert per message.
+- alertmanager_webhook: the payload Alertmanager itself POSTs to its webhook receivers
+  (``version: "4"``), one alert per message, for tools that consume those (PyTorch's alert
+  normaliser reads ``alerts[0]`` labels/annotations and ``status``). Not for Alertmanager's
+  own API: ``type: alertmanager`` posts postable alerts (alerting/alertmanager.py).
 - github_issue: title, body, labels and comments for the issue the receiver keeps.
 """
 
