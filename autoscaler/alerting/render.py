@@ -31,6 +31,8 @@ PAGERDUTY_SEVERITY = {
     "P4": "info",
 }
 SOURCE = "ci-autoscaler"
+#: Slack refuses a section block whose text is longer (Block Kit reference, section).
+SLACK_SECTION_MAX = 3000
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
@@ -91,6 +93,10 @@ def webhook_payload(n: Notification) -> dict[str, Any]:
     }
 
 
+def _fit(s: str, limit: int) -> str:
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
 def slack_payload(n: Notification) -> dict[str, Any]:
     ev = n.evaluation
     firing = n.status == "FIRING"
@@ -101,9 +107,10 @@ def slack_payload(n: Notification) -> dict[str, Any]:
         for name, url in (("Runbook", ev.runbook_url), ("Dashboard", ev.dashboard_url))
         if url
     )
+    body = f"```{_fit(text(n), SLACK_SECTION_MAX - 6)}```"
     blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{text(n)}```"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _fit(headline, SLACK_SECTION_MAX)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": body}},
     ]
     if links:
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": links}]})

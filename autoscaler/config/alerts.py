@@ -216,7 +216,8 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     )
     if rtype in _URL_TYPES and rc.url is None:
         either = " (or urls)" if rtype == "alertmanager" else ""
-        r.problem(f"{p}.url", f"is required{either} for a {rtype} receiver")
+        a = "an" if rtype.startswith("a") else "a"
+        r.problem(f"{p}.url", f"is required{either} for {a} {rtype} receiver")
     if rtype == "pagerduty" and rc.routing_key is None:
         r.problem(f"{p}.routing_key", "is required for a pagerduty receiver")
     if rtype == "github_issue" and (rc.repo is None or "/" not in rc.repo):

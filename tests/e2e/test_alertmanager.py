@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from autoscaler.alerting import render
+from autoscaler.alerting.lifecycle import Notification
+from autoscaler.alerting.rules import Evaluation
 from tests.conftest import free_port, require_tool
 from tests.e2e.alertmanager_support import (
     ROOT,
@@ -64,6 +68,18 @@ def controller_alerts(*urls: str) -> dict[str, Any]:
         }
     ]
     return alerts
+
+
+def assert_webhook_shape_matches(real: dict[str, Any]) -> None:
+    """``alertmanager_webhook`` sends what Alertmanager sends its webhook receivers (for
+    tools that consume those): the same keys as a real Alertmanager's notification."""
+    ev = Evaluation("r", "fleet", "t", "P2", "d", ("x",), {"threshold_breached": 1})
+    ours = render.alertmanager_payload(
+        Notification("FIRING", ev, datetime.now(UTC), datetime.now(UTC)), "x"
+    )
+    assert set(ours) == set(real)
+    assert set(ours["alerts"][0]) == set(real["alerts"][0])
+    assert ours["version"] == real["version"]
 
 
 def by_rule(am: Alertmanager) -> dict[str, dict[str, Any]]:
@@ -122,6 +138,8 @@ def test_readme_alertmanager_setup_holds_the_alert_through_the_incident(tmp_path
                     # on-call was told once per group, not once per re-post
                     assert box.alerts(GPU_RULE, "firing")
                     assert not box.alerts(GPU_RULE, "resolved")
+                    # the alertmanager_webhook receiver mimics exactly this body
+                    assert_webhook_shape_matches(box.bodies[0])
 
                     for job in fake.queued_jobs():  # the incident ends: the queue drains
                         fake.complete_job(job.id)
