@@ -116,6 +116,8 @@ class AlertmanagerSync:
             for url in am.api_urls(rc):
                 key = (name, url)
                 target = self._targets.setdefault(key, _Target())
+                if not b.keys:  # nothing left to say: whatever comes next is news
+                    target.acked = frozenset()
                 if key in self._inflight:
                     continue
                 if not am.due(b.keys, target.acked, target.last_ok, now, self.resend):
