@@ -363,7 +363,10 @@ def test_describe_reads_the_failed_activities_of_a_short_group_only(world: World
     pools = world.pool.describe(["gpu-spot", "gpu-od"])
     spot = pools["gpu-spot"]
     assert (spot.desired_capacity, spot.live_instances) == (2, 0)
-    assert spot.activities == (ScalingActivity(at, ActivityStatus.FAILED),)
+    # the StatusMessage comes along, for people (the outage fake's own words)
+    assert spot.activities == (
+        ScalingActivity(at, ActivityStatus.FAILED, "injected capacity outage"),
+    )
     assert pools["gpu-od"].activities == ()  # not short: not asked
     calls = "ci_autoscaler_aws_calls_total"
     assert sample(world.metrics, calls, operation="DescribeScalingActivities", code="") == 1
