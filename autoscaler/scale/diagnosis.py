@@ -87,6 +87,9 @@ UNMATCHED = "(unmatched)"
 #: Idle runners and a job older than this (and two poll intervals) mean GitHub is not
 #: handing out the job: assignment normally takes seconds.
 ASSIGN_GRACE_SECONDS = 60.0
+#: A pool short of its desired capacity with no new instance for this share of
+#: ``boot_timeout`` is called stuck (at the full timeout the policy releases it).
+STUCK_SHARE = 0.5
 #: Label sets shown for unmatched jobs, and characters per label (labels come from
 #: workflow files: bounded before they reach an alert).
 MAX_LABEL_SETS, MAX_LABEL_CHARS = 3, 64
@@ -275,6 +278,16 @@ class _Tick:
                         f" within boot_timeout {fmt_age(rt.boot_timeout)}",
                     )
                 )
+            age = self._stuck_for(p, rt)
+            if age is not None and not failed:
+                out.append(
+                    Cause(
+                        "launch_failing",
+                        f"{p.name}: {p.desired_capacity - p.live_instances} short of desired"
+                        f" {p.desired_capacity} for {fmt_age(age)} with no new instance"
+                        f" (released at boot_timeout {fmt_age(rt.boot_timeout)})",
+                    )
+                )
         if self.dry_run and plan is not None:
             ups = [
                 (d.pool, d.desired - d.current)
@@ -320,7 +333,7 @@ class _Tick:
         if rt.max is not None and demand > rt.max and total >= rt.max:
             out.append(Cause("at_max", f"{rt.name} {total}/{rt.max} instances"))
         # the pools that can still deliver; a pool out of capacity adds nothing
-        working = [p for p in present if not self._failing(p)]
+        working = [p for p in present if not self._failing(p, rt)]
         full = bool(working) and all(asked[p.name] >= p.max_size for p in working)
         if full and demand > sum(asked[p.name] for p in working):
             sizes = ", ".join(f"{p.name} {asked[p.name]}/{p.max_size}" for p in working)
@@ -349,14 +362,25 @@ class _Tick:
             )
         return out
 
-    def _failing(self, p: PoolState) -> bool:
-        """In capacity back-off, its launches fail, or its instances never become runners:
-        what it was asked will not come."""
+    def _stuck_for(self, p: PoolState, rt: RunnerTypeConfig) -> float | None:
+        """Seconds the pool has been short with no new instance, once that is at least
+        :data:`STUCK_SHARE` of ``boot_timeout``; None otherwise."""
+        assert self.scaling is not None
+        short = self.scaling.state.short_since.get(p.name)
+        if short is None or p.desired_capacity <= p.live_instances:
+            return None
+        age = self._age(short[0])
+        return age if age >= rt.boot_timeout * STUCK_SHARE else None
+
+    def _failing(self, p: PoolState, rt: RunnerTypeConfig) -> bool:
+        """In capacity back-off, its launches fail or are stuck, or its instances never
+        become runners: what it was asked will not come."""
         assert self.scaling is not None
         plan = self.scaling.plan
         return (
             self.scaling.state.in_backoff(p.name, self.now)
             or bool(_failed_since_success(p))
+            or self._stuck_for(p, rt) is not None
             or (plan is not None and any(o.pool == p.name for o in plan.orphans))
         )
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.store import StateStore
 from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
@@ -284,3 +286,43 @@ class RecordingCauses:
     ) -> Sequence[Any]:
         self.causes.append(causes)
         return []
+
+
+def test_a_late_rush_fires_the_queue_time_objective_alert_with_its_cause() -> None:
+    """Ten cpu jobs start after waiting 10 minutes against a 5-minute, 95% objective:
+    every window burns at 20x the budget, so the built-in alert fires, per runner type,
+    with the type's Cause line (no pools here: scaling_disabled)."""
+    cfg = parse_config(
+        {
+            "poll_interval": "30s",
+            "github": {"owner": "org", "token": "t"},
+            "runner_types": {
+                "cpu": {
+                    "labels": ["self-hosted", "cpu"],
+                    "slo": {"queue_time": "5m", "objective": 0.95},
+                }
+            },
+            "state": {"path": ":memory:"},
+            "alerts": {"receivers": {"oncall": {"type": "webhook", "url": "http://127.0.0.1:9/"}}},
+        },
+        env={},
+    )
+    later = T0 + timedelta(seconds=30)
+    late = tuple(started_job(100 + i, later, waited=600) for i in range(10))
+    source = FakeSource(
+        [observation(1, T0), Observation(later, observation(1, later).jobs + late, ())]
+    )
+    metrics = Metrics()
+    engine = AlertEngine(cfg.alerts, StateStore(), None, metrics)
+    controller = Controller(cfg, source, metrics, alerts=engine)
+    controller.tick(T0)
+    result = controller.tick(later)
+    [alert] = [a for a in result.alerts if a.rule == "Queue-time objective burning"]
+    assert alert.state == "firing" and alert.title.endswith("(cpu)")
+    assert alert.values["burn_rate_5m"] == 20 and alert.values["jobs_started_1h"] == 10
+    assert alert.cause == "scaling_disabled (cpu has no pools configured)"
+    value = metrics.registry.get_sample_value
+    assert (
+        value("ci_autoscaler_jobs_within_queue_time_objective_total", {"runner_type": "cpu"}) == 0
+    )
+    assert value("ci_autoscaler_queue_time_objective_attained_ratio", {"runner_type": "cpu"}) == 0

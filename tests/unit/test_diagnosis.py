@@ -249,6 +249,28 @@ CASES = [
     ),
     pytest.param(
         World(
+            pools={"gpu-spot": pool("gpu-spot", desired=2), "gpu-od": pool("gpu-od")},
+            state=ScalingState(short_since={"gpu-spot": (T0 - timedelta(seconds=480), 0)}),
+        ),
+        [
+            (
+                "launch_failing",
+                "gpu-spot: 2 short of desired 2 for 8m with no new instance"
+                " (released at boot_timeout 15m)",
+            )
+        ],
+        id="launch_failing: stuck short past half the boot_timeout, no activity to read",
+    ),
+    pytest.param(
+        World(
+            pools={"gpu-spot": pool("gpu-spot", desired=2), "gpu-od": pool("gpu-od")},
+            state=ScalingState(short_since={"gpu-spot": (T0 - timedelta(seconds=120), 0)}),
+        ),
+        [DEMAND_MET_2],
+        id="short for two minutes is still on its way",
+    ),
+    pytest.param(
+        World(
             queued=1,
             pools={
                 "gpu-spot": pool("gpu-spot", [inst(1, "gpu-spot", age=1000)]),
