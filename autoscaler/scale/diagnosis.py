@@ -33,7 +33,6 @@ from autoscaler.domain import (
     PoolState,
     QueueSnapshot,
     QueueStats,
-    Runner,
     RunnerType,
     ScalingActivity,
     ScalingProblem,
@@ -145,7 +144,11 @@ def diagnose(
     out: dict[str, tuple[Cause, ...]] = {}
     tick = _Tick(
         config, now, scaling, problems, observation_fresh, last_successful_poll, dry_run,
-        runners=observation.runners if observation is not None else (),
+        registered=frozenset(
+            iid
+            for r in (observation.runners if observation is not None else ())
+            if (iid := instance_id_of(r.name)) is not None
+        ),
     )  # fmt: skip
     for rt in config.runner_types:
         stats = snapshot.per_type.get(rt.name)
@@ -205,7 +208,8 @@ class _Tick:
     fresh: bool
     last_poll: datetime | None
     dry_run: bool
-    runners: Sequence[Runner]
+    registered: frozenset[str]
+    """Instance ids that have a registered runner (read once per tick, not per type)."""
 
     def causes(self, rt: RunnerTypeConfig, stats: QueueStats) -> list[Cause]:
         out: list[Cause] = []
@@ -395,7 +399,7 @@ class _Tick:
         self, rt: RunnerTypeConfig, stats: QueueStats, present: Sequence[PoolState]
     ) -> list[Cause]:
         out: list[Cause] = []
-        registered = {instance_id_of(r.name) for r in self.runners}
+        registered = self.registered
         booting = [
             i
             for p in present
