@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DURATION ?= 60
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean references
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ci-autoscaler demo --duration $(DEMO_DURATION)
 
-test: $(STAMP)
+test: $(STAMP) references
 	$(BIN)/python -m pytest
+
+# GitHub's OpenAPI description and webhook examples/schemas (pinned in
+# tests/conformance/references.txt), fetched once with npm into .cache/octokit.
+references:
+	bash tests/conformance/fetch_references.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check autoscaler tests bench
