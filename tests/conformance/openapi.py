@@ -95,6 +95,7 @@ class Description:
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
         self._components: dict[str, Any] = document.get("components", {})
+        self._patterns: list[tuple[str, re.Pattern[str]]] | None = None
 
     @classmethod
     def load(cls, path: Path) -> Description:
@@ -118,6 +119,20 @@ class Description:
             for part in ref[2:].split("/"):
                 value = value[part.replace("~1", "/").replace("~0", "~")]
         return value
+
+    def template(self, path: str) -> str | None:
+        """The description's path template a request path (query ignored) falls under.
+
+        A literal segment wins over a parameter (``/runners/downloads`` over
+        ``/runners/{runner_id}``)."""
+        if self._patterns is None:
+            self._patterns = [
+                (t, re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(t)) + "$"))
+                for t in self.document["paths"]
+            ]
+        bare = urlsplit(path).path
+        matches = [t for t, pattern in self._patterns if pattern.match(bare)]
+        return min(matches, key=lambda t: t.count("{"), default=None)
 
     def operation(self, path: str, method: str) -> dict[str, Any]:
         """The operation object; KeyError names what the description lacks."""

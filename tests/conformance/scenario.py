@@ -45,17 +45,18 @@ class Scenario:
         claims = {"iat": now - 60, "exp": now + 540, "iss": str(APP_ID)}
         return jwt.encode(claims, _key(), algorithm="RS256")
 
-    @property
-    def private_key_pem(self) -> str:
-        return (
-            _key()
-            .private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-            .decode()
+
+def private_key_pem() -> str:
+    """The scenario App's private key (PEM), as ``github.app.private_key_file`` holds it."""
+    return (
+        _key()
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
+        .decode()
+    )
 
 
 @contextmanager
