@@ -167,8 +167,11 @@ def user_json(base: str, login: str, user_id: int, kind: str = "User") -> dict[s
     }
 
 
-def repo_json(base: str, owner: str, repo: FakeRepo, owner_kind: str = "org") -> dict[str, Any]:
-    """A repository as "List organization repositories" shows it (a minimal repository).
+def repo_json(
+    base: str, owner: str, repo: FakeRepo, owner_kind: str = "org", *, embedded: bool = False
+) -> dict[str, Any]:
+    """A repository as "List organization repositories" shows it (a minimal repository);
+    ``embedded``: as a workflow run embeds it, the required properties only.
 
     The fake knows no description, topics, sizes or counts: those are GitHub's defaults for
     a new empty repository. Its times are fixed (the fake has no repository history).
@@ -177,7 +180,7 @@ def repo_json(base: str, owner: str, repo: FakeRepo, owner_kind: str = "org") ->
     api = f"{base}/repos/{full}"
     kind = "User" if owner_kind == "user" else "Organization"
     created = "2024-01-01T00:00:00Z"
-    return {
+    required = {
         "id": repo.id,
         "node_id": f"R_{repo.id}",
         "name": repo.name,
@@ -189,6 +192,11 @@ def repo_json(base: str, owner: str, repo: FakeRepo, owner_kind: str = "org") ->
         "fork": False,
         "url": api,
         **{key: api + suffix for key, suffix in _REPO_URLS.items()},
+    }
+    if embedded:
+        return required
+    return {
+        **required,
         "git_url": f"git://github.com/{full}.git",
         "ssh_url": f"git@github.com:{full}.git",
         "clone_url": f"https://github.com/{full}.git",
@@ -246,7 +254,7 @@ def run_json(  # noqa: PLR0917
     """
     full = f"{owner}/{run.repo}"
     url = f"{base}/repos/{full}/actions/runs/{run.id}"
-    repository = repo_json(base, owner, repo or FakeRepo(0, run.repo), owner_kind)
+    repository = repo_json(base, owner, repo or FakeRepo(0, run.repo), owner_kind, embedded=True)
     sha = f"{run.id:040x}"
     actor = user_json(base, *_ACTOR)
     pusher = {"name": _ACTOR[0], "email": f"{_ACTOR[0]}@users.noreply.github.com"}
