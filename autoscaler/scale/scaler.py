@@ -158,6 +158,11 @@ class Scaler:
             clock_skew=self._measure_skew(observation),
         )
         self.last_plan = plan
+        for lr in plan.refused:  # a pool a person must fix is paged every tick until it works
+            msg = f"{lr.pool} cannot launch instances ({lr.code}): {lr.message}"
+            self.last_problems.append(
+                ScalingProblem("launch", lr.runner_type, lr.pool, lr.code, msg)
+            )
         if dry_run:  # remember what was observed, not the failures acted on
             self.state = replace(
                 self.state, idle_since=plan.state.idle_since, short_since=plan.state.short_since
@@ -183,11 +188,6 @@ class Scaler:
             self._retry_termination(pt)
         for r in plan.releases:
             self._release(r)
-        for lr in plan.refused:
-            msg = f"{lr.pool} cannot launch instances ({lr.code}): {lr.message}"
-            self.last_problems.append(
-                ScalingProblem("launch", lr.runner_type, lr.pool, lr.code, msg)
-            )
         for p in plan.protect:
             self._cloud(
                 p.runner_type,
