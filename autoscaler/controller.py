@@ -1,7 +1,8 @@
 """One reconcile tick: observe -> compute -> decide -> act -> report.
 
 Scaling runs before alerting so that what scaling hit this tick (a permanent cloud error,
-every pool of a type out of capacity) is alerted in the same tick.
+every pool of a type out of capacity) is alerted in the same tick, and so that the clock
+skew the scaler measured (GitHub's from the poll, AWS's from its answers) is alerted on.
 
 The controller owns no clock and no sleep: ``tick(now)`` is given the time, so the same
 code runs in the live loop, in ``once --dry-run`` and under a virtual clock. The CI source
@@ -20,7 +21,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from autoscaler.config import Config
-from autoscaler.domain import Observation, QueueSnapshot, RunnerType, ScalingProblem
+from autoscaler.domain import ClockSkew, Observation, QueueSnapshot, RunnerType, ScalingProblem
 from autoscaler.errors import AutoscalerError
 from autoscaler.observe.queue import compute_queue
 from autoscaler.ports import JobSource
@@ -56,6 +57,7 @@ class AlertStep(Protocol):
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        clock_skew: ClockSkew | None = None,
     ) -> Sequence[Any]: ...
 
 
@@ -65,6 +67,11 @@ class ScaleStep(Protocol):
     @property
     def last_problems(self) -> Sequence[ScalingProblem]:
         """What the last step hit that on-call must hear about (the alert stage pages)."""
+        ...
+
+    @property
+    def last_clock_skew(self) -> ClockSkew:
+        """The peers' clock skew the last step decided with (the alert stage checks it)."""
         ...
 
     def step(
@@ -119,6 +126,9 @@ class Controller:
             fresh = self._observe(now, result)
             alerts, scaler = self.alerts, self.scaler
             problems: Sequence[ScalingProblem] | None = None
+            skew: ClockSkew | None = None
+            if self.last_observation is not None:
+                skew = ClockSkew(github=self.last_observation.clock_skew_seconds)
             if (
                 scaler is not None
                 and self.last_observation is not None
@@ -136,6 +146,7 @@ class Controller:
                     ),
                 )
                 problems = scaler.last_problems
+                skew = scaler.last_clock_skew
             if alerts is not None:
                 result.alerts = self._guarded(
                     "alerting",
@@ -145,6 +156,7 @@ class Controller:
                         now,
                         dry_run=dry_run,
                         problems=problems,
+                        clock_skew=skew,
                     ),
                 )
         finally:

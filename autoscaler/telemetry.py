@@ -192,6 +192,33 @@ class Metrics:
             ["runner_type", "pool", "reason"],
             registry=r,
         )
+        self.orphans_kept = Counter(
+            P + "orphans_kept_total",
+            "Orphan instances not terminated: their runner registered after the poll"
+            " (registered), GitHub could not be asked (lookup_failed), or the clocks"
+            " disagree too much to judge an instance's age (clock_skew).",
+            ["runner_type", "pool", "reason"],
+            registry=r,
+        )
+        self.deferred_terminations = Counter(
+            P + "deferred_terminations_total",
+            "Terminations that failed after the runner was deregistered; retried first next tick.",
+            ["runner_type", "pool"],
+            registry=r,
+        )
+        self.pending_terminations = Gauge(
+            P + "pending_terminations",
+            "Instances of deregistered runners still waiting for their termination.",
+            ["runner_type", "pool"],
+            registry=r,
+        )
+        self.clock_skew = Gauge(
+            P + "clock_skew_seconds",
+            "A peer's clock minus ours, from the Date header of its last answer"
+            " (peer: github, aws; positive: the peer is ahead).",
+            ["peer"],
+            registry=r,
+        )
         self.pool_backoff_remaining = Gauge(
             P + "pool_capacity_backoff_seconds",
             "Seconds a pool out of capacity is still skipped (0: available).",

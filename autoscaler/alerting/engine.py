@@ -25,10 +25,12 @@ from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
+    CLOCK_SKEW_RULE,
     FLEET,
     PROVISIONING_RULE,
     UNMATCHED_RULE,
     Evaluation,
+    evaluate_clock_skew,
     evaluate_provisioning,
     evaluate_rules,
     evaluate_unmatched,
@@ -37,7 +39,7 @@ from autoscaler.alerting.rules import (
 )
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
-from autoscaler.domain import QueueSnapshot, ScalingProblem
+from autoscaler.domain import ClockSkew, QueueSnapshot, ScalingProblem
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -109,9 +111,11 @@ class AlertEngine:
         last_successful_poll: datetime | None,
         now: datetime,
         problems: Sequence[ScalingProblem] | None = None,
+        clock_skew: ClockSkew | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
-        scaling run this tick: ``problems`` is None)."""
+        scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
+        None or empty)."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
@@ -131,6 +135,11 @@ class AlertEngine:
             evaluations.append(
                 evaluate_unreachable(b, last_successful_poll, started, now, everyone)
             )
+        if b.clock_skew_max > 0:
+            if clock_skew is None or (clock_skew.github is None and clock_skew.aws is None):
+                keep.add(CLOCK_SKEW_RULE)
+            else:
+                evaluations.append(evaluate_clock_skew(b, clock_skew, everyone))
         return evaluations, keep
 
     def step(
@@ -141,11 +150,13 @@ class AlertEngine:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        clock_skew: ClockSkew | None = None,
     ) -> list[AlertView]:
-        """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed."""
+        """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
+        ``clock_skew`` the peers' clocks as last measured."""
         if self.started_at is None:
             self.started_at = now
-        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems)
+        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems, clock_skew)
         old = self.store.load_states()
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:

@@ -27,12 +27,13 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from autoscaler.config import AlertRuleConfig, BuiltinAlertsConfig
-from autoscaler.domain import QueueSnapshot, QueueStats, ScalingProblem
+from autoscaler.domain import ClockSkew, QueueSnapshot, QueueStats, ScalingProblem
 
 FLEET = "fleet"
 UNMATCHED_RULE = "Jobs no runner type serves"
 UNREACHABLE_RULE = "GitHub unreachable"
 PROVISIONING_RULE = "Runner pool provisioning failing"
+CLOCK_SKEW_RULE = "Controller clock skewed"
 
 
 def fingerprint(rule: str, scope: str) -> str:
@@ -253,16 +254,42 @@ def evaluate_provisioning(
     for runner_type, found in sorted(by_type.items()):
         kinds = [p.kind for p in found]
         values = {
-            "permanent_errors": kinds.count("permanent"),
+            "permanent_errors": kinds.count("permanent") + kinds.count("launch"),
             "out_of_capacity": int("out_of_capacity" in kinds),
             "missing_pools": kinds.count("missing"),
             "threshold_breached": 1,
         }
-        detail = "; ".join(
-            f"{p.pool or runner_type}: {p.code or p.kind.replace('_', ' ')}" for p in found
-        )
+        detail = "; ".join(_detail(p, runner_type) for p in found)
         evaluation = _builtin(
             b, PROVISIONING_RULE, f"Scaling {runner_type} failed ({detail})", values, all_receivers
         )
         out.append(replace(evaluation, scope=runner_type))
     return out
+
+
+def _detail(p: ScalingProblem, runner_type: str) -> str:
+    """``pool: code``; a refused launch also quotes the cloud's own words (what to fix)."""
+    text = f"{p.pool or runner_type}: {p.code or p.kind.replace('_', ' ')}"
+    return f"{text}: {p.message}" if p.kind == "launch" and p.message else text
+
+
+def evaluate_clock_skew(
+    b: BuiltinAlertsConfig, skew: ClockSkew, all_receivers: tuple[str, ...]
+) -> Evaluation:
+    """Built-in: GitHub's or AWS's clock (from their answers' ``Date``) is further than
+    ``clock_skew_max`` from ours. Ages, launch times and the orphan check compare our clock
+    with theirs; an unmeasured peer reads 0."""
+    github, aws = (round(s or 0.0) for s in (skew.github, skew.aws))
+    values = {
+        "github_clock_skew_seconds": github,
+        "aws_clock_skew_seconds": aws,
+        "clock_skew_threshold_seconds": int(b.clock_skew_max),
+        "threshold_breached": int(skew.worst > b.clock_skew_max),
+    }
+    return _builtin(
+        b,
+        CLOCK_SKEW_RULE,
+        "The controller's clock disagrees with GitHub's or AWS's (check NTP on its host)",
+        values,
+        all_receivers,
+    )

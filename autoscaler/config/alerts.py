@@ -90,6 +90,10 @@ class BuiltinAlertsConfig:
     """Alert on jobs whose labels no runner type serves."""
     github_unreachable_after: float = 600.0
     """Alert when no poll of GitHub succeeded for this long."""
+    clock_skew_max: float = 60.0
+    """Alert when GitHub's or AWS's clock (their answers' ``Date``) is further than this
+    from ours; 0 turns the alert off (orphan cleanup still stops at a quarter of
+    ``boot_timeout``)."""
     runbook_url: str = ""
     dashboard_url: str = ""
 
@@ -265,6 +269,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
             "receivers",
             "unmatched_jobs",
             "github_unreachable_after",
+            "clock_skew_max",
             "runbook_url",
             "dashboard_url",
         ),
@@ -277,6 +282,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         github_unreachable_after=r.duration(
             b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
         ),
+        clock_skew_max=r.duration(b.get("clock_skew_max"), "alerts.builtin.clock_skew_max", 60.0),
         runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
         dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
     )

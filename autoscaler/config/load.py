@@ -32,6 +32,13 @@ from autoscaler.config.schema import (
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import ConfigError
 
+MIN_BOOT_TIMEOUT = 10.0
+"""The shortest ``boot_timeout`` accepted, in seconds. No EC2 instance boots and registers
+a runner faster; below it every new instance would be judged an orphan (``0s`` made each
+one a candidate the moment it launched). The orphan check's clock-skew guard, a quarter of
+``boot_timeout``, must also stay above the one-second resolution of the ``Date`` headers
+and launch times it compares."""
+
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
     """Read and validate a YAML file. Raises ConfigError listing every problem."""
@@ -190,6 +197,13 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
             p,
             ("labels", "pools", "min_idle", "max", "priority", "idle_timeout", "boot_timeout"),
         )
+        boot_timeout = r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0)
+        if boot_timeout < MIN_BOOT_TIMEOUT:
+            r.problem(
+                f"{p}.boot_timeout",
+                f"must be at least {MIN_BOOT_TIMEOUT:.0f}s: an instance needs that long to"
+                " boot and register its runner, or it is terminated as an orphan",
+            )
         out.append(
             RunnerTypeConfig(
                 name=str(name),
@@ -199,7 +213,7 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 max=r.optional_integer(m.get("max"), f"{p}.max"),
                 priority=r.integer(m.get("priority"), f"{p}.priority", 0),
                 idle_timeout=r.duration(m.get("idle_timeout"), f"{p}.idle_timeout", 600.0),
-                boot_timeout=r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0),
+                boot_timeout=boot_timeout,
             )
         )
     return tuple(out)

@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from autoscaler.fakes.github_app import app_token, authorized
 from autoscaler.fakes.github_shapes import (
     FakeRequest,
+    FakeRunner,
     Fault,
     Reply,
     error_reply,
@@ -44,6 +45,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the fake logs requests in ``fake.requests`` instead."""
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header on the fake's own clock, as GitHub's shows GitHub's."""
+        if timestamp is None:
+            timestamp = self.server.fake.clock().timestamp()
+        return super().date_time_string(timestamp)
 
     def do_GET(self) -> None:
         self._serve("GET")
@@ -197,12 +204,12 @@ def _listing(
     if m := _RUNNERS.match(path):
         if not _owner_serves(fake, m.group(1), orgs=True):
             return None
-        runners = sorted(fake._runners.values(), key=lambda r: r.id)
+        runners = _runners_named(fake, query.get("name"))
         return "runners", [runner_json(r) for r in runners if not r.repos]
     if m := _REPO_RUNNERS.match(path):
         if m.group(1).lower() != owner.lower() or m.group(2) not in fake._repos:
             return None
-        runners = sorted(fake._runners.values(), key=lambda r: r.id)
+        runners = _runners_named(fake, query.get("name"))
         return "runners", [runner_json(r) for r in runners if m.group(2) in r.repos]
     if m := _RUNS.match(path):
         if m.group(1).lower() != owner.lower() or m.group(2) not in fake._repos:
@@ -223,6 +230,13 @@ def _listing(
             return None
         return "jobs", [job_json(base, owner, fake._jobs[j]) for j in job_run.job_ids]
     return None
+
+
+def _runners_named(fake: GitHubState, name: str | None) -> list[FakeRunner]:
+    """Every runner by id, or only the one named ``name``: the runner listings' documented
+    ``name`` query parameter ("The name of a self-hosted runner")."""
+    runners = sorted(fake._runners.values(), key=lambda r: r.id)
+    return runners if name is None else [r for r in runners if r.name == name]
 
 
 def _page(  # noqa: PLR0917

@@ -104,6 +104,17 @@ CALLS = [
     Call("user-org-runners", "GET", ORG_RUNNERS, ORG + "/actions/runners", 404, "user"),
     Call("repo-runners", "GET", REPO_RUNNERS, WEB + "/actions/runners", 200),
     Call("user-repo-runners", "GET", REPO_RUNNERS, SITE + "/actions/runners", 200, "user"),
+    Call("org-runners-named", "GET", ORG_RUNNERS, ORG + "/actions/runners?name=cpu-busy", 200),
+    Call("org-runners-nobody", "GET", ORG_RUNNERS, ORG + "/actions/runners?name=nobody", 200),
+    Call("repo-runners-named", "GET", REPO_RUNNERS, WEB + "/actions/runners?name=web-busy", 200),
+    Call(
+        "user-runners-named",
+        "GET",
+        REPO_RUNNERS,
+        SITE + "/actions/runners?name=own-busy",
+        200,
+        "user",
+    ),
     Call("org-delete", "DELETE", ORG_RUNNER, RUNNER + "{spare_runner}", 204),
     Call("org-delete-busy", "DELETE", ORG_RUNNER, RUNNER + "{busy_runner}", 422),
     Call("org-delete-gone", "DELETE", ORG_RUNNER, RUNNER + "999999", 404),
@@ -324,7 +335,8 @@ def test_the_status_filter_matches_the_reported_status_or_the_conclusion(
 def test_every_request_the_client_makes_is_covered(
     description: Description, owner_kind: str
 ) -> None:
-    """The client's requests (an App's, a whole observe, a runner removal) are all in CALLS."""
+    """The client's requests (an App's, a whole observe, a runner removal, a runner looked
+    up by name before an orphan goes) are all in CALLS."""
     with scenario(owner_kind) as s:
         config = GitHubConfig(
             owner=str(s.ids["owner"]),
@@ -337,6 +349,7 @@ def test_every_request_the_client_makes_is_covered(
             source.observe(T0)  # the second tick is conditional: 304s
             spare = s.ids.get("spare_runner", s.ids["repo_spare"])
             source.remove_runner(int(str(spare)))
+            source.find_runner("cpu-busy" if owner_kind == "org" else "own-busy")
         finally:
             source.close()
         requests = [(r.method, r.path) for r in s.fake.requests]
@@ -344,3 +357,28 @@ def test_every_request_the_client_makes_is_covered(
     called = {(method, description.template(path)) for method, path in requests}
     assert None not in {t for _, t in called}, f"a request outside the description: {requests}"
     assert called <= {(c.method, c.template) for c in CALLS}
+
+
+@pytest.mark.parametrize(
+    ("owner_kind", "template", "url", "name"),
+    [
+        pytest.param("org", ORG_RUNNERS, ORG + "/actions/runners", "cpu-busy", id="org"),
+        pytest.param("org", REPO_RUNNERS, WEB + "/actions/runners", "web-busy", id="repo"),
+        pytest.param("user", REPO_RUNNERS, SITE + "/actions/runners", "own-busy", id="user"),
+    ],
+)
+def test_the_runner_listings_filter_on_the_documented_name(
+    description: Description, owner_kind: str, template: str, url: str, name: str
+) -> None:
+    """Both runner listings document ``name`` ("The name of a self-hosted runner"); the
+    orphan check asks with it, so the fake answers only the runner of that name."""
+    parameter = description.parameter(template, "GET", "name")
+    assert (
+        parameter["in"] == "query" and "name of a self-hosted runner" in (parameter["description"])
+    )
+    with scenario(owner_kind) as s, httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+        base = s.fake.url + url.format(**s.ids)
+        named = c.get(base, params={"name": name}).json()
+        everyone = c.get(base).json()
+    assert [r["name"] for r in named["runners"]] == [name] and named["total_count"] == 1
+    assert everyone["total_count"] > 1

@@ -39,6 +39,12 @@ OUT = ScalingProblem("out_of_capacity", "gpu", "", "", "every pool of gpu is out
             id="every-pool-out",
         ),
         pytest.param(
+            [ScalingProblem("launch", "gpu", "ci-gpu-od", "VcpuLimitExceeded", "limit of 0")],
+            {"permanent_errors": 1, "out_of_capacity": 0, "missing_pools": 0},
+            "ci-gpu-od: VcpuLimitExceeded: limit of 0",
+            id="refused-launch-quotes-aws",
+        ),
+        pytest.param(
             [ScalingProblem("missing", "gpu", "ci-gpu-typo", "", "no such group")],
             {"permanent_errors": 0, "out_of_capacity": 0, "missing_pools": 1},
             "ci-gpu-typo: missing",

@@ -28,6 +28,7 @@ PURE = [
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",
+    "autoscaler.scale.aws.activities",
     "autoscaler.config.schedule",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,10 +12,12 @@ from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
 from autoscaler.domain import (
+    ClockSkew,
     Job,
     JobStatus,
     Observation,
     QueueSnapshot,
+    Runner,
     ScalingProblem,
     normalize_labels,
 )
@@ -53,6 +55,9 @@ class FakeSource:
     def remove_runner(self, runner_id: int) -> None:
         raise AssertionError("not used here")
 
+    def find_runner(self, name: str) -> Runner | None:
+        raise AssertionError("not used here")
+
 
 def observation(queued: int, at: datetime) -> Observation:
     jobs = tuple(
@@ -74,6 +79,7 @@ def observation(queued: int, at: datetime) -> Observation:
 class RecordingScaler:
     calls: list[tuple[int, bool]]
     last_problems: tuple[ScalingProblem, ...] = ()
+    last_clock_skew: ClockSkew = field(default_factory=ClockSkew)
     returned: list[Sequence[Any]] = field(default_factory=list)
 
     def step(
@@ -165,6 +171,7 @@ def test_loop_survives_failing_ticks_and_stops_on_event() -> None:
 @dataclass
 class RecordingAlerts:
     problems: list[Sequence[ScalingProblem] | None]
+    skews: list[ClockSkew | None] = field(default_factory=list)
 
     def step(
         self,
@@ -174,8 +181,10 @@ class RecordingAlerts:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        clock_skew: ClockSkew | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
+        self.skews.append(clock_skew)
         return []
 
 
@@ -193,3 +202,18 @@ def test_alerting_hears_this_ticks_scaling_problems() -> None:
     controller.tick(T0)  # no observation yet: scaling cannot run, its alerts stay as they are
     controller.tick(T0 + timedelta(seconds=30))
     assert alerts.problems == [None, (denied,)]
+
+
+def test_alerting_hears_the_clock_skew_measured_this_tick() -> None:
+    """The skew alert reads what the adapters measured: GitHub's from the poll when no
+    scaler runs, both peers' from the scaler (which decided with them) when one does."""
+    skewed = replace(observation(0, T0), clock_skew_seconds=-75.0)
+    alerts = RecordingAlerts(problems=[])
+    Controller(config(), FakeSource([skewed]), Metrics(), alerts=alerts).tick(T0)
+    assert alerts.skews == [ClockSkew(github=-75.0)]
+
+    measured = ClockSkew(github=-75.0, aws=3.0)
+    scaler = RecordingScaler(calls=[], last_clock_skew=measured)
+    alerts = RecordingAlerts(problems=[])
+    Controller(config(), FakeSource([skewed]), Metrics(), alerts=alerts, scaler=scaler).tick(T0)
+    assert alerts.skews == [measured]

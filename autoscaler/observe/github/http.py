@@ -9,6 +9,8 @@
 - 5xx, timeouts and connection errors: retried with full-jitter backoff, then
   :class:`TransientError`. 401 -> AuthenticationError, 404 -> NotFoundError,
   422 -> RejectedError; messages name the method and URL path, never a credential.
+- Every answer's ``Date`` header gives GitHub's clock against ours (the injected wall
+  clock): :attr:`GitHubHttp.clock_skew` and ``ci_autoscaler_clock_skew_seconds{peer="github"}``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -93,6 +96,9 @@ class GitHubHttp:
         self._lock = threading.Lock()
         self._cache: dict[str, _Cached] = {}
         self._used: set[str] = set()
+        #: GitHub's clock minus ours, in seconds, from the last answer with a ``Date``
+        #: header (None until one arrives).
+        self.clock_skew: float | None = None
         limits = httpx.Limits(
             max_connections=max_concurrency, max_keepalive_connections=max_concurrency
         )
@@ -114,6 +120,7 @@ class GitHubHttp:
     def begin_tick(self) -> None:
         with self._lock:
             self._used = set()
+            self.clock_skew = None
 
     def end_tick(self) -> None:
         """Forget cached pages no request of this tick asked for (bounded memory)."""
@@ -184,6 +191,7 @@ class GitHubHttp:
             status = response.status_code
             self.metrics.github_requests.labels(endpoint, str(status)).inc()
             self._track_rate_limit(response)
+            self._track_clock(response)
             if status < 300 or status == 304:
                 return response
             code = str(status)
@@ -250,6 +258,20 @@ class GitHubHttp:
         if response.headers.get("x-ratelimit-remaining") == "0" and reset is not None:
             return max(0.0, reset - self.wall_clock())
         return 60.0  # GitHub: "otherwise, wait for at least one minute"
+
+    def _track_clock(self, response: httpx.Response) -> None:
+        """GitHub's clock from the answer's ``Date`` (one-second resolution, and a little
+        behind by the answer's travel time: fine against a threshold of a minute)."""
+        try:
+            peer = parsedate_to_datetime(response.headers.get("date", ""))
+        except (TypeError, ValueError):
+            return
+        if peer.tzinfo is None:
+            return
+        skew = peer.timestamp() - self.wall_clock()
+        with self._lock:
+            self.clock_skew = skew
+        self.metrics.clock_skew.labels("github").set(skew)
 
     def _track_rate_limit(self, response: httpx.Response) -> None:
         h = response.headers

@@ -11,6 +11,11 @@ A user owner (or credentials that cannot see the org's runners) answers 404 on
 repository instead (deduplicated by id) and remembers both the choice (one org probe per
 source) and each runner's repository, so ``remove_runner`` deletes at the repository URL.
 
+``find_runner(name)`` asks the same listing filtered by GitHub's documented ``name`` query
+parameter (the org's, or each watched repository's), right before an orphan instance is
+terminated. Only an exact name match counts: a server that ignores ``name`` (an old GitHub
+Enterprise Server) then costs a full listing, never a wrong answer.
+
 Bad data skips the item (counted in ``github_skipped_items_total{kind}``, logged once per
 kind); a malformed runs/jobs page skips that page. A malformed repository or runner list
 fails the poll (TransientError): a partial runner list would make live runners look gone.
@@ -88,6 +93,8 @@ class GitHubSource:
         self._runner_scope: str | None = None
         #: Runner id -> the repository that listed it (last observe, "repos" scope only).
         self._runner_repos: dict[int, str] = {}
+        #: The repositories the last observe watched (where find_runner looks, "repos").
+        self._repos_seen: list[str] = []
         self._logged_kinds: set[str] = set()
 
     def __repr__(self) -> str:
@@ -149,13 +156,31 @@ class GitHubSource:
         self._http.end_tick()
         if self._runner_scope == "repos":
             runners, self._runner_repos = merge_runners(repos, by_repo)
+        self._repos_seen = list(repos)
         return Observation(
             observed_at=now,
             jobs=tuple(sorted(jobs.values(), key=lambda j: j.id)),
             runners=tuple(runners),
             skipped_items=skips.count,
             skipped_runners=skips.by_kind.get("runner", 0),
+            clock_skew_seconds=self._http.clock_skew,
         )
+
+    def find_runner(self, name: str) -> Runner | None:
+        """The runner registered as exactly ``name`` now, or None (GitHub's ``?name=``).
+
+        Raises our errors like any call, and TransientError when an item of the answer is
+        malformed: "cannot tell" must never read as "not there"."""
+        query = f"?name={quote(name, safe='')}"
+        if self._runner_scope != "repos":
+            return self._named(f"/orgs/{self._owner}/actions/runners{query}", name)
+        for repo in self._repos_seen:
+            path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners{query}"
+            found = self._named(path, name)
+            if found is not None:
+                self._runner_repos[found.id] = repo
+                return found
+        return None
 
     def remove_runner(self, runner_id: int) -> None:
         """DELETE the runner: RejectedError when busy (422), NotFoundError when gone.
@@ -174,6 +199,15 @@ class GitHubSource:
             path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners/{runner_id}"
         self._http.send("DELETE", path, "runner_delete")
         self._runner_repos.pop(runner_id, None)
+
+    def _named(self, path: str, name: str) -> Runner | None:
+        skips = Skips(self._metrics, self._logged_kinds)
+        runners = self._runners(skips, path)
+        if skips.count:
+            raise TransientError(
+                f"GitHub GET {path.split('?', maxsplit=1)[0]}: a malformed runner item"
+            )
+        return next((r for r in runners if r.name == name), None)
 
     # --- the calls
     def _exchange(self, installation_id: int, authorization: str) -> Mapping[str, Any]:
