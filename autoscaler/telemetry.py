@@ -132,6 +132,13 @@ class Metrics:
             ["receiver", "result"],
             registry=r,
         )
+        self.state_store_errors = Counter(
+            P + "state_store_errors_total",
+            "Failed uses of the alert state store by operation and code (locked, corrupt, "
+            "not_a_database, read_only, cannot_open, permission, disk_full, io_error, ...).",
+            ["operation", "code"],
+            registry=r,
+        )
         self.alert_notifications_pending = Gauge(
             P + "alert_notifications_pending",
             "Notifications not yet delivered (retried next tick).",

@@ -65,17 +65,12 @@ def _make_handler(owner: StatusServer) -> type[BaseHTTPRequestHandler]:
             elif path == "/healthz":
                 self._send(200, b"ok\n")
             elif path == "/readyz":
-                now = owner.clock()
-                if owner.controller.ready(now):
+                reasons = owner.controller.not_ready_reasons(owner.clock())
+                if not reasons:
                     self._send(200, b"ready\n")
                 else:
-                    last = owner.controller.last_successful_poll
-                    why = (
-                        "never polled"
-                        if last is None
-                        else f"last successful poll {last:%H:%M:%S} UTC"
-                    )
-                    self._send(503, f"not ready: {why}\n".encode())
+                    text = "".join(f"not ready: {why}\n" for why in reasons)
+                    self._send(503, text.encode())
             elif path == "/":
                 result = owner.controller.last_result
                 text = format_table(result) if result else "no tick yet\n"

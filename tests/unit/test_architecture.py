@@ -29,6 +29,7 @@ PURE = [
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",
     "autoscaler.config.schedule",
+    "autoscaler.health",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
 ]
@@ -36,7 +37,15 @@ FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "auto
 
 #: Packages that must never reach into the application shell.
 LAYERED = ["observe", "scale", "alerting", "config"]
-SHARED = ["domain.py", "errors.py", "ports.py", "retrying.py", "controller.py", "telemetry.py"]
+SHARED = [
+    "domain.py",
+    "errors.py",
+    "health.py",
+    "ports.py",
+    "retrying.py",
+    "controller.py",
+    "telemetry.py",
+]
 
 
 @pytest.mark.parametrize("module", PURE)
