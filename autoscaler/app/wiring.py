@@ -52,7 +52,7 @@ def build_runtime(
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
     store = StateStore.from_config(config.state)
     closers.append(store.close)
-    deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run)
+    deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run, health=health)
     closers.append(deliverer.close)
     alerts = AlertEngine(config.alerts, store, deliverer, metrics, health=health)
 

@@ -4,7 +4,9 @@ Endpoints: ``GET /orgs/{org}/repos`` (and ``/users/{owner}/repos``),
 ``GET /repos/{o}/{r}/actions/runs?status=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
 ``GET /orgs/{org}/actions/runners``, ``DELETE /orgs/{org}/actions/runners/{id}``,
 ``GET /repos/{o}/{r}/actions/runners``, ``DELETE /repos/{o}/{r}/actions/runners/{id}``,
-``POST /app/installations/{id}/access_tokens``. An ``owner_kind="user"`` owner is a user
+``POST /app/installations/{id}/access_tokens``, and the issue endpoints the
+``github_issue`` receiver uses (:mod:`autoscaler.fakes.github_issues`: create, list,
+update, comment). An ``owner_kind="user"`` owner is a user
 account: every ``/orgs/{owner}/...`` path answers 404 and runners live on repositories.
 Behaviour as GitHub documents it: ``Link`` pagination (``per_page`` max 100, default 30),
 an ``ETag`` on every GET and ``304`` on a matching ``If-None-Match`` (a 304 costs no rate
