@@ -196,9 +196,10 @@ class Deliverer:
         return not self._rounds
 
     def close(self, timeout: float | None = None) -> None:
-        """Let rounds in flight finish within ``timeout`` (default ``deadline``), then stop:
-        a round still running records nothing more (its item stays in the outbox)."""
-        if not self.flush(timeout):
+        """Let rounds in flight finish within ``timeout`` (default: ``deadline`` and a second
+        for a round that just hit its deadline to record it), then stop: a round still
+        running records nothing more (its item stays in the outbox)."""
+        if not self.flush(self.deadline + 1.0 if timeout is None else timeout):
             names = ", ".join(sorted(self._rounds))
             log.warning(
                 "alert delivery to %s still in flight at shutdown; it stays in the outbox", names

@@ -69,8 +69,11 @@ def cli(
 
 
 @contextmanager
-def running_controller(config: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`ci-autoscaler run` in a subprocess; yields (process, base url) once /healthz answers."""
+def running_controller(
+    config: Path, *, user: int | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`ci-autoscaler run` in a subprocess; yields (process, base url) once /healthz answers.
+    ``user``: run it as that uid (and gid), e.g. so root's file permissions apply."""
     port = yaml.safe_load(config.read_text())["listen"].rsplit(":", 1)[1]
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
@@ -79,6 +82,8 @@ def running_controller(config: Path) -> Iterator[tuple[subprocess.Popen[str], st
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "E2E_TOKEN": "e2e-token"},
+        user=user,
+        group=user,
     )
     try:
         wait_for(lambda: _ok(f"{base}/healthz"), 20, "controller /healthz")

@@ -72,6 +72,7 @@ def test_pages_once_then_resolves_and_holds_while_scaling_did_not_run() -> None:
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
     engine = AlertEngine(config, StateStore(None), deliverer, metrics)
+
     def step(at: datetime, problems: list[ScalingProblem] | None) -> None:
         engine.step(None, T0, at, problems=problems)
         assert deliverer.flush(10.0), "delivery did not finish"  # it runs off the tick
