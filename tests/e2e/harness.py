@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -70,20 +70,18 @@ def cli(
 
 @contextmanager
 def running_controller(
-    config: Path, *, user: int | None = None
+    config: Path, *, wrapper: Sequence[str] = ()
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`ci-autoscaler run` in a subprocess; yields (process, base url) once /healthz answers.
-    ``user``: run it as that uid (and gid), e.g. so root's file permissions apply."""
+    ``wrapper`` prefixes the command (e.g. ``setpriv`` dropping capabilities)."""
     port = yaml.safe_load(config.read_text())["listen"].rsplit(":", 1)[1]
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "autoscaler", "run", "--config", str(config)],
+        [*wrapper, sys.executable, "-m", "autoscaler", "run", "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "E2E_TOKEN": "e2e-token"},
-        user=user,
-        group=user,
     )
     try:
         wait_for(lambda: _ok(f"{base}/healthz"), 20, "controller /healthz")
