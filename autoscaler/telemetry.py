@@ -74,6 +74,21 @@ class Metrics:
             registry=r,
         )
 
+        # --- the status server (/metrics, /healthz, /readyz)
+        self.http_connections_open = Gauge(
+            P + "http_connections_open",
+            "Connections open to the status server.",
+            registry=r,
+        )
+        self.http_connections_dropped = Counter(
+            P + "http_connections_dropped_total",
+            "Status server connections closed early, by reason: header_timeout (no whole "
+            "request in time), evicted (closed at the connection limit to make room), "
+            "over_limit, too_large, bad_request, write_timeout (the client did not read).",
+            ["reason"],
+            registry=r,
+        )
+
         # --- GitHub adapter
         self.github_requests = Counter(
             P + "github_requests_total",
