@@ -1,7 +1,11 @@
 """The alerting stage the controller calls once per tick.
 
 evaluate (rules + built-ins) -> advance the lifecycle -> persist states and the outbox in
-one transaction -> deliver the outbox (bounded by the deliverer's deadline) -> views.
+one transaction -> deliver the outbox (bounded by the deliverer's deadline) -> keep the
+Alertmanagers in step (alertmanager_sync; never waits) -> views.
+
+``alertmanager`` receivers get no outbox items: Alertmanager needs the firing set re-posted
+every tick or so, not one message per transition, so AlertmanagerSync serves them.
 
 With ``dry_run`` nothing is persisted or delivered: the views show what would happen, and
 the next real tick still sends every notification.
@@ -23,6 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from autoscaler.alerting import render
+from autoscaler.alerting.alertmanager import ALERTMANAGER
+from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
@@ -96,6 +102,7 @@ class AlertEngine:
         *,
         started_at: datetime | None = None,
         health: Health | None = None,
+        alertmanager: AlertmanagerSync | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -104,6 +111,8 @@ class AlertEngine:
         self.started_at = started_at
         #: Where a state store that cannot be written is reported (readiness reads it).
         self.health = health if health is not None else Health()
+        self.alertmanager = alertmanager
+        self._synced = {n for n, rc in config.receivers.items() if rc.type == ALERTMANAGER}
         self._firing_labels: set[tuple[str, str]] = set()
 
     def evaluate(
@@ -156,7 +165,9 @@ class AlertEngine:
             return []  # without the stored states every view would be a guess
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:
-            outbox = [(r, n) for n in notes for r in n.evaluation.receivers]
+            outbox = [
+                (r, n) for n in notes for r in n.evaluation.receivers if r not in self._synced
+            ]
             saved = True
             try:
                 self.store.save(new, outbox)
@@ -177,6 +188,10 @@ class AlertEngine:
                     self.deliverer.deliver(self.store)
                 except StateError as exc:
                     self.state_failed(exc)
+            if self.alertmanager is not None:
+                # Not an outbox: the evaluated set, re-posted until acknowledged. Kept up
+                # while the store is broken, or Alertmanager would expire alerts that fire.
+                self.alertmanager.sync(new, now)
         self._set_firing(new)
         return [
             _view(s)

@@ -14,7 +14,11 @@ Payload shapes:
   (PagerDuty needs one key for the trigger and its resolve; a duplicate trigger merges into
   the open alert, a duplicate resolve is a no-op) and, on a trigger, the event id in
   ``custom_details`` (a resolve carries no payload).
-- alertmanager: the Alertmanager webhook payload, ``version: "4"``, one alert per message.
+- alertmanager_webhook: the payload Alertmanager itself POSTs to its webhook receivers
+  (``version: "4"``), one alert per message, for tools that consume those (PyTorch's alert
+  normaliser reads ``alerts[0]`` labels/annotations and ``status``); the event id is an
+  annotation. Not for Alertmanager's
+  own API: ``type: alertmanager`` posts postable alerts (alerting/alertmanager.py).
 - github_issue: title, body, labels and comments for the issue the receiver keeps; body and
   comments end with an HTML-comment marker (:func:`github_marker`) holding the fingerprint
   and event id, which the receiver looks up before opening an issue.
@@ -38,6 +42,8 @@ PAGERDUTY_SEVERITY = {
     "P4": "info",
 }
 SOURCE = "ci-autoscaler"
+#: Slack refuses a section block whose text is longer (Block Kit reference, section).
+SLACK_SECTION_MAX = 3000
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
@@ -99,6 +105,10 @@ def webhook_payload(n: Notification) -> dict[str, Any]:
     }
 
 
+def _fit(s: str, limit: int) -> str:
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
 def slack_payload(n: Notification) -> dict[str, Any]:
     ev = n.evaluation
     firing = n.status == "FIRING"
@@ -109,9 +119,10 @@ def slack_payload(n: Notification) -> dict[str, Any]:
         for name, url in (("Runbook", ev.runbook_url), ("Dashboard", ev.dashboard_url))
         if url
     )
+    body = f"```{_fit(text(n), SLACK_SECTION_MAX - 6)}```"
     blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{text(n)}```"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _fit(headline, SLACK_SECTION_MAX)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": body}},
     ]
     if links:
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": links}]})
@@ -181,6 +192,7 @@ def alertmanager_payload(n: Notification, receiver: str, external_url: str = "")
         "reason": ev.reason,
         "runbook_url": ev.runbook_url,
         "dashboard_url": ev.dashboard_url,
+        "event_id": n.event_id,
     }
     alert = {
         "status": status,
