@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from autoscaler.fakes.github_shapes import Reply, error_reply, iso
+from autoscaler.fakes.github_shapes import Reply, error_reply, iso, user_json
 
 ISSUES = re.compile(r"^/repos/([^/]+)/([^/]+)/issues$")
 ISSUE = re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)$")
 COMMENTS = re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$")
-_USER = {"login": "ci-autoscaler[bot]", "id": 41898282, "type": "Bot"}
+#: Who the token belongs to: the issues and comments it writes are its.
+BOT_LOGIN, BOT_ID = "ci-autoscaler[bot]", 41898282
 
 
 @dataclass
@@ -148,7 +149,7 @@ def issue_json(base: str, owner: str, issue: FakeIssue) -> dict[str, Any]:
         "state_reason": issue.state_reason,
         "title": issue.title,
         "body": issue.body,
-        "user": _USER,
+        "user": user_json(base, BOT_LOGIN, BOT_ID, "Bot"),
         "labels": [
             {
                 "id": index + 1,
@@ -185,7 +186,7 @@ def comment_json(  # noqa: PLR0917
         "html_url": f"https://github.com/{full}/issues/{issue.number}#issuecomment-{comment_id}",
         "issue_url": f"{base}/repos/{full}/issues/{issue.number}",
         "body": body,
-        "user": _USER,
+        "user": user_json(base, BOT_LOGIN, BOT_ID, "Bot"),
         "created_at": iso(now),
         "updated_at": iso(now),
         "author_association": "NONE",
