@@ -433,7 +433,9 @@ def test_a_hung_receiver_never_blocks_the_tick(capture: Capture) -> None:
         assert tick_seconds < 0.5, f"the tick waited {tick_seconds:.2f}s for delivery"
 
         # the fast receiver's delivery is recorded while the hung one still hangs
-        owed = lambda: [i.receiver for i in engine.store.pending()]  # noqa: E731
+        def owed() -> list[str]:
+            return [i.receiver for i in engine.store.pending()]
+
         wait_until(lambda: owed() == ["hung"], 5, "the fast receiver's delivery recorded")
         assert len(capture.bodies("/hook")) == 1
         assert count(metrics, "hung", "failed") == 0, "the hung round ended before its deadline"
