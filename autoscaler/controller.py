@@ -8,7 +8,9 @@ The controller owns no clock and no sleep: ``tick(now)`` is given the time, so t
 code runs in the live loop, in ``once --dry-run`` and under a virtual clock. The CI source
 failing never ends the loop: the last good picture stays, its age shows in
 ``ci_autoscaler_last_successful_poll_timestamp_seconds`` and readiness fails once it is
-older than three poll intervals.
+older than three poll intervals. Readiness also fails while a stage reports a problem
+into the injected :class:`autoscaler.health.Health` (the alert stage: its state store
+cannot be written), so the controller stays pure: it reads what adapters reported.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 from autoscaler.config import Config
 from autoscaler.domain import ClockSkew, Observation, QueueSnapshot, RunnerType, ScalingProblem
 from autoscaler.errors import AutoscalerError
+from autoscaler.health import Health
 from autoscaler.observe.queue import compute_queue
 from autoscaler.ports import JobSource
 
@@ -107,12 +110,15 @@ class Controller:
         *,
         alerts: AlertStep | None = None,
         scaler: ScaleStep | None = None,
+        health: Health | None = None,
     ) -> None:
         self.config = config
         self.source = source
         self.reporter = reporter
         self.alerts = alerts
         self.scaler = scaler
+        #: What the stages report keeps the controller from being ready (see ready()).
+        self.health = health if health is not None else Health()
         self.types: tuple[RunnerType, ...] = tuple(rt.runner_type for rt in config.runner_types)
         self.last_observation: Observation | None = None
         self.last_snapshot: QueueSnapshot | None = None
@@ -201,8 +207,24 @@ class Controller:
         return self._poll_age_below(now, FRESH_SCALE_INTERVALS)
 
     def ready(self, now: datetime) -> bool:
-        """Ready while the last successful poll is younger than three poll intervals."""
-        return self._poll_age_below(now, STALE_READY_INTERVALS)
+        """Ready while the last successful poll is younger than three poll intervals and no
+        stage reports a problem (:attr:`health`)."""
+        return not self.not_ready_reasons(now)
+
+    def not_ready_reasons(self, now: datetime) -> list[str]:
+        """Why the controller is not ready, one line each; empty when it is."""
+        reasons: list[str] = []
+        if not self._poll_age_below(now, STALE_READY_INTERVALS):
+            last = self.last_successful_poll
+            reasons.append(
+                "never polled"
+                if last is None
+                else f"last successful poll {last:%Y-%m-%d %H:%M:%S} UTC is stale"
+            )
+        reasons += [
+            f"{name}: {problem}" for name, problem in sorted(self.health.problems().items())
+        ]
+        return reasons
 
     def _poll_age_below(self, now: datetime, intervals: int) -> bool:
         if self.last_successful_poll is None:

@@ -74,6 +74,21 @@ class Metrics:
             registry=r,
         )
 
+        # --- the status server (/metrics, /healthz, /readyz)
+        self.http_connections_open = Gauge(
+            P + "http_connections_open",
+            "Connections open to the status server.",
+            registry=r,
+        )
+        self.http_connections_dropped = Counter(
+            P + "http_connections_dropped_total",
+            "Status server connections closed early, by reason: header_timeout (no whole "
+            "request in time), evicted (closed at the connection limit to make room), "
+            "over_limit, too_large, bad_request, write_timeout (the client did not read).",
+            ["reason"],
+            registry=r,
+        )
+
         # --- GitHub adapter
         self.github_requests = Counter(
             P + "github_requests_total",
@@ -130,6 +145,13 @@ class Metrics:
             P + "alert_notifications_total",
             "Notification attempts by receiver and result (sent, failed, retried).",
             ["receiver", "result"],
+            registry=r,
+        )
+        self.state_store_errors = Counter(
+            P + "state_store_errors_total",
+            "Failed uses of the alert state store by operation and code (locked, corrupt, "
+            "not_a_database, read_only, cannot_open, permission, disk_full, io_error, ...).",
+            ["operation", "code"],
             registry=r,
         )
         self.alertmanager_posts = Counter(

@@ -9,6 +9,13 @@ every tick or so, not one message per transition, so AlertmanagerSync serves the
 
 With ``dry_run`` nothing is persisted or delivered: the views show what would happen, and
 the next real tick still sends every notification.
+
+A state store that cannot be used (corrupt, locked by another controller, read-only, ...)
+stops this stage cleanly: one log line naming the file and what to do, a count in
+``ci_autoscaler_state_store_errors_total{operation,code}``, and a ``state`` problem in
+the controller's :class:`autoscaler.health.Health`, so ``/readyz`` fails until a save
+succeeds again. Nothing is sent that could not be recorded first: the transitions stay
+undecided (the stored state did not move) and go out once the store works.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ from autoscaler.alerting.rules import (
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew, QueueSnapshot, ScalingProblem
+from autoscaler.errors import StateError
+from autoscaler.health import STATE, Health
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -94,6 +103,7 @@ class AlertEngine:
         metrics: Metrics,
         *,
         started_at: datetime | None = None,
+        health: Health | None = None,
         alertmanager: AlertmanagerSync | None = None,
     ) -> None:
         self.config = config
@@ -101,6 +111,8 @@ class AlertEngine:
         self.deliverer = deliverer
         self.metrics = metrics
         self.started_at = started_at
+        #: Where a state store that cannot be written is reported (readiness reads it).
+        self.health = health if health is not None else Health()
         self.alertmanager = alertmanager
         self._synced = {n for n, rc in config.receivers.items() if rc.type == ALERTMANAGER}
         self._firing_labels: set[tuple[str, str]] = set()
@@ -157,21 +169,39 @@ class AlertEngine:
         if self.started_at is None:
             self.started_at = now
         evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems, clock_skew)
-        old = self.store.load_states()
+        try:
+            old = self.store.load_states()
+        except StateError as exc:
+            self.state_failed(exc)
+            return []  # without the stored states every view would be a guess
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:
             outbox = [
                 (r, n) for n in notes for r in n.evaluation.receivers if r not in self._synced
             ]
-            self.store.save(new, outbox)
-            self._count_transitions(old, new, notes)
+            saved = True
+            try:
+                self.store.save(new, outbox)
+            except StateError as exc:
+                # Decided again next tick: the stored state is as it was. Nothing is sent
+                # either: what cannot be marked delivered would go out again every tick.
+                self.state_failed(exc)
+                saved, notes = False, []
+            else:
+                self.health.report(STATE, None)
+                self._count_transitions(old, new, notes)
             for n in notes:
                 log.info(
                     "alert %s %s: %s", n.status, render.title(n.evaluation), n.evaluation.reason
                 )
-            if self.deliverer is not None:
-                self.deliverer.deliver(self.store)
+            if self.deliverer is not None and saved:
+                try:
+                    self.deliverer.deliver(self.store)
+                except StateError as exc:
+                    self.state_failed(exc)
             if self.alertmanager is not None:
+                # Not an outbox: the evaluated set, re-posted until acknowledged. Kept up
+                # while the store is broken, or Alertmanager would expire alerts that fire.
                 self.alertmanager.sync(new, now)
         self._set_firing(new)
         return [
@@ -180,6 +210,13 @@ class AlertEngine:
                 new.items(), key=lambda kv: (kv[1].evaluation.rule, kv[1].evaluation.scope)
             )
         ]
+
+    def state_failed(self, exc: StateError) -> None:
+        """The state store failed: one line, a count, and readiness fails until a save works."""
+        log.error("%s", exc)
+        self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
+        self.metrics.stage_failed("alerting")
+        self.health.report(STATE, str(exc))
 
     def _count_transitions(
         self,

@@ -89,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     runtime = build_runtime(config, metrics)
     controller = runtime.controller
-    server = StatusServer(controller, metrics.registry, config.listen_host, config.listen_port)
+    server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
     server.start()
     stop = threading.Event()
     stop_on_signals(stop)

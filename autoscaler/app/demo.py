@@ -201,9 +201,9 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
         runtime = build_runtime(config, metrics, pool=pool)
         host, _, port = listen.rpartition(":")
         try:
-            server = StatusServer(runtime.controller, metrics.registry, host, int(port))
+            server = StatusServer(runtime.controller, metrics, host, int(port))
         except OSError:
-            server = StatusServer(runtime.controller, metrics.registry, host or "127.0.0.1", 0)
+            server = StatusServer(runtime.controller, metrics, host or "127.0.0.1", 0)
         server.start()
         started = time.monotonic()
         outage: CapacityOutage | None = None

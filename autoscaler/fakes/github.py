@@ -5,9 +5,10 @@ Endpoints: ``GET /orgs/{org}/repos`` (and ``/users/{owner}/repos``),
 ``GET /orgs/{org}/actions/runners``, ``DELETE /orgs/{org}/actions/runners/{id}``,
 ``GET /repos/{o}/{r}/actions/runners``, ``DELETE /repos/{o}/{r}/actions/runners/{id}``
 (both runner listings filter on the documented ``?name=``),
-``POST /app/installations/{id}/access_tokens``, ``GET /rate_limit``. An
-``owner_kind="user"`` owner is a user account: every ``/orgs/{owner}/...`` path answers 404
-and runners live on repositories.
+``POST /app/installations/{id}/access_tokens``, ``GET /rate_limit``, and the issue
+endpoints the ``github_issue`` receiver uses (:mod:`autoscaler.fakes.github_issues`:
+create, list, update, comment). An ``owner_kind="user"`` owner is a user account: every
+``/orgs/{owner}/...`` path answers 404 and runners live on repositories.
 Behaviour as GitHub documents it: ``Link`` pagination (``per_page`` max 100, default 30),
 an ``ETag`` on every GET and ``304`` on a matching ``If-None-Match`` (a 304 costs no rate
 limit), ``x-ratelimit-*`` headers, a ``Date`` header on the fake's clock, 401 with

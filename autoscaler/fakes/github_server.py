@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from autoscaler.fakes.github_app import app_token, authorized
+from autoscaler.fakes.github_issues import ISSUES, issue_json
 from autoscaler.fakes.github_shapes import (
     FakeRequest,
     FakeRunner,
@@ -42,6 +43,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two writes
     server: FakeServer
+    body: bytes = b""
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the fake logs requests in ``fake.requests`` instead."""
@@ -61,11 +63,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve("DELETE")
 
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
     def _serve(self, method: str) -> None:
         fake = self.server.fake
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        self.body = self.rfile.read(length) if length else b""
         if fake.latency > 0:
             time.sleep(fake.latency)
         try:
@@ -74,6 +78,15 @@ class Handler(BaseHTTPRequestHandler):
             reply = error_reply(500, f"fake github error: {type(exc).__name__}")
         with fake.lock:
             fake.requests.append(FakeRequest(method, self.path, reply.status))
+        if fake.before_reply is not None and fake.before_reply(method, self.path, reply.status):
+            self.close_connection = True  # the response is lost
+            return
+        try:
+            self._write(reply)
+        except OSError:  # the client is gone (a test may have killed it on purpose)
+            self.close_connection = True
+
+    def _write(self, reply: Reply) -> None:
         self.send_response(reply.status)
         reply.headers.setdefault("content-type", "application/json; charset=utf-8")
         reply.headers.setdefault("x-github-api-version-selected", "2022-11-28")
@@ -106,6 +119,13 @@ class Handler(BaseHTTPRequestHandler):
                 return _delete_runner(fake, m.group(1), None, int(m.group(2)))
             if method == "DELETE" and (m := _REPO_RUNNER.match(path)):
                 return _delete_runner(fake, m.group(1), m.group(2), int(m.group(3)))
+            if method in ("POST", "PATCH") and _repo_of(fake, path) is not None:
+                done = fake.issue_tracker.handle(
+                    fake.url, fake.owner, method, path, raw=self.body, now=fake.clock()
+                )
+                if done is not None:
+                    done.headers.update(_rate_headers(fake, count=True))
+                    return done
             if method != "GET":
                 return error_reply(404, "Not Found", _rate_headers(fake, count=True))
             listing = _listing(fake, path, query)
@@ -186,6 +206,14 @@ def _delete_runner(fake: GitHubState, owner: str, repo: str | None, runner_id: i
     return Reply(204, None, headers)
 
 
+def _repo_of(fake: GitHubState, path: str) -> str | None:
+    """The repository a ``/repos/{owner}/{repo}/...`` path names, when the fake has it."""
+    m = re.match(r"^/repos/([^/]+)/([^/]+)/", path)
+    if m is None or m.group(1).lower() != fake.owner.lower() or m.group(2) not in fake._repos:
+        return None
+    return m.group(2)
+
+
 def _owner_serves(fake: GitHubState, owner: str, *, orgs: bool) -> bool:
     """The path's owner is ours, and an ``/orgs/`` path names an organization."""
     return owner.lower() == fake.owner.lower() and not (orgs and fake.owner_kind == "user")
@@ -224,6 +252,9 @@ def _listing(
                     run_json(base, owner, run, reported, fake._repos[run.repo], fake.owner_kind)
                 )
         return "workflow_runs", items
+    if (m := ISSUES.match(path)) and _repo_of(fake, path) is not None:
+        issues = fake.issue_tracker.listing(m.group(2), query)
+        return None, [issue_json(base, owner, i) for i in issues]
     if m := _JOBS.match(path):
         job_run = fake._runs.get(int(m.group(3)))
         if m.group(1).lower() != owner.lower() or job_run is None or job_run.repo != m.group(2):

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
 from autoscaler.fakes.github_shapes import (
     FakeJob,
     FakeRepo,
@@ -63,6 +64,13 @@ class GitHubState:
         self._jobs: dict[int, FakeJob] = {}
         self._runners: dict[int, FakeRunner] = {}
         self._faults: list[Fault] = []
+        #: Issues per repository (the github_issue alert receiver's endpoints).
+        self.issue_tracker = IssueTracker()
+        #: Called with (method, path with query, status) once a reply is decided and its
+        #: effect applied, before it is sent: a test can act at the moment the fake has
+        #: done the work and the client has not heard back (kill the client, say). A true
+        #: return drops the connection unanswered: the response is lost.
+        self.before_reply: Callable[[str, str, int], bool | None] | None = None
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None
@@ -179,6 +187,10 @@ class GitHubState:
     def runners(self) -> list[FakeRunner]:
         with self.lock:
             return list(self._runners.values())
+
+    def issues(self, repo: str) -> list[FakeIssue]:
+        """The repository's issues, oldest first."""
+        return self.issue_tracker.issues(repo)
 
     def repos(self) -> list[str]:
         with self.lock:

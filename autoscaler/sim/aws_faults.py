@@ -35,6 +35,18 @@ _EC2_ERROR = (
 TIMEOUT = "__timeout__"
 """Pass as ``code`` to raise a read timeout instead of returning an error response."""
 
+PROXY_BAD_GATEWAY = (
+    '<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">\n'
+    "<html><head>\n<title>502 Proxy Error</title>\n</head><body>\n<h1>Proxy Error</h1>\n"
+    "<p>The proxy server received an invalid\nresponse from an upstream server.<br />\n"
+    "The proxy server could not handle the request<p>Reason: <strong>Error reading from "
+    "remote server</strong></p></p>\n<hr>\n<address>Apache/2.4.57 (Debian) Server at "
+    "autoscaling.us-east-1.amazonaws.com Port 443</address>\n</body></html>\n"
+)
+"""Apache mod_proxy's 502 page, as an egress proxy answers when AWS's endpoint misbehaves.
+Pass as :attr:`Fault.body` (with ``status=502``): botocore cannot parse it as XML and
+raises ``ResponseParserError``, which is not a ``BotoCoreError``."""
+
 
 class _Raw:
     def __init__(self, body: bytes) -> None:
@@ -50,6 +62,10 @@ class Fault:
 
     ``match`` restricts it to requests whose body contains that text (e.g. a group name);
     ``times=None`` fails forever. ``attempts`` counts every attempt the handler saw.
+    ``body`` answers with that raw text (``text/html``) instead of AWS's error XML: what a
+    proxy or load balancer in front of the endpoint sends (``code`` is then unused).
+    ``raises`` raises that exception from the HTTP layer instead of answering (a
+    connection, proxy or TLS failure), as ``code=TIMEOUT`` does for a read timeout.
     """
 
     operation: str
@@ -57,6 +73,8 @@ class Fault:
     status: int = 400
     times: int | None = 1
     match: str | None = None
+    body: str | None = None
+    raises: Exception | None = None
     attempts: int = 0
     injected: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -82,9 +100,15 @@ class Fault:
         url = request.url
         if self.code == TIMEOUT:
             raise ReadTimeoutError(endpoint_url=url)
+        if self.raises is not None:
+            raise self.raises
         # botocore calls every before-send handler; moto's in-process one (registered after
         # this) would still apply the request. Point it nowhere so nothing else serves it.
         request.url = "http://fault-injected.invalid/"
+        if self.body is not None:
+            headers = HTTPHeaders()
+            headers["Content-Type"] = "text/html; charset=iso-8859-1"
+            return AWSResponse(url, self.status, headers, _Raw(self.body.encode()))
         ec2 = "ec2." in url or "Version=2016-11-15" in body_text
         template = _EC2_ERROR if ec2 else _QUERY_ERROR
         kind = "Receiver" if self.status >= 500 else "Sender"

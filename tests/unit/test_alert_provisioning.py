@@ -78,14 +78,19 @@ def test_pages_once_then_resolves_and_holds_while_scaling_did_not_run() -> None:
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
     engine = AlertEngine(config, StateStore(None), deliverer, metrics)
+
+    def step(at: datetime, problems: list[ScalingProblem] | None) -> None:
+        engine.step(None, T0, at, problems=problems)
+        assert deliverer.flush(10.0), "delivery did not finish"  # it runs off the tick
+
     try:
         tick = [T0 + timedelta(seconds=30 * i) for i in range(4)]
-        engine.step(None, T0, tick[0], problems=[DENIED])
-        engine.step(None, T0, tick[1], problems=[DENIED])  # still failing: no second page
-        engine.step(None, T0, tick[2], problems=None)  # scaling did not run: unknown, held
+        step(tick[0], [DENIED])
+        step(tick[1], [DENIED])  # still failing: no second page
+        step(tick[2], None)  # scaling did not run: unknown, held
         assert [s for s, _ in sent] == ["FIRING"]
         assert "AccessDenied" in sent[0][1]
-        engine.step(None, T0, tick[3], problems=[])  # a clean scaling tick
+        step(tick[3], [])  # a clean scaling tick
         assert [s for s, _ in sent] == ["FIRING", "RESOLVED"]
     finally:
         deliverer.close()

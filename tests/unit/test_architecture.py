@@ -30,6 +30,7 @@ PURE = [
     "autoscaler.scale.capacity",
     "autoscaler.scale.aws.activities",
     "autoscaler.config.schedule",
+    "autoscaler.health",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
     "autoscaler.alerting.alertmanager",
@@ -38,7 +39,15 @@ FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "auto
 
 #: Packages that must never reach into the application shell.
 LAYERED = ["observe", "scale", "alerting", "config"]
-SHARED = ["domain.py", "errors.py", "ports.py", "retrying.py", "controller.py", "telemetry.py"]
+SHARED = [
+    "domain.py",
+    "errors.py",
+    "health.py",
+    "ports.py",
+    "retrying.py",
+    "controller.py",
+    "telemetry.py",
+]
 
 
 @pytest.mark.parametrize("module", PURE)

@@ -11,7 +11,8 @@ role is checked against it.
 Each method makes single attempts (botocore's own retries are set to
 ``aws.botocore_max_attempts``); the caller wraps them in :class:`autoscaler.retrying.RetryPolicy`.
 Every call is timed by operation and error code through :meth:`AwsAsgPool._call`, and
-botocore errors are translated (:mod:`autoscaler.scale.aws.errors`) before they leave.
+whatever the SDK call raises is translated (:mod:`autoscaler.scale.aws.errors`) before it
+leaves: no botocore exception reaches the scaler.
 
 Failed scaling activities carry AWS's StatusMessage and its classification by the error
 code found in it (:mod:`autoscaler.scale.aws.activities`). Every answer's ``Date`` header
@@ -24,6 +25,7 @@ Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"``
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -46,6 +48,8 @@ from autoscaler.domain import (
 from autoscaler.scale.aws.activities import CAPACITY, classify_activity
 from autoscaler.scale.aws.errors import translate
 from autoscaler.telemetry import Metrics
+
+log = logging.getLogger(__name__)
 
 IAM_ACTIONS: frozenset[str] = frozenset(
     {
@@ -154,11 +158,13 @@ class AwsAsgPool:
             if isinstance(result, Mapping):
                 self._measure(result)
             return result
-        except (ClientError, BotoCoreError) as exc:
+        except Exception as exc:  # the SDK's edge: whatever it raises is translated
             if isinstance(exc, ClientError):
                 self._measure(exc.response)
             error = translate(exc, operation)
             code = error.code
+            if not isinstance(exc, ClientError | BotoCoreError):
+                log.warning("AWS %s: %s inside the SDK call", operation, type(exc).__name__)
             raise error from None
         finally:
             self.metrics.aws_calls.labels(operation, code).inc()
