@@ -1,15 +1,21 @@
 """A fake GitHub: a real HTTP server on 127.0.0.1 speaking the REST shapes the adapter uses.
 
-Endpoints: ``GET /orgs/{org}/repos`` (and ``/users/{owner}/repos``),
-``GET /repos/{o}/{r}/actions/runs?status=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
+Endpoints: ``GET /orgs/{org}/repos``, ``/users/{owner}/repos`` (public repositories only)
+and ``/installation/repositories`` (an App installation token's),
+``GET /repos/{o}/{r}/actions/runs?status=&created=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
 ``GET /orgs/{org}/actions/runners``, ``DELETE /orgs/{org}/actions/runners/{id}``,
 ``GET /repos/{o}/{r}/actions/runners``, ``DELETE /repos/{o}/{r}/actions/runners/{id}``,
+``GET /rate_limit`` (free, answered even when the budget is spent) and
 ``POST /app/installations/{id}/access_tokens``. An ``owner_kind="user"`` owner is a user
 account: every ``/orgs/{owner}/...`` path answers 404 and runners live on repositories.
 Behaviour as GitHub documents it: ``Link`` pagination (``per_page`` max 100, default 30),
 an ``ETag`` on every GET and ``304`` on a matching ``If-None-Match`` (a 304 costs no rate
-limit), ``x-ratelimit-*`` headers, 401 with GitHub's JSON body on a bad token, and
-injectable faults, latency and malformed bodies.
+limit), ``x-ratelimit-*`` headers, 401 with GitHub's JSON body on a bad token; runs
+filtered on the status they report or their conclusion, status-filtered listings capped
+at 1,000 runs (``total_count`` counts all), ``created`` ranges, running jobs whose steps
+move on with the clock; injectable faults (primary and secondary rate limits, 5xx),
+latency and malformed or raw bodies (:mod:`autoscaler.fakes.github_listing` says how
+listings are filtered).
 
 Thread-safe: the emulator drives the state while the server answers requests.
 """

@@ -45,6 +45,9 @@ class World:
 
 def _world(owner: str, kind: str) -> Iterator[World]:
     with FakeGitHub(owner, clock=lambda: T0, owner_kind=kind) as fake:
+        if kind == "user":  # /users/{u}/repos lists public repositories only
+            for name in ("app", "infra"):
+                fake.add_repo(name, private=False)
         yield World(fake, Metrics())
 
 

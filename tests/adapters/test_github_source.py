@@ -107,9 +107,8 @@ def test_jobs_map_status_steps_runner_and_ghosts(world: World, source: GitHubSou
     queued = world.fake.queue_job(
         "app", ["self-hosted", "GPU"], created_at=T0 - timedelta(minutes=9)
     )
-    ghost = world.fake.queue_job("app", CPU)
-    ghost_run = next(j.run_id for j in world.fake.jobs() if j.id == ghost)
-    world.fake.set_run_status(ghost_run, "completed")
+    ghost = world.fake.queue_job("app", CPU, run_id=world.fake.job(running).run_id)
+    world.fake.override_job(ghost, steps=[{"name": "Set up job", "status": "completed"}])
     observation = source.observe(T0)
     jobs = {job.id: job for job in observation.jobs}
     assert jobs[running].status is JobStatus.IN_PROGRESS
@@ -122,9 +121,24 @@ def test_jobs_map_status_steps_runner_and_ghosts(world: World, source: GitHubSou
     assert jobs[queued].labels == frozenset({"self-hosted", "gpu"})
     assert not jobs[queued].has_steps
     assert not jobs[queued].run_completed
-    assert jobs[ghost].run_completed
+    assert jobs[ghost].status is JobStatus.QUEUED
+    assert jobs[ghost].has_steps
     (seen,) = observation.runners
     assert (seen.online, seen.busy, seen.name) == (True, True, "cpu-i-0abc12345678")
+
+
+def test_a_queued_job_of_a_run_github_reports_completed_is_not_listed(
+    world: World, source: GitHubSource
+) -> None:
+    """The fake once listed a run it reported `completed` under `?status=queued`, so the
+    client saw its queued job as a ghost. GitHub filters on the status it reports: such a
+    job is in no listing the controller reads, so it is neither demand nor counted."""
+    kept = world.fake.queue_job("app", CPU)
+    ghost = world.fake.queue_job("app", CPU)
+    world.fake.set_run_status(world.fake.job(ghost).run_id, "completed")
+    observation = source.observe(T0)
+    assert [job.id for job in observation.jobs] == [kept]
+    assert world.fake.count(path_regex=rf"/runs/{world.fake.job(ghost).run_id}/jobs") == 0
 
 
 def test_malformed_items_are_skipped_counted_and_the_rest_goes_on(
