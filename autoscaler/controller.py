@@ -7,7 +7,9 @@ The controller owns no clock and no sleep: ``tick(now)`` is given the time, so t
 code runs in the live loop, in ``once --dry-run`` and under a virtual clock. The CI source
 failing never ends the loop: the last good picture stays, its age shows in
 ``ci_autoscaler_last_successful_poll_timestamp_seconds`` and readiness fails once it is
-older than three poll intervals.
+older than three poll intervals. Whatever the source raises (a classified error, or an
+exception that escaped its adapter) is a failed poll, so the alerting stage still runs
+and "GitHub unreachable" still fires.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from autoscaler.config import Config
-from autoscaler.domain import Observation, QueueSnapshot, RunnerType, ScalingProblem
+from autoscaler.domain import (
+    Observation,
+    PollBudget,
+    QueueSnapshot,
+    RunnerType,
+    ScalingProblem,
+)
 from autoscaler.errors import AutoscalerError
 from autoscaler.observe.queue import compute_queue
 from autoscaler.ports import JobSource
@@ -56,6 +64,7 @@ class AlertStep(Protocol):
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        budget: PollBudget | None = None,
     ) -> Sequence[Any]: ...
 
 
@@ -137,6 +146,7 @@ class Controller:
                 )
                 problems = scaler.last_problems
             if alerts is not None:
+                budget = self.last_observation.budget if fresh and self.last_observation else None
                 result.alerts = self._guarded(
                     "alerting",
                     lambda: alerts.step(
@@ -145,6 +155,7 @@ class Controller:
                         now,
                         dry_run=dry_run,
                         problems=problems,
+                        budget=budget,
                     ),
                 )
         finally:
@@ -161,6 +172,12 @@ class Controller:
             result.poll_error = f"{type(exc).__name__}: {exc}"
             result.snapshot = self.last_snapshot
             log.warning("poll of the CI provider failed (%s): %s", exc.kind, exc)
+            return False
+        except Exception as exc:  # escaped the adapter (a bug, a RecursionError): the last line
+            self.reporter.poll_failed("error")
+            result.poll_error = f"{type(exc).__name__}: unexpected error in the CI source"
+            result.snapshot = self.last_snapshot
+            log.exception("poll of the CI provider failed unexpectedly; the tick goes on")
             return False
         snapshot = compute_queue(
             observation.jobs,

@@ -19,10 +19,12 @@ from autoscaler.alerting import render
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
+    BUDGET_RULE,
     FLEET,
     PROVISIONING_RULE,
     UNMATCHED_RULE,
     Evaluation,
+    evaluate_budget,
     evaluate_provisioning,
     evaluate_rules,
     evaluate_unmatched,
@@ -31,7 +33,7 @@ from autoscaler.alerting.rules import (
 )
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
-from autoscaler.domain import QueueSnapshot, ScalingProblem
+from autoscaler.domain import PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -100,9 +102,10 @@ class AlertEngine:
         last_successful_poll: datetime | None,
         now: datetime,
         problems: Sequence[ScalingProblem] | None = None,
+        budget: PollBudget | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
-        scaling run this tick: ``problems`` is None)."""
+        scaling run this tick: ``problems`` is None; no budget plan this tick)."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
@@ -117,6 +120,10 @@ class AlertEngine:
             keep.add(PROVISIONING_RULE)
         else:
             evaluations += evaluate_provisioning(b, problems, everyone)
+        if b.github_budget and budget is not None:
+            evaluations.append(evaluate_budget(b, budget, everyone))
+        elif b.github_budget:
+            keep.add(BUDGET_RULE)
         if b.github_unreachable_after > 0:
             started = self.started_at or now
             evaluations.append(
@@ -132,11 +139,13 @@ class AlertEngine:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        budget: PollBudget | None = None,
     ) -> list[AlertView]:
-        """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed."""
+        """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
+        ``budget`` the CI source's rate-limit plan of this tick, when it has one."""
         if self.started_at is None:
             self.started_at = now
-        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems)
+        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems, budget)
         old = self.store.load_states()
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:

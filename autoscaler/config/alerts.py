@@ -76,6 +76,9 @@ class BuiltinAlertsConfig:
     """Alert on jobs whose labels no runner type serves."""
     github_unreachable_after: float = 600.0
     """Alert when no poll of GitHub succeeded for this long."""
+    github_budget: bool = True
+    """Alert when GitHub's rate limit (``github.rate_limit_share`` of it) cannot cover
+    re-listing the repositories with queued jobs every poll interval."""
     runbook_url: str = ""
     dashboard_url: str = ""
 
@@ -206,6 +209,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
             "priority",
             "receivers",
             "unmatched_jobs",
+            "github_budget",
             "github_unreachable_after",
             "runbook_url",
             "dashboard_url",
@@ -216,6 +220,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         priority=r.choice(b.get("priority"), "alerts.builtin.priority", PRIORITIES, "P2"),
         receivers=r.string_list(b.get("receivers"), "alerts.builtin.receivers", default=()),
         unmatched_jobs=r.boolean(b.get("unmatched_jobs"), "alerts.builtin.unmatched_jobs", True),
+        github_budget=r.boolean(b.get("github_budget"), "alerts.builtin.github_budget", True),
         github_unreachable_after=r.duration(
             b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
         ),

@@ -15,6 +15,7 @@ from autoscaler.domain import (
     Job,
     JobStatus,
     Observation,
+    PollBudget,
     QueueSnapshot,
     ScalingProblem,
     normalize_labels,
@@ -170,6 +171,7 @@ class RecordingAlerts:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        budget: PollBudget | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         return []
