@@ -137,3 +137,17 @@ def test_an_unusable_key_says_so_without_showing_it() -> None:
         auth.authorization()
     assert "not a pem" not in str(caught.value)
     assert "not a pem" not in repr(auth)
+
+
+def test_an_app_lists_the_installations_repositories_private_ones_included(
+    world: AppWorld,
+) -> None:
+    """/users/{u}/repos lists public repositories only and /orgs/{o}/repos needs an org;
+    a GitHub App's installation token lists what the installation can see."""
+    private = world.fake.queue_job("private-app", ["self-hosted"])
+    public = world.fake.queue_job("public-app", ["self-hosted"])
+    world.fake.add_repo("public-app", private=False)
+    observation = world.source.observe(T0)
+    assert sorted(j.id for j in observation.jobs) == [private, public]
+    assert world.fake.count(200, r"^/installation/repositories\?per_page=100$") == 1
+    assert world.fake.count(path_regex=r"^/(orgs|users)/[^/]+/repos") == 0

@@ -178,3 +178,21 @@ def test_a_page_added_after_an_exactly_full_304_page_is_seen(org: World) -> None
     first_page = r"^/orgs/demo-org/repos\?per_page=100$"
     assert org.fake.count(304, first_page) == 1  # page 1's body did not change
     assert [job.id for job in observation.jobs] == [added]
+
+
+def test_a_users_private_repositories_are_not_listed_and_the_log_says_so(
+    user: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/users/{u}/repos lists public repositories only: a token cannot see a user's
+    private ones that way (github.repos, or a GitHub App, can)."""
+    seen = user.fake.queue_job("app", CPU)
+    user.fake.queue_job("private", CPU)
+    src = user.source()
+    try:
+        observation = src.observe(T0)
+        src.observe(T0 + timedelta(seconds=30))
+    finally:
+        src.close()
+    assert [job.id for job in observation.jobs] == [seen]
+    warnings = [r.message for r in caplog.records if "public repositories only" in r.message]
+    assert len(warnings) == 1

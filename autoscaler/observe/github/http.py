@@ -105,7 +105,7 @@ class GitHubHttp:
         self.max_attempts = max_attempts
         self.auth: Auth | None = None
         self.gate = RateGate(metrics, wall_clock, sleep)
-        self.cache = cache or EtagCache()
+        self.cache = cache if cache is not None else EtagCache()
         self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not crypto
         limits = httpx.Limits(
             max_connections=max_concurrency, max_keepalive_connections=max_concurrency

@@ -75,9 +75,11 @@ def with_per_page(path: str) -> str:
 
 
 def _same_page(url: str) -> str:
-    """A URL's identity for loop detection: path and sorted query."""
+    """A URL's identity for loop detection: path and sorted query (no ``page`` is page 1)."""
     parts = urlsplit(url)
-    return f"{parts.path}?{urlencode(sorted(parse_qsl(parts.query)))}"
+    query = dict(parse_qsl(parts.query))
+    query.setdefault("page", "1")
+    return f"{parts.path}?{urlencode(sorted(query.items()))}"
 
 
 def list_pages(

@@ -115,7 +115,12 @@ class Poll:
         wall = now.timestamp()
         limits = self.http.gate.limits
         plan = plan_budget(
-            st.activity(), st.runner_list.cost, limits, wall, s.poll_interval, s.share
+            st.activity(repo_list=s.repos is None),
+            st.runner_list.cost,
+            limits,
+            wall,
+            s.poll_interval,
+            s.share,
         )
         self._report_plan(plan)
         tick = _Tick(wall, time.monotonic() + s.deadline, self.pool.batch(), plan)

@@ -88,11 +88,13 @@ class PollState:
             return True
         return any(self.runs[r].queued > 0 for r in repo.runs if r in self.runs)
 
-    def activity(self) -> list[Activity]:
-        """Every unit as the budget planner sees it (the runner list is its fixed cost)."""
+    def activity(self, *, repo_list: bool) -> list[Activity]:
+        """Every unit as the budget planner sees it (the runner list is its fixed cost;
+        ``repo_list``: the owner's repositories are listed, not configured)."""
         out = [Activity(self.repo_busy(r), r.cost) for r in self.repos.values()]
         out += [Activity(u.busy, u.cost) for u in self.runs.values()]
-        out.append(Activity(False, self.repo_list.cost))
+        if repo_list:
+            out.append(Activity(False, self.repo_list.cost))
         return out
 
     def drop_runs(self, run_ids: Iterable[int]) -> list[str]:
