@@ -130,6 +130,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.github_deferred_listings = Counter(
+            P + "github_deferred_listings_total",
+            "Re-lists of busy or quiet repositories and runs deferred to a later tick "
+            "because the tick's share of the rate-limit budget was spent.",
+            ["activity"],
+            registry=r,
+        )
         self.github_truncated_listings = Counter(
             P + "github_truncated_listings_total",
             "Run listings GitHub capped (1,000 runs for a status filter); each was narrowed "

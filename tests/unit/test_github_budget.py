@@ -10,6 +10,7 @@ from autoscaler.observe.github.budget import (
     budget_per_hour,
     pick_due,
     plan_budget,
+    refill,
 )
 
 NOW = 1_000_000.0
@@ -131,3 +132,41 @@ def test_pick_due(
     units_: list[tuple[str, float | None]], interval: float, expected: list[str]
 ) -> None:
     assert pick_due(units_, interval, POLL, NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("tokens", "elapsed", "limits", "expected"),
+    [
+        pytest.param(None, 0, PAT, 1000, id="first-poll-a-full-bucket"),
+        pytest.param(0, 30, PAT, 33, id="refills-at-the-budget"),
+        pytest.param(990, 300, PAT, 1000, id="never-over-the-burst"),
+        pytest.param(
+            None,
+            0,
+            Limits(limit=15000, remaining=15000, reset=NOW + 3600),
+            3000,
+            id="a-github-app-bursts-more",
+        ),
+        pytest.param(
+            None, 0, Limits(limit=5000, remaining=1200, reset=NOW + 600), 200, id="the-reserve"
+        ),
+        pytest.param(
+            500, 30, Limits(limit=5000, remaining=900, reset=NOW + 600), 0, id="below-reserve"
+        ),
+        pytest.param(-40, 30, PAT, -7, id="an-overdraft-is-paid-back-first"),
+        pytest.param(
+            None,
+            0,
+            Limits(limit=5000, remaining=0, reset=NOW - 1),
+            1000,
+            id="a-window-that-reset",
+        ),
+    ],
+)
+def test_refill(tokens: float | None, elapsed: float, limits: Limits, expected: float) -> None:
+    assert round(refill(tokens, elapsed, limits, NOW, POLL, 0.8)) == expected
+
+
+def test_refill_keeps_a_margin_for_requests_in_flight() -> None:
+    limits = Limits(limit=5000, remaining=1200, reset=NOW + 600)
+    assert refill(None, 0, limits, NOW, POLL, 0.8, margin=16) == pytest.approx(184)

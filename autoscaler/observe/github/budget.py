@@ -13,6 +13,12 @@ stretched (up to :data:`QUIET_MAX_INTERVAL`), never the busy ones first; when ev
 does not fit, busy units are stretched too and the plan says ``too_small``.
 :func:`pick_due` then spreads the re-lists of a stretched class over the ticks, the most
 overdue first, so a stretched interval never becomes a burst every N ticks.
+
+The plan works from estimates; :func:`refill` is the hard bound. A token bucket holds at
+most :data:`BURST_SHARE` of the hourly budget (so a cold start can list a lot at once),
+refills at the planned budget, and never holds more than the window has left above the
+reserve. A poll spends from it and defers what it cannot afford to later ticks, busy
+units first in line: the counted requests of an hour stay under the share.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ DEFAULT_LIMIT = 5000
 QUIET_MAX_INTERVAL = 900.0
 #: Busy units likewise (past this the budget is hopeless: the plan says so).
 BUSY_MAX_INTERVAL = 900.0
+#: Share of the hourly budget one tick may spend at once (a cold start).
+BURST_SHARE = 0.25
 
 K = TypeVar("K", bound=Hashable)
 
@@ -123,6 +131,30 @@ def plan_budget(  # noqa: PLR0917
         planned_per_hour=planned,
         too_small=busy > 0 and busy_interval > poll,
     )
+
+
+def refill(  # noqa: PLR0917
+    tokens: float | None,
+    elapsed: float,
+    limits: Limits,
+    now: float,
+    poll_interval: float,
+    share: float,
+    margin: float = 0.0,
+) -> float:
+    """The requests this poll may spend: the bucket after ``elapsed`` seconds of refill
+    at the budget (full when ``tokens`` is None: the first poll), never more than
+    :data:`BURST_SHARE` of the hourly budget nor what the window has left above the
+    reserve (``1 - share`` of the limit) and ``margin`` (requests already in flight when
+    the allowance runs out still count)."""
+    limit = limits.limit if limits.limit is not None else DEFAULT_LIMIT
+    capacity = BURST_SHARE * share * limit
+    rate = budget_per_hour(limits, now, poll_interval, share)
+    level = capacity if tokens is None else min(capacity, tokens + rate * elapsed / 3600)
+    window_open = limits.reset is None or limits.reset > now
+    if limits.remaining is not None and window_open:
+        level = min(level, max(0.0, limits.remaining - (1 - share) * limit - margin))
+    return level
 
 
 def pick_due(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,7 +88,6 @@ class GitHubHttp:
         self,
         api_url: str,
         timeout: float,
-        max_concurrency: int,
         metrics: Metrics,
         transport: httpx.BaseTransport | None,
         sleep: Callable[[float], None],
@@ -107,22 +107,49 @@ class GitHubHttp:
         self.gate = RateGate(metrics, wall_clock, sleep)
         self.cache = cache if cache is not None else EtagCache()
         self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not crypto
-        limits = httpx.Limits(
-            max_connections=max_concurrency, max_keepalive_connections=max_concurrency
-        )
-        self.client = httpx.Client(
-            timeout=httpx.Timeout(timeout),
-            limits=limits,
-            transport=transport,
-            headers={
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": "2022-11-28",
-                "User-Agent": f"ci-autoscaler/{__version__}",
-            },
-        )
+        self._timeout = timeout
+        self._transport = transport
+        self._local = threading.local()
+        #: One TLS context for every thread's client (loading the CA bundle costs ~0.1 s
+        #: of CPU each time).
+        self._ssl = httpx.create_ssl_context()
+        self._clients: list[httpx.Client] = []
+        self._clients_lock = threading.Lock()
+        #: Requests answered so far that count against the primary rate limit (not a 304,
+        #: not ``GET /rate_limit``): what the poll's budget spends.
+        self.counted = 0
+
+    @property
+    def client(self) -> httpx.Client:
+        """This thread's client: one keep-alive connection per worker thread.
+
+        One shared pool of ``max_concurrency`` connections serialises every request on
+        httpcore's pool lock and rescans the pool at each: that cost grows with the
+        requests in flight. A connection per thread needs no coordination at all.
+        """
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(
+                timeout=httpx.Timeout(self._timeout),
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                transport=self._transport,
+                verify=self._ssl,
+                headers={
+                    "Accept": "application/vnd.github+json",
+                    "X-GitHub-Api-Version": "2022-11-28",
+                    "User-Agent": f"ci-autoscaler/{__version__}",
+                },
+            )
+            self._local.client = client
+            with self._clients_lock:
+                self._clients.append(client)
+        return client
 
     def close(self) -> None:
-        self.client.close()
+        with self._clients_lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
 
     def url(self, path_or_url: str) -> str:
         return path_or_url if "://" in path_or_url else self.base + path_or_url
@@ -218,6 +245,9 @@ class GitHubHttp:
                 ) from None
             status = answer.status
             self.metrics.github_requests.labels(endpoint, str(status)).inc()
+            if status != 304 and not exempt:
+                with self._clients_lock:
+                    self.counted += 1
             self._track_rate_limit(answer.headers)
             if status < 300 or status == 304:
                 self.gate.succeeded()
@@ -273,8 +303,9 @@ class GitHubHttp:
 
     def _request(self, method: str, url: str, headers: dict[str, str]) -> Answer:
         """Send and read the body, refusing one over MAX_PAGE_BYTES before parsing it."""
-        request = self.client.build_request(method, url, headers=headers)
-        response = self.client.send(request, stream=True)
+        client = self.client
+        request = client.build_request(method, url, headers=headers)
+        response = client.send(request, stream=True)
         try:
             declared = response.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > MAX_PAGE_BYTES:

@@ -6,6 +6,11 @@ per status in :data:`RUN_STATUSES`) and the jobs of each run that is due; a run 
 the first time has its jobs listed at once. Busy units (with queued jobs) are due every
 poll interval while the budget allows; quiet ones as the plan stretches them.
 
+The budget bounds every poll: it spends at most what the token bucket
+(:func:`~autoscaler.observe.github.budget.refill`) holds, the skeleton first, then busy
+units (new runs included), then quiet ones; what it cannot afford is deferred to a later
+tick (``github_deferred_listings_total``).
+
 A poll ends early when a rate limit or its deadline cuts it: when the runner list and the
 repository list are in, it returns the picture it has (units it did not reach keep their
 last listing) and logs so; otherwise it raises (RateLimitedError, TransientError).
@@ -24,16 +29,11 @@ from urllib.parse import quote
 
 from autoscaler.domain import Observation, PollBudget, Runner
 from autoscaler.errors import AutoscalerError, NotFoundError, RateLimitedError, TransientError
-from autoscaler.observe.github.budget import BudgetPlan, pick_due, plan_budget
+from autoscaler.observe.github.budget import BudgetPlan, pick_due, plan_budget, refill
+from autoscaler.observe.github.fetch import Allowance, Deferred, Fetcher, Settings
 from autoscaler.observe.github.http import GitHubHttp
-from autoscaler.observe.github.listing import Listed, PaginationError, list_pages, list_runs
-from autoscaler.observe.github.parse import (
-    INSTALLATION_KEY,
-    BadPage,
-    Skips,
-    compact_page,
-    merge_runners,
-)
+from autoscaler.observe.github.listing import Listed, PaginationError
+from autoscaler.observe.github.parse import BadPage, Skips, merge_runners
 from autoscaler.observe.github.records import PageRecord, RunRef, skip_counts
 from autoscaler.observe.github.units import (
     RUN_STATUSES,
@@ -42,23 +42,12 @@ from autoscaler.observe.github.units import (
     average,
     fresh_queued,
 )
-from autoscaler.observe.github.workers import Batch, Outcome, WorkerPool
+from autoscaler.observe.github.workers import BUSY, FIRST, QUIET, Batch, Outcome, WorkerPool
 from autoscaler.telemetry import Metrics
 
+__all__ = ["Poll", "Settings"]
+
 log = logging.getLogger("autoscaler.observe.github")
-
-
-@dataclass
-class Settings:
-    owner: str
-    """URL-quoted owner."""
-    repos: tuple[str, ...] | None
-    app: bool
-    """A GitHub App's installation token: list ``/installation/repositories``."""
-    poll_interval: float
-    deadline: float
-    """Seconds one poll may take."""
-    share: float
 
 
 @dataclass
@@ -69,6 +58,7 @@ class _Tick:
     deadline: float
     batch: Batch
     plan: BudgetPlan
+    allowance: Allowance
     names: tuple[str, ...] | None = None
     runners: tuple[Runner, ...] | None = None
     by_repo: dict[str, list[Runner]] = field(default_factory=dict)
@@ -82,6 +72,8 @@ class _Tick:
     incomplete: set[str] = field(default_factory=set)
     jobs_asked: set[int] = field(default_factory=set)
     page_skips: dict[str, int] = field(default_factory=dict)
+    deferred: int = 0
+    busy_deferred: bool = False
     cut: AutoscalerError | None = None
 
 
@@ -101,18 +93,25 @@ class Poll:
         self.metrics = metrics
         self.settings = settings
         self.skips = skips
+        self.fetch = Fetcher(http, metrics, settings, skips)
         self.state = PollState()
         #: "org", "repos" (after the org runner endpoint's 404), or None until known.
         self.runner_scope: str | None = None
         self.runner_repos: dict[int, str] = {}
-        self._repo_list_path: str | None = None
         self._too_small = False
-        self._limits_asked = False
+        #: The budget's token bucket (None: full, before the first poll) and when it was.
+        self._tokens: float | None = None
+        self._tokens_at = 0.0
 
     # --- the poll
     def run(self, now: datetime) -> Observation:
         st, s = self.state, self.settings
         wall = now.timestamp()
+        if self.http.gate.limits.limit is None:
+            try:  # free: know the limit before spending from it
+                self.fetch.rate_limit()
+            except AutoscalerError as exc:
+                log.debug("GET /rate_limit failed: %s", exc)
         limits = self.http.gate.limits
         plan = plan_budget(
             st.activity(repo_list=s.repos is None),
@@ -122,13 +121,19 @@ class Poll:
             s.poll_interval,
             s.share,
         )
-        self._report_plan(plan)
-        tick = _Tick(wall, time.monotonic() + s.deadline, self.pool.batch(), plan)
+        elapsed = wall - self._tokens_at
+        tokens = refill(
+            self._tokens, elapsed, limits, wall, s.poll_interval, s.share, s.concurrency
+        )
+        allowance = Allowance(self.http.counted, tokens)
+        tick = _Tick(wall, time.monotonic() + s.deadline, self.pool.batch(), plan, allowance)
         try:
             self._start(tick)
             self._drain(tick)
         finally:
             tick.batch.cancel()
+            self._tokens, self._tokens_at = tokens - self.fetch.spent(allowance), wall
+        self._report(tick)
         if tick.runners is None or tick.names is None:
             raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
         if tick.cut is not None:
@@ -143,25 +148,22 @@ class Poll:
 
     def _start(self, tick: _Tick) -> None:
         st, s = self.state, self.settings
-        if not self._limits_asked:
-            self._limits_asked = True
-            tick.batch.submit(("rate",), self._rate_limit)
         if self.runner_scope != "repos":
-            tick.batch.submit(("runners",), self._runners, None, tick.deadline)
+            tick.batch.submit(("runners",), self.fetch.runners, None, tick.deadline, priority=FIRST)
         if s.repos is not None:
             self._repos_known(tick, s.repos)
         elif st.repo_names is None or pick_due(
             [("list", st.repo_list.last)], tick.plan.quiet_interval, s.poll_interval, tick.now
         ):
-            tick.batch.submit(("repos", 0), self._repo_list, 0, tick.deadline)
+            tick.batch.submit(("repos", 0), self.fetch.repo_list, 0, tick.deadline, priority=FIRST)
         else:
             self._repos_known(tick, st.repo_names)
         busy = [(r, u.last) for r, u in st.runs.items() if u.busy]
         quiet = [(r, u.last) for r, u in st.runs.items() if not u.busy]
-        due = pick_due(busy, tick.plan.busy_interval, s.poll_interval, tick.now)
-        due += pick_due(quiet, tick.plan.quiet_interval, s.poll_interval, tick.now)
-        for run_id in due:
-            self._ask_jobs(tick, st.runs[run_id].ref)
+        for run_id in pick_due(busy, tick.plan.busy_interval, s.poll_interval, tick.now):
+            self._ask_jobs(tick, st.runs[run_id].ref, BUSY)
+        for run_id in pick_due(quiet, tick.plan.quiet_interval, s.poll_interval, tick.now):
+            self._ask_jobs(tick, st.runs[run_id].ref, QUIET)
 
     def _drain(self, tick: _Tick) -> None:
         while tick.batch.outstanding and tick.cut is None:
@@ -186,9 +188,10 @@ class Poll:
         handler(tick, tag, outcome.value, error)
 
     # --- outcomes (coordinator thread)
-    def _on_rate(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
-        if error is not None:
-            log.debug("GET /rate_limit failed: %s", error)
+    def _deferred(self, tick: _Tick, busy: bool) -> None:
+        tick.deferred += 1
+        tick.busy_deferred |= busy
+        self.metrics.github_deferred_listings.labels("busy" if busy else "quiet").inc()
 
     def _on_runners(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         if isinstance(error, NotFoundError) and self.runner_scope is None:
@@ -223,19 +226,22 @@ class Poll:
         st.runner_list.last = tick.now
 
     def _on_repos(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
-        candidates = self._repo_candidates()
+        candidates = self.fetch.repo_candidates()
         if isinstance(error, NotFoundError) and tag[1] + 1 < len(candidates):
-            tick.batch.submit(("repos", tag[1] + 1), self._repo_list, tag[1] + 1, tick.deadline)
+            index = tag[1] + 1
+            tick.batch.submit(
+                ("repos", index), self.fetch.repo_list, index, tick.deadline, priority=FIRST
+            )
             return
         names, listed = self._result(value, error)
-        if self._repo_list_path is None and candidates[tag[1]].startswith("/users/"):
+        if self.fetch.repo_list_path is None and candidates[tag[1]].startswith("/users/"):
             log.warning(
                 "%s is a user: /users/%s/repos lists its public repositories only; "
                 "set github.repos or use a GitHub App to watch private ones",
                 self.settings.owner,
                 self.settings.owner,
             )
-        self._repo_list_path = candidates[tag[1]]
+        self.fetch.repo_list_path = candidates[tag[1]]
         st = self.state
         st.repo_list.cost = average(st.repo_list.cost, listed.counted)
         st.repo_list.skips = skip_counts(listed.records)
@@ -245,7 +251,12 @@ class Poll:
 
     def _on_runs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         _, repo, _status = tag
-        if isinstance(error, BadPage):
+        if isinstance(error, Deferred):
+            unit = self.state.repos.get(repo)
+            if tick.runs_left[repo] == len(RUN_STATUSES):  # count the repository once
+                self._deferred(tick, unit is not None and self.state.repo_busy(unit))
+            tick.incomplete.add(repo)
+        elif isinstance(error, BadPage):
             self._skip_page(tick, "runs_page", error)
             tick.incomplete.add(repo)
         elif error is not None:
@@ -260,7 +271,7 @@ class Poll:
                 known = self.state.runs.get(run.id)
                 if known is None:
                     self.state.runs[run.id] = RunUnit(run)
-                    self._ask_jobs(tick, run)
+                    self._ask_jobs(tick, run, BUSY)
                 else:
                     known.ref = run
         tick.runs_left[repo] -= 1
@@ -276,12 +287,16 @@ class Poll:
         self.http.cache.drop(self.state.drop_runs(unit.runs - seen.keys()))
         unit.runs = set(seen)
         counted = tick.runs_counted[repo]
-        unit.cost = average(unit.cost, counted) if unit.last is not None else float(counted)
+        unit.relisted = unit.last is not None
+        unit.cost = average(unit.cost, counted) if unit.relisted else float(counted)
         unit.urls = tick.runs_urls[repo]
         unit.last = tick.now
 
     def _on_jobs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         unit = self.state.runs.get(tag[1])
+        if isinstance(error, Deferred):
+            self._deferred(tick, unit is not None and unit.busy)
+            return
         if isinstance(error, NotFoundError):
             self.http.cache.drop(self.state.drop_runs([tag[1]]))  # the run was deleted
             return
@@ -297,8 +312,8 @@ class Poll:
         unit.queued = fresh_queued(unit.jobs)
         unit.skips = skip_counts(listed.records)
         unit.urls = listed.urls
-        first = unit.last is None
-        unit.cost = float(listed.counted) if first else average(unit.cost, listed.counted)
+        unit.relisted = unit.last is not None
+        unit.cost = average(unit.cost, listed.counted) if unit.relisted else float(listed.counted)
         unit.last = tick.now
 
     def _result(self, value: Any, error: BaseException | None) -> tuple[Any, Listed]:
@@ -330,87 +345,44 @@ class Poll:
             self._ask_repo_runners(tick, names)
         busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
         quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
-        due = pick_due(busy, tick.plan.busy_interval, s.poll_interval, tick.now)
-        due += pick_due(quiet, tick.plan.quiet_interval, s.poll_interval, tick.now)
-        for repo in due:
+        plan, poll, now = tick.plan, s.poll_interval, tick.now
+        due = [(r, BUSY) for r in pick_due(busy, plan.busy_interval, poll, now)]
+        due += [(r, QUIET) for r in pick_due(quiet, plan.quiet_interval, poll, now)]
+        for repo, priority in due:
             tick.runs_left[repo] = len(RUN_STATUSES)
             tick.runs_seen[repo], tick.runs_counted[repo], tick.runs_urls[repo] = {}, 0, []
             for status in RUN_STATUSES:
-                tick.batch.submit(("runs", repo, status), self._runs, repo, status, tick.deadline)
+                tick.batch.submit(
+                    ("runs", repo, status),
+                    self.fetch.runs,
+                    repo,
+                    status,
+                    tick.deadline,
+                    tick.allowance,
+                    priority=priority,
+                )
 
     def _ask_repo_runners(self, tick: _Tick, names: tuple[str, ...]) -> None:
         tick.repo_runners_left = len(names)
         for repo in names:
             path = f"/repos/{self.settings.owner}/{quote(repo, safe='')}/actions/runners"
-            tick.batch.submit(("repo_runners", repo), self._runners, path, tick.deadline)
+            tick.batch.submit(
+                ("repo_runners", repo), self.fetch.runners, path, tick.deadline, priority=FIRST
+            )
         if not names:
             self._runners_in(tick, [], None)
 
-    def _ask_jobs(self, tick: _Tick, run: RunRef) -> None:
+    def _ask_jobs(self, tick: _Tick, run: RunRef, priority: int) -> None:
         if run.id not in tick.jobs_asked:
             tick.jobs_asked.add(run.id)
-            tick.batch.submit(("jobs", run.id), self._jobs, run, tick.deadline)
-
-    # --- tasks (worker threads): I/O and parsing only, no state
-    def _rate_limit(self) -> None:
-        self.http.send("GET", "/rate_limit", "rate_limit", exempt=True)
-
-    def _runners(self, path: str | None, deadline: float) -> Listed:
-        path = path or f"/orgs/{self.settings.owner}/actions/runners"
-        interner = self.http.cache.interner
-        return list_pages(
-            self.http,
-            path,
-            "runners",
-            lambda body: compact_page("runners", body, self.skips, interner),
-            deadline,
-        )
-
-    def _repo_candidates(self) -> list[str]:
-        if self._repo_list_path is not None:
-            return [self._repo_list_path]
-        owner = self.settings.owner
-        if self.settings.app:
-            return ["/installation/repositories"]
-        return [f"/orgs/{owner}/repos", f"/users/{owner}/repos"]
-
-    def _repo_list(self, index: int, deadline: float) -> Listed:
-        path = self._repo_candidates()[index]
-        key = INSTALLATION_KEY if path.startswith("/installation/") else None
-        interner = self.http.cache.interner
-        return list_pages(
-            self.http,
-            path,
-            "repos",
-            lambda body: compact_page("repos", body, self.skips, interner, key=key),
-            deadline,
-        )
-
-    def _runs(self, repo: str, status: str, deadline: float) -> tuple[list[RunRef], Listed]:
-        interner = self.http.cache.interner
-        return list_runs(
-            self.http,
-            self.metrics,
-            self.settings.owner,
-            repo,
-            status,
-            lambda body: compact_page("runs", body, self.skips, interner, repo=repo),
-            deadline,
-        )
-
-    def _jobs(self, run: RunRef, deadline: float) -> Listed:
-        path = (
-            f"/repos/{self.settings.owner}/{quote(run.repo, safe='')}"
-            f"/actions/runs/{run.id}/jobs?filter=latest"
-        )
-        interner = self.http.cache.interner
-        return list_pages(
-            self.http,
-            path,
-            "jobs",
-            lambda body: compact_page("jobs", body, self.skips, interner, run=run),
-            deadline,
-        )
+            tick.batch.submit(
+                ("jobs", run.id),
+                self.fetch.jobs,
+                run,
+                tick.deadline,
+                tick.allowance,
+                priority=priority,
+            )
 
     # --- the result
     def _observation(self, now: datetime, tick: _Tick) -> Observation:
@@ -433,36 +405,48 @@ class Poll:
                 quiet_interval=plan.quiet_interval,
                 budget_per_hour=plan.budget_per_hour,
                 needed_per_hour=plan.needed_per_hour,
-                too_small=plan.too_small,
+                too_small=plan.too_small or tick.busy_deferred,
             ),
         )
 
-    def _report_plan(self, plan: BudgetPlan) -> None:
-        m = self.metrics
+    def _report(self, tick: _Tick) -> None:
+        """The plan on /metrics and in the log; "too small" said once, when it starts."""
+        plan, m = tick.plan, self.metrics
         m.github_poll_interval.labels("busy").set(plan.busy_interval)
         m.github_poll_interval.labels("quiet").set(plan.quiet_interval)
         m.github_budget.set(plan.budget_per_hour)
         m.github_budget_needed.set(plan.needed_per_hour)
-        if plan.too_small and not self._too_small:
+        spent = self.fetch.spent(tick.allowance)
+        if tick.deferred:
+            log.info(
+                "GitHub budget: %d of %.0f requests spent this tick; %d listings deferred",
+                spent,
+                tick.allowance.requests,
+                tick.deferred,
+            )
+        too_small = plan.too_small or tick.busy_deferred
+        if too_small and not self._too_small:
             log.warning(
                 "GitHub budget too small for this org: re-listing repositories with queued "
                 "jobs every %.0fs needs ~%.0f requests/h, the budget is %.0f/h "
                 "(github.rate_limit_share of the rate limit); they are re-listed every "
-                "%.0fs instead. Webhooks (or a GitHub App's higher limit) fix this.",
+                "%.0fs or later instead. Webhooks (or a GitHub App's higher limit) fix this.",
                 plan.poll_interval,
                 plan.needed_per_hour,
                 plan.budget_per_hour,
                 plan.busy_interval,
             )
-        elif not plan.too_small and self._too_small:
+        elif not too_small and self._too_small:
             log.info("GitHub budget fits again: busy repositories every %.0fs", plan.poll_interval)
-        self._too_small = plan.too_small
+        self._too_small = too_small
         log.debug(
             "GitHub budget %.0f/h, needed %.0f/h, planned %.0f/h; busy every %.0fs, quiet "
-            "every %.0fs",
+            "every %.0fs; this tick may spend %.0f, spent %d",
             plan.budget_per_hour,
             plan.needed_per_hour,
             plan.planned_per_hour,
             plan.busy_interval,
             plan.quiet_interval,
+            tick.allowance.requests,
+            spent,
         )

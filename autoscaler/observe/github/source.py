@@ -38,9 +38,10 @@ from autoscaler.domain import Observation
 from autoscaler.errors import AutoscalerError, ConfigError, NotFoundError, TransientError
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
+from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.parse import Skips
-from autoscaler.observe.github.poll import Poll, Settings
+from autoscaler.observe.github.poll import Poll
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
 from autoscaler.telemetry import Metrics
@@ -83,7 +84,6 @@ class GitHubSource:
         self._http = GitHubHttp(
             config.api_url,
             config.timeout,
-            config.max_concurrency,
             metrics,
             transport,
             sleep,
@@ -106,6 +106,7 @@ class GitHubSource:
             poll_interval=poll_interval,
             deadline=DEADLINE_SHARE * poll_interval,
             share=config.rate_limit_share,
+            concurrency=config.max_concurrency,
         )
         self._poll = Poll(self._http, self._pool, metrics, settings, Skips(metrics))
 

@@ -4,7 +4,9 @@ A repository whose runs were not re-listed this tick (stretched by the budget, o
 ended early on a rate limit) keeps its runs; a run whose jobs were not re-listed keeps its
 jobs. Each unit knows when it was last listed and what a re-list costs (an exponential
 average of the pages that counted against the rate limit), which is what
-:func:`autoscaler.observe.github.budget.plan_budget` plans with.
+:func:`autoscaler.observe.github.budget.plan_budget` plans with. A unit listed only once
+(every page of a first listing counts) is planned at what re-listing its like has cost,
+once some were re-listed: else a cold start would look like the steady state.
 
 Only the coordinator's thread touches these; workers return values.
 """
@@ -47,6 +49,7 @@ class RunUnit:
     queued: int = 0
     skips: dict[str, int] = field(default_factory=dict)
     urls: list[str] = field(default_factory=list)
+    relisted: bool = False
 
     @property
     def busy(self) -> bool:
@@ -63,6 +66,7 @@ class RepoUnit:
     runs: set[int] = field(default_factory=set)
     skips: dict[str, int] = field(default_factory=dict)
     urls: list[str] = field(default_factory=list)
+    relisted: bool = False
 
 
 @dataclass(slots=True)
@@ -72,6 +76,20 @@ class ListUnit:
     last: float | None = None
     cost: float = 1.0
     skips: dict[str, int] = field(default_factory=dict)
+
+
+def _planned(units: list[tuple[bool, float, bool]]) -> list[Activity]:
+    """(busy, cost, relisted) -> activities; a unit not re-listed yet costs what its
+    re-listed likes (same kind, same busy-ness) cost on average."""
+    seen: dict[bool, list[float]] = {True: [], False: []}
+    for busy, cost, relisted in units:
+        if relisted:
+            seen[busy].append(cost)
+    mean = {busy: sum(costs) / len(costs) for busy, costs in seen.items() if costs}
+    return [
+        Activity(busy, cost if relisted or busy not in mean else mean[busy])
+        for busy, cost, relisted in units
+    ]
 
 
 @dataclass
@@ -91,8 +109,9 @@ class PollState:
     def activity(self, *, repo_list: bool) -> list[Activity]:
         """Every unit as the budget planner sees it (the runner list is its fixed cost;
         ``repo_list``: the owner's repositories are listed, not configured)."""
-        out = [Activity(self.repo_busy(r), r.cost) for r in self.repos.values()]
-        out += [Activity(u.busy, u.cost) for u in self.runs.values()]
+        repos = [(self.repo_busy(r), r.cost, r.relisted) for r in self.repos.values()]
+        runs = [(u.busy, u.cost, u.relisted) for u in self.runs.values()]
+        out = _planned(repos) + _planned(runs)
         if repo_list:
             out.append(Activity(False, self.repo_list.cost))
         return out
