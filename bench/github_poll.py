@@ -87,6 +87,8 @@ class Tick:
     queued: int
     fake_cpu: float
     error: str | None
+    latency_sum: float
+    """Seconds the controller's requests took, summed (client-side, parsing included)."""
 
     @property
     def ideal(self) -> float:
@@ -138,6 +140,7 @@ def measure(size: Size) -> Result:
                 queued=answer["queued"],
                 fake_cpu=after["cpu"] - before["cpu"],
                 error=answer["poll_error"],
+                latency_sum=answer["latency_sum"],
             )
             rss = answer["rss_mb"]
             now += INTERVAL

@@ -87,6 +87,15 @@ def run_fake(params: dict[str, Any]) -> None:
         fake.stop()
 
 
+def _latency_sum(metrics: Metrics) -> float:
+    """Seconds spent in GitHub requests so far (every thread), from the controller's metric."""
+    total = 0.0
+    for family in metrics.registry.collect():
+        if family.name == "ci_autoscaler_github_request_duration_seconds":
+            total += sum(s.value for s in family.samples if s.name.endswith("_sum"))
+    return total
+
+
 def _statuses(metrics: Metrics) -> dict[str, float]:
     """GitHub requests so far by HTTP status, from the controller's own metric."""
     out: dict[str, float] = {}
@@ -192,7 +201,7 @@ def run_controller(params: dict[str, Any]) -> None:
             if command["op"] == "floor":
                 return {"cpu_ms": httpx_floor(params["url"], command["requests"])}
             clock["now"] = command["t"]
-            before = _statuses(metrics)
+            before, latency = _statuses(metrics), _latency_sum(metrics)
             cpu, started = _cpu(), time.perf_counter()
             result = controller.tick(datetime.fromtimestamp(command["t"], UTC), dry_run=True)
             wall, cpu = time.perf_counter() - started, _cpu() - cpu
@@ -209,6 +218,7 @@ def run_controller(params: dict[str, Any]) -> None:
                 "wall": wall,
                 "cpu": cpu,
                 "statuses": {k: v for k, v in statuses.items() if v},
+                "latency_sum": _latency_sum(metrics) - latency,
                 "rss_mb": _peak_rss_mb(),
                 "poll_error": result.poll_error,
                 "queued": queued,
