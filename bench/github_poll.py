@@ -95,6 +95,10 @@ class Tick:
         return self.requests * LATENCY / CONCURRENCY
 
     @property
+    def mean_request_ms(self) -> float:
+        return 1000 * self.latency_sum / max(1, self.requests)
+
+    @property
     def cpu_per_request_ms(self) -> float:
         return 1000 * self.cpu / max(1, self.requests)
 
@@ -210,6 +214,14 @@ def report(results: list[Result]) -> bool:
         row(
             "controller busy (CPU / wall), cold",
             lambda r: f"{r.ticks['cold'].cpu / r.ticks['cold'].wall:.0%}",
+        ),
+        row(
+            "mean request time seen by the controller (ms)",
+            lambda r: f"{r.ticks['cold'].mean_request_ms:.0f}",
+        ),
+        row(
+            "requests in flight on average, cold",
+            lambda r: f"{r.ticks['cold'].latency_sum / r.ticks['cold'].wall:.1f}",
         ),
         [
             "CPU per request 1,000 / 100 repos",
