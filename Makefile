@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DURATION ?= 60
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean references
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ci-autoscaler demo --duration $(DEMO_DURATION)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest
+# terraform's AWS provider mirror: where the machine keeps it (terraform's implied mirror
+# directories, or /opt); the e2e tests read TF_PLUGIN_DIR and never walk the filesystem.
+TF_MIRROR_ROOTS := /opt /usr/local/share /usr/share $(HOME)/.terraform.d $(HOME)/.local/share
+TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
+
+test: $(STAMP) references
+	TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 -path '$(TF_PROVIDER)' \
+	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" $(BIN)/python -m pytest
+
+# GitHub's OpenAPI description and webhook examples/schemas (pinned in
+# tests/conformance/references.txt), fetched once with npm into .cache/octokit.
+references:
+	bash tests/conformance/fetch_references.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check autoscaler tests bench

@@ -15,7 +15,22 @@ filtered on the status they report or their conclusion, status-filtered listings
 at 1,000 runs (``total_count`` counts all), ``created`` ranges, running jobs whose steps
 move on with the clock; injectable faults (primary and secondary rate limits, 5xx),
 latency and malformed or raw bodies (:mod:`autoscaler.fakes.github_listing` says how
-listings are filtered).
+listings are filtered). Every body validates against GitHub's OpenAPI description
+(``tests/conformance`` checks it).
+
+What it does not model (a test that needs one of these must add it, docs first):
+
+- one workflow (``CI``, id 1) per repository, run by pushes to ``main``: no pull requests,
+  no re-runs (``run_attempt`` 1), a completed run concludes ``success`` unless
+  :meth:`set_run_status` says otherwise; a run's status derives from its jobs unless
+  :meth:`set_run_status` forces one;
+- the run filters other than ``status`` and ``created`` (``branch``, ``event``...) and the
+  jobs' ``filter=`` are ignored;
+- repositories have no description, topics, counts or history;
+- runners have no groups, versions, ephemeral mode or JIT configuration; one App
+  installation with fixed permissions;
+- the rate limit meters ``core`` only (secondary limits only when injected), and there
+  are no webhooks.
 
 Thread-safe: the emulator drives the state while the server answers requests.
 """

@@ -87,7 +87,9 @@ def listing(
         if not installation:  # the OpenAPI description lists 401 and 403 here
             raise Forbidden("You must authenticate with an installation access token")
         repos = sorted(fake._repos.values(), key=lambda r: r.id)
-        return Listing("repositories", repos, _repo_renderer(base, owner, fake.owner_kind))
+        minimal = _repo_renderer(base, owner, fake.owner_kind)
+        # A full "repository" here, not a minimal one: it requires ``license`` too.
+        return Listing("repositories", repos, lambda repo: {**minimal(repo), "license": None})
     if m := _RUNNERS.match(path):
         if not owner_serves(fake, m.group(1), orgs=True):
             return None
@@ -133,10 +135,11 @@ def _runs(fake: GitHubState, repo: str, query: dict[str, str]) -> Listing:
     total = len(rendered)
     if any(name in query for name in _CAPPING):
         rendered = rendered[: fake.RUN_LISTING_CAP]
-    base, owner = fake.url, fake.owner
+    base, owner, kind, record = fake.url, fake.owner, fake.owner_kind, fake._repos[repo]
 
     def render(item: tuple[FakeRun, str, str | None]) -> dict[str, Any]:
-        return run_json(base, owner, *item)
+        run, status, conclusion = item
+        return run_json(base, owner, run, status, record, kind, conclusion)
 
     return Listing("workflow_runs", rendered, render, total)
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from autoscaler.fakes.github_app import app_token, authorized, installation_token
 from autoscaler.fakes.github_listing import BadQuery, Forbidden, Listing, listing, owner_serves
-from autoscaler.fakes.github_shapes import FakeRequest, Fault, Reply, error_reply
+from autoscaler.fakes.github_shapes import FakeRequest, Fault, Reply, error_reply, rate_limit_json
 from autoscaler.fakes.github_state import GitHubState
 
 _RUNNER = re.compile(r"^/orgs/([^/]+)/actions/runners/(\d+)$")
@@ -82,7 +82,8 @@ class Handler(BaseHTTPRequestHandler):
         if not authorized(fake, auth):
             return error_reply(401, "Bad credentials", _rate_headers(fake, count=False))
         if method == "GET" and path == "/rate_limit":
-            return _rate_limit(fake)  # "does not count against your REST API rate limit"
+            # "does not count against your REST API rate limit"
+            return _rate_limit(fake, self.headers.get("If-None-Match"))
         with fake.lock:
             if _remaining(fake) <= 0:
                 return error_reply(403, _RATE_MESSAGE, _rate_headers(fake, count=False))
@@ -125,16 +126,15 @@ def _rate_headers(fake: GitHubState, *, count: bool) -> dict[str, str]:
         }
 
 
-def _rate_limit(fake: GitHubState) -> Reply:
-    """``GET /rate_limit``: the core budget, served even when it is spent, never counted."""
+def _rate_limit(fake: GitHubState, if_none_match: str | None) -> Reply:
+    """``GET /rate_limit``: the budget left; asking costs nothing, even when it is spent."""
     headers = _rate_headers(fake, count=False)
-    core = {
-        "limit": int(headers["x-ratelimit-limit"]),
-        "used": int(headers["x-ratelimit-used"]),
-        "remaining": int(headers["x-ratelimit-remaining"]),
-        "reset": int(headers["x-ratelimit-reset"]),
-    }
-    return Reply(200, {"resources": {"core": core}, "rate": core}, headers)
+    used, reset = int(headers["x-ratelimit-used"]), int(headers["x-ratelimit-reset"])
+    reply = Reply(200, rate_limit_json(fake.RATE_LIMIT, used, reset), headers)
+    reply.headers["etag"] = 'W/"' + hashlib.sha256(reply.raw).hexdigest()[:40] + '"'
+    if if_none_match and _etag_matches(if_none_match, reply.headers["etag"]):
+        return Reply(304, None, reply.headers)
+    return reply
 
 
 def _fault_reply(fake: GitHubState, fault: Fault) -> Reply:

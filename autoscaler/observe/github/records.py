@@ -33,7 +33,7 @@ class RunRef:
     id: int
     repo: str
     completed: bool
-    created_at: float
+    created_at: float = 0.0
     """Unix time; the oldest run of a capped listing is where the next ``created`` range ends."""
 
 
