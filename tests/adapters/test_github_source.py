@@ -222,7 +222,7 @@ def test_a_rate_limit_that_ends_within_the_deadline_is_waited_out(
 )
 def test_a_rate_limit_past_the_deadline_ends_the_poll_without_sleeping(
     world: World,
-    source: GitHubSource,
+    request: pytest.FixtureRequest,
     status: int,
     retry_after: float | None,
     reset: float | None,
@@ -235,6 +235,9 @@ def test_a_rate_limit_past_the_deadline_ends_the_poll_without_sleeping(
     world.fake.inject_fault(
         r"/orgs/demo-org/repos", status, retry_after=retry_after, ratelimit_reset=reset
     )
+    # one request in flight at a time: none of this tick's is still on its way below
+    source = world.source(max_concurrency=1)
+    request.addfinalizer(source.close)
     with pytest.raises(RateLimitedError) as caught:
         source.observe(T0)
     assert caught.value.retry_after == pytest.approx(expected_wait)
@@ -351,7 +354,7 @@ def test_remove_runner(
 
 def test_an_exhausted_rate_limit_raises_until_the_reset(world: World) -> None:
     world.fake.RATE_LIMIT = 1  # one request per hour
-    src = world.source()
+    src = world.source(max_concurrency=1)  # nothing still in flight when observe raises
     try:
         with pytest.raises(RateLimitedError) as caught:
             src.observe(T0)
@@ -361,8 +364,8 @@ def test_an_exhausted_rate_limit_raises_until_the_reset(world: World) -> None:
     finally:
         src.close()
     assert caught.value.retry_after == pytest.approx(3600, abs=1)
-    # the runner and repository lists go out together: one gets the last request
-    assert world.fake.count(200, "^/(orgs|rate_limit)") == 2
+    # the runner list takes the last request, the repository list gets the 403
+    assert world.fake.count(200, "^/(orgs/demo-org/actions/runners|rate_limit)") == 2
     assert world.fake.count(403) == 1
     assert len(world.fake.requests) == sent  # nothing is sent before the reset
     assert world.sleeps == []
