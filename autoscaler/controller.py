@@ -11,6 +11,9 @@ failing never ends the loop: the last good picture stays, its age shows in
 older than three poll intervals. Readiness also fails while a stage reports a problem
 into the injected :class:`autoscaler.health.Health` (the alert stage: its state store
 cannot be written), so the controller stays pure: it reads what adapters reported.
+Whatever the source raises (a classified error, or an
+exception that escaped its adapter) is a failed poll, so the alerting stage still runs
+and "GitHub unreachable" still fires.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from autoscaler.config import Config
-from autoscaler.domain import ClockSkew, Observation, QueueSnapshot, RunnerType, ScalingProblem
+from autoscaler.domain import (
+    ClockSkew,
+    Observation,
+    PollBudget,
+    QueueSnapshot,
+    RunnerType,
+    ScalingProblem,
+)
 from autoscaler.errors import AutoscalerError
 from autoscaler.health import Health
 from autoscaler.observe.queue import compute_queue
@@ -61,6 +71,7 @@ class AlertStep(Protocol):
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
         clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
     ) -> Sequence[Any]: ...
 
 
@@ -154,6 +165,7 @@ class Controller:
                 problems = scaler.last_problems
                 skew = scaler.last_clock_skew
             if alerts is not None:
+                budget = self.last_observation.budget if fresh and self.last_observation else None
                 result.alerts = self._guarded(
                     "alerting",
                     lambda: alerts.step(
@@ -163,6 +175,7 @@ class Controller:
                         dry_run=dry_run,
                         problems=problems,
                         clock_skew=skew,
+                        budget=budget,
                     ),
                 )
         finally:
@@ -179,6 +192,12 @@ class Controller:
             result.poll_error = f"{type(exc).__name__}: {exc}"
             result.snapshot = self.last_snapshot
             log.warning("poll of the CI provider failed (%s): %s", exc.kind, exc)
+            return False
+        except Exception as exc:  # escaped the adapter (a bug, a RecursionError): the last line
+            self.reporter.poll_failed("error")
+            result.poll_error = f"{type(exc).__name__}: unexpected error in the CI source"
+            result.snapshot = self.last_snapshot
+            log.exception("poll of the CI provider failed unexpectedly; the tick goes on")
             return False
         snapshot = compute_queue(
             observation.jobs,

@@ -73,6 +73,23 @@ class RunnerType:
 
 
 @dataclass(frozen=True, slots=True)
+class PollBudget:
+    """How the CI source spends its API budget (GitHub's primary rate limit) this tick."""
+
+    poll_interval: float
+    busy_interval: float
+    """Seconds between re-lists of repositories and runs with queued jobs."""
+    quiet_interval: float
+    """Seconds between re-lists of the others."""
+    budget_per_hour: float
+    """Requests per hour the source may spend (``github.rate_limit_share`` of the limit)."""
+    needed_per_hour: float
+    """What re-listing everything every poll interval would cost."""
+    too_small: bool
+    """Repositories with queued jobs are re-listed less often than every poll interval."""
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """What one poll of the CI source saw."""
 
@@ -87,6 +104,8 @@ class Observation:
     #: The provider's clock minus ours, in seconds, from the ``Date`` header of its answers
     #: during this poll (None: no answer carried one).
     clock_skew_seconds: float | None = None
+    #: The source's API budget, when it plans one.
+    budget: PollBudget | None = None
 
 
 @dataclass(frozen=True, slots=True)

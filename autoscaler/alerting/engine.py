@@ -32,11 +32,13 @@ from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
+    BUDGET_RULE,
     CLOCK_SKEW_RULE,
     FLEET,
     PROVISIONING_RULE,
     UNMATCHED_RULE,
     Evaluation,
+    evaluate_budget,
     evaluate_clock_skew,
     evaluate_provisioning,
     evaluate_rules,
@@ -46,7 +48,7 @@ from autoscaler.alerting.rules import (
 )
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
-from autoscaler.domain import ClockSkew, QueueSnapshot, ScalingProblem
+from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.errors import StateError
 from autoscaler.health import STATE, Health
 from autoscaler.telemetry import Metrics
@@ -123,11 +125,13 @@ class AlertEngine:
         last_successful_poll: datetime | None,
         now: datetime,
         problems: Sequence[ScalingProblem] | None = None,
+        *,
         clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
         scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
-        None or empty)."""
+        None or empty; no budget plan this tick: ``budget`` is None)."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
@@ -142,6 +146,10 @@ class AlertEngine:
             keep.add(PROVISIONING_RULE)
         else:
             evaluations += evaluate_provisioning(b, problems, everyone)
+        if b.github_budget and budget is not None:
+            evaluations.append(evaluate_budget(b, budget, everyone))
+        elif b.github_budget:
+            keep.add(BUDGET_RULE)
         if b.github_unreachable_after > 0:
             started = self.started_at or now
             evaluations.append(
@@ -163,12 +171,16 @@ class AlertEngine:
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
         clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
-        ``clock_skew`` the peers' clocks as last measured."""
+        ``clock_skew`` the peers' clocks as last measured; ``budget`` the CI source's
+        rate-limit plan of this tick, when it has one."""
         if self.started_at is None:
             self.started_at = now
-        evaluations, keep = self.evaluate(snapshot, last_successful_poll, now, problems, clock_skew)
+        evaluations, keep = self.evaluate(
+            snapshot, last_successful_poll, now, problems, clock_skew=clock_skew, budget=budget
+        )
         try:
             old = self.store.load_states()
         except StateError as exc:

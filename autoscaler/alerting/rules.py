@@ -27,13 +27,14 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from autoscaler.config import AlertRuleConfig, BuiltinAlertsConfig
-from autoscaler.domain import ClockSkew, QueueSnapshot, QueueStats, ScalingProblem
+from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, QueueStats, ScalingProblem
 
 FLEET = "fleet"
 UNMATCHED_RULE = "Jobs no runner type serves"
 UNREACHABLE_RULE = "GitHub unreachable"
 PROVISIONING_RULE = "Runner pool provisioning failing"
 CLOCK_SKEW_RULE = "Controller clock skewed"
+BUDGET_RULE = "GitHub budget too small for this org"
 
 
 def fingerprint(rule: str, scope: str) -> str:
@@ -293,3 +294,25 @@ def evaluate_clock_skew(
         values,
         all_receivers,
     )
+
+
+def evaluate_budget(
+    b: BuiltinAlertsConfig, budget: PollBudget, all_receivers: tuple[str, ...]
+) -> Evaluation:
+    """Built-in: GitHub's rate limit (``github.rate_limit_share`` of it) cannot cover
+    re-listing the repositories with queued jobs every poll interval, so the controller
+    re-lists them less often: queued jobs are seen later. It resolves when the plan fits."""
+    values = {
+        "poll_interval_seconds": int(budget.poll_interval),
+        "busy_interval_seconds": int(budget.busy_interval),
+        "budget_requests_per_hour": int(budget.budget_per_hour),
+        "needed_requests_per_hour": int(budget.needed_per_hour),
+        "threshold_breached": int(budget.too_small),
+    }
+    description = (
+        "Polling every repository with queued jobs each poll interval would spend more "
+        "than github.rate_limit_share of the GitHub rate limit, so they are re-listed "
+        f"every {int(budget.busy_interval)}s: queued jobs are seen late. Deliver jobs by "
+        "webhook, use a GitHub App (a higher limit), or raise poll_interval."
+    )
+    return _builtin(b, BUDGET_RULE, description, values, all_receivers)

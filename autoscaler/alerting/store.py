@@ -1,6 +1,8 @@
-"""SQLite state store: alert states, the outbox of undelivered notifications, and the
-GitHub issue numbers the ``github_issue`` receiver keeps. All of it survives a restart, so
-a new process neither pages again for a firing alert nor forgets to resolve it.
+"""SQLite state store: alert states, the outbox of undelivered notifications, the
+GitHub issue numbers the ``github_issue`` receiver keeps, and the GitHub poll's ETag cache
+(the :class:`~autoscaler.observe.github.cache.PollCacheStore` port). All of it survives a
+restart, so a new process neither pages again for a firing alert nor forgets to resolve
+it, and its first poll of GitHub is mostly 304s.
 
 ``path`` ``None`` or ``":memory:"`` keeps everything in memory.
 
@@ -27,7 +29,7 @@ import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -57,6 +59,10 @@ CREATE TABLE IF NOT EXISTS outbox (
     notification TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT
+);
+CREATE TABLE IF NOT EXISTS poll_cache (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS issues (
     receiver TEXT NOT NULL,
@@ -267,3 +273,16 @@ class StateStore:
                     "INSERT OR REPLACE INTO issues VALUES (?, ?, ?)",
                     (receiver, fingerprint, number),
                 )
+
+    # --- the GitHub poll's ETag cache (PollCacheStore)
+    @_operation("load_poll_cache")
+    def load_poll_cache(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM poll_cache").fetchall())
+
+    @_operation("save_poll_cache")
+    def save_poll_cache(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        with self._db:
+            self._db.executemany("DELETE FROM poll_cache WHERE key = ?", [(k,) for k in drop])
+            self._db.executemany(
+                "INSERT OR REPLACE INTO poll_cache (key, value) VALUES (?, ?)", list(put.items())
+            )

@@ -140,6 +140,9 @@ def demo_world(tick: float) -> Iterator[tuple[Config, FakeGitHub, Any, Any, Webh
 
     with ExitStack() as stack:
         github = FakeGitHub(owner="demo-org")
+        # The demo ticks every second, not every 30 s: a real token's hourly budget would
+        # (rightly) stretch its polls. Its GitHub has no rate limit, as GHES by default.
+        github.RATE_LIMIT = 1_000_000_000
         github.start()
         stack.callback(github.stop)
         moto, aws_url = start_moto_server()

@@ -43,16 +43,22 @@ def build_runtime(
     moto's credentials; tests may pass fakes). Scaling is wired only when enabled.
     """
     closers: list[Callable[[], None]] = []
-    if source is None:
-        from autoscaler.observe.github.source import GitHubSource  # noqa: PLC0415 (light CLI start)
-
-        github = GitHubSource(config.github, metrics)
-        closers.append(github.close)
-        source = github
-
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
     store = StateStore.from_config(config.state)
     closers.append(store.close)
+    if source is None:
+        from autoscaler.observe.github.source import GitHubSource  # noqa: PLC0415 (light CLI start)
+
+        # The poll's ETag cache lives in the state store: a restart is not a cold start.
+        github = GitHubSource(
+            config.github,
+            metrics,
+            poll_interval=config.poll_interval,
+            cache_store=None if dry_run else store,
+        )
+        closers.append(github.close)
+        source = github
+
     deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run, health=health)
     closers.append(deliverer.close)
     sync = None

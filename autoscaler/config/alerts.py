@@ -94,6 +94,9 @@ class BuiltinAlertsConfig:
     """Alert when GitHub's or AWS's clock (their answers' ``Date``) is further than this
     from ours; 0 turns the alert off (orphan cleanup still stops at a quarter of
     ``boot_timeout``)."""
+    github_budget: bool = True
+    """Alert when GitHub's rate limit (``github.rate_limit_share`` of it) cannot cover
+    re-listing the repositories with queued jobs every poll interval."""
     runbook_url: str = ""
     dashboard_url: str = ""
 
@@ -268,6 +271,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
             "priority",
             "receivers",
             "unmatched_jobs",
+            "github_budget",
             "github_unreachable_after",
             "clock_skew_max",
             "runbook_url",
@@ -279,6 +283,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         priority=r.choice(b.get("priority"), "alerts.builtin.priority", PRIORITIES, "P2"),
         receivers=r.string_list(b.get("receivers"), "alerts.builtin.receivers", default=()),
         unmatched_jobs=r.boolean(b.get("unmatched_jobs"), "alerts.builtin.unmatched_jobs", True),
+        github_budget=r.boolean(b.get("github_budget"), "alerts.builtin.github_budget", True),
         github_unreachable_after=r.duration(
             b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
         ),

@@ -135,6 +135,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             "timeout",
             "max_concurrency",
             "hosted_labels",
+            "rate_limit_share",
         ),
     )
     app = None
@@ -162,6 +163,9 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
     api_url = r.string(m.get("api_url"), "github.api_url", "https://api.github.com")
     if not api_url.startswith(("http://", "https://")):
         r.problem("github.api_url", f"must be an http(s) URL, got {api_url!r}")
+    share = r.number(m.get("rate_limit_share"), "github.rate_limit_share", 0.8)
+    if not 0 < share <= 1:  # a NaN fails this too
+        r.problem("github.rate_limit_share", f"must be above 0 and at most 1, got {share}")
     return GitHubConfig(
         owner=r.string(m.get("owner"), "github.owner"),
         api_url=api_url.rstrip("/"),
@@ -178,6 +182,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
                 m.get("hosted_labels"), "github.hosted_labels", default=DEFAULT_HOSTED_LABELS
             )
         ),
+        rate_limit_share=share,
     )
 
 

@@ -7,6 +7,7 @@ a bad file is reported whole, once, with every problem and its path.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -141,6 +142,19 @@ class Reader:
             self.problem(path, f"must be >= {minimum}, got {value}")
             return minimum
         return value
+
+    def number(self, value: Any, path: str, default: float) -> float:
+        """A plain number (int or float, not a bool); ``default`` when absent."""
+        value = self.expand(value, path)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problem(path, f"must be a number, got {_type_name(value)}")
+            return default
+        return float(value)
 
     def optional_integer(self, value: Any, path: str, *, minimum: int = 0) -> int | None:
         return None if value is None else self.integer(value, path, minimum=minimum)

@@ -49,6 +49,10 @@ class GitHubConfig:
     """Requests in flight at once."""
     hosted_labels: tuple[str, ...] = DEFAULT_HOSTED_LABELS
     """Globs of GitHub-hosted runner labels: an unmatched job asking for one is not ours."""
+    rate_limit_share: float = 0.8
+    """Share of the primary rate limit (``x-ratelimit-limit`` per hour) the poll may spend;
+    the rest is left to other users of the same credentials. Over it, quiet repositories
+    are re-listed less often, then busy ones (the "GitHub budget too small" alert)."""
 
 
 @dataclass(frozen=True)

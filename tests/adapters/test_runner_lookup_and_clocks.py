@@ -109,11 +109,12 @@ def test_find_runner_on_a_malformed_answer_cannot_tell(org: FakeGitHub) -> None:
 
 def test_find_runner_for_a_user_owner_looks_in_each_repository_and_can_remove_it() -> None:
     with FakeGitHub("demo-user", clock=lambda: T0, owner_kind="user") as fake:
-        fake.add_repo("app")
+        fake.add_repo("app", private=False)  # a user's repositories are listed if public
         src = source_for(fake, Metrics())
         try:
             src.observe(T0)  # the org endpoint 404s: runners are listed per repository
-            rid = fake.register_runner(NAME, CPU, repo="infra")  # a new repository
+            fake.add_repo("infra", private=False)  # a new repository
+            rid = fake.register_runner(NAME, CPU, repo="infra")
             src.observe(T0 + timedelta(seconds=30))
             fake.remove_runner(rid)
             late = fake.register_runner(NAME, CPU, repo="infra")

@@ -72,5 +72,5 @@ def test_fires_past_a_minute_resolves_and_holds_while_unmeasured() -> None:
 def test_zero_turns_the_alert_off() -> None:
     off = AlertsConfig(builtin=BuiltinAlertsConfig(clock_skew_max=0, github_unreachable_after=0))
     engine = AlertEngine(off, StateStore(None), None, Metrics())
-    evaluations, keep = engine.evaluate(None, T0, T0, [], ClockSkew(github=3600.0))
+    evaluations, keep = engine.evaluate(None, T0, T0, [], clock_skew=ClockSkew(github=3600.0))
     assert CLOCK_SKEW_RULE not in {e.rule for e in evaluations} | keep

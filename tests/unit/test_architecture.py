@@ -25,6 +25,7 @@ PURE = [
     "autoscaler.ports",
     "autoscaler.controller",
     "autoscaler.observe.queue",
+    "autoscaler.observe.github.budget",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",

@@ -55,6 +55,8 @@ def test_minimal_config_gets_defaults() -> None:
     assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9464)
     assert config.github.api_url == "https://api.github.com"
     assert config.github.repos is None
+    assert config.github.rate_limit_share == 0.8
+    assert config.alerts.builtin.github_budget is True
     assert config.runner_types[0].labels == frozenset({"self-hosted", "linux.4xlarge"})
 
 
@@ -113,6 +115,21 @@ def test_issue_example_keys_work() -> None:
             minimal(github={"owner": "x", "token": "t", "api_url": "ftp://x"}),
             "github.api_url: must be an http(s) URL, got 'ftp://x'",
             id="bad-api-url",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "rate_limit_share": 0}),
+            "github.rate_limit_share: must be above 0 and at most 1, got 0.0",
+            id="rate-limit-share-zero",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "rate_limit_share": 1.5}),
+            "github.rate_limit_share: must be above 0 and at most 1, got 1.5",
+            id="rate-limit-share-over-one",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "rate_limit_share": "most"}),
+            "github.rate_limit_share: must be a number, got a string",
+            id="rate-limit-share-not-a-number",
         ),
         pytest.param(
             minimal(github={"owner": "x", "token": "${NOPE}"}),

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.rules import UNREACHABLE_RULE
+from autoscaler.alerting.store import StateStore
 from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
@@ -16,6 +19,7 @@ from autoscaler.domain import (
     Job,
     JobStatus,
     Observation,
+    PollBudget,
     QueueSnapshot,
     Runner,
     ScalingProblem,
@@ -182,6 +186,7 @@ class RecordingAlerts:
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
         clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)
@@ -217,3 +222,36 @@ def test_alerting_hears_the_clock_skew_measured_this_tick() -> None:
     alerts = RecordingAlerts(problems=[])
     Controller(config(), FakeSource([skewed]), Metrics(), alerts=alerts, scaler=scaler).tick(T0)
     assert alerts.skews == [measured]
+
+
+class DeepJsonSource:
+    """A source whose adapter let an exception escape (deeply nested JSON once did)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def observe(self, now: datetime) -> Observation:
+        self.calls += 1
+        raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+
+    def remove_runner(self, runner_id: int) -> None:
+        raise AssertionError("not used here")
+
+    def find_runner(self, name: str) -> Runner | None:
+        raise AssertionError("not used here")
+
+
+def test_an_exception_escaping_the_source_is_a_failed_poll_and_alerting_still_runs() -> None:
+    """Deeply nested JSON from GitHub raised RecursionError out of observe(): the tick
+    aborted, and with it the alerting stage, so "GitHub unreachable" never fired."""
+    cfg = config()
+    metrics = Metrics()
+    engine = AlertEngine(cfg.alerts, StateStore(None), None, metrics)
+    controller = Controller(cfg, DeepJsonSource(), metrics, alerts=engine)
+    first = controller.tick(T0)
+    later = controller.tick(T0 + timedelta(minutes=11))
+    assert first.poll_error == "RecursionError: unexpected error in the CI source"
+    value = metrics.registry.get_sample_value
+    assert value("ci_autoscaler_polls_total", {"result": "error"}) == 2.0
+    assert value("ci_autoscaler_stage_failures_total", {"stage": "alerting"}) is None
+    assert [(a.rule, a.state) for a in later.alerts] == [(UNREACHABLE_RULE, "firing")]
