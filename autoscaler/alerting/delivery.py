@@ -10,6 +10,9 @@
   failures are retried (connection errors, timeouts, 408/429/5xx).
 - Items are sent in order; after a receiver's first failure the rest of its items wait
   for the next tick (it is probably down), so a FIRING is never overtaken by its RESOLVED.
+- Receiver URLs are secrets: no log line, error or metric of ours names one (only the
+  receiver's name), and httpx's own request log is dropped for receiver requests at every
+  level (:mod:`autoscaler.alerting.httplog`).
 - Outcomes, counted in ``alert_notifications_total{receiver,result}``: ``sent``;
   ``retried`` (one per retry attempt); ``failed`` (gave up this tick, stays in the outbox,
   retried next tick, logged as a warning); ``rejected`` (a permanent 4xx: retrying cannot
@@ -30,6 +33,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 from tenacity.wait import wait_random_exponential
 
 from autoscaler.alerting import render
+from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.store import OutboxItem, StateStore
 from autoscaler.config import Config, ReceiverConfig
@@ -68,6 +72,13 @@ def _check(response: httpx.Response) -> httpx.Response:
     if code in (408, 425, 429) or code >= 500:
         raise TransientError(message, code=str(code))
     raise PermanentError(message, code=str(code))
+
+
+def _reveal(rc: ReceiverConfig) -> str:
+    """The receiver's URL, for the request alone (config validation requires one)."""
+    if rc.url is None:
+        raise PermanentError(f"receiver {rc.name} has no url", code="url")
+    return rc.url.reveal()
 
 
 class Deliverer:
@@ -181,7 +192,10 @@ class Deliverer:
     ) -> list[Outcome]:
         out: list[Outcome] = []
         count = self.metrics.alert_notifications
-        with httpx.Client(transport=self._transport, timeout=rc.timeout) as client:
+        with (
+            receiver_requests(),
+            httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
+        ):
             for item in items:
                 n = item.notification
                 if self.dry_run:
@@ -233,6 +247,9 @@ class Deliverer:
                 return _check(client.request(method, url, json=body, headers=headers))
             except httpx.TimeoutException:
                 raise TransientError("timed out", code="timeout") from None
+            except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+                # httpx's message quotes the URL: ours names the error only.
+                raise PermanentError(f"unusable URL: {type(exc).__name__}", code="url") from None
             except httpx.TransportError as exc:
                 raise TransientError(
                     f"transport error: {type(exc).__name__}", code="transport"
@@ -259,20 +276,20 @@ class Deliverer:
         if rc.type == "pagerduty":
             key = rc.routing_key.reveal() if rc.routing_key is not None else ""
             body: Any = render.pagerduty_payload(n, key)
-            url = rc.url or PAGERDUTY_URL
+            url = rc.url.reveal() if rc.url is not None else PAGERDUTY_URL
         elif rc.type == "slack":
-            body, url = render.slack_payload(n), rc.url or ""
+            body, url = render.slack_payload(n), _reveal(rc)
         elif rc.type == "alertmanager":
-            body, url = render.alertmanager_payload(n, rc.name), rc.url or ""
+            body, url = render.alertmanager_payload(n, rc.name), _reveal(rc)
         else:
-            body, url = render.webhook_payload(n), rc.url or ""
+            body, url = render.webhook_payload(n), _reveal(rc)
         self._request(client, rc, "POST", url, body)
         return None
 
     def _github_issue(
         self, client: httpx.Client, rc: ReceiverConfig, n: Notification, issues: _Issues
     ) -> tuple[str, int | None]:
-        api = (rc.url or self._github_api_url).rstrip("/")
+        api = (rc.url.reveal() if rc.url is not None else self._github_api_url).rstrip("/")
         token = rc.token or self._github_token
         headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
         if token is not None:

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from autoscaler.config.reader import Reader, Secret, join_path, yaml_where
+from autoscaler.config.reader import Reader, Secret, SecretUrl, join_path
+from autoscaler.config.yamlfile import YamlFileError, read_yaml
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
 RECEIVER_TYPES = ("webhook", "slack", "pagerduty", "alertmanager", "github_issue")
@@ -42,16 +41,19 @@ class AlertRuleConfig:
     for_: float = 0.0
     """Pending this long (seconds) before firing (YAML key ``for``)."""
     repeat_interval: float = 4 * 3600.0
-    """Re-notify while still firing."""
+    """Re-notify while still firing (more than zero)."""
 
 
 @dataclass(frozen=True)
 class ReceiverConfig:
     name: str
     type: str
-    url: str | None = None
+    url: SecretUrl | None = None
     """Where to POST (webhook, slack, alertmanager, pagerduty override); github_issue: the
-    REST API root override (default: the github section's ``api_url``)."""
+    REST API root override (default: the github section's ``api_url``). A secret (a Slack
+    webhook's path is its key; a URL may carry ``user:password@``): reprs, logs and
+    errors show only ``scheme://host``; ``url.reveal()`` is for the request alone. A plain
+    ``str`` given here is wrapped."""
     routing_key: Secret | None = field(default=None, repr=False)
     """PagerDuty Events API v2 integration key."""
     repo: str | None = None
@@ -61,9 +63,13 @@ class ReceiverConfig:
     labels: tuple[str, ...] = ()
     """github_issue: extra labels."""
     timeout: float = 5.0
-    """Per-attempt timeout in seconds."""
+    """Per-attempt timeout in seconds (more than zero)."""
     max_attempts: int = 3
     """Delivery attempts per tick."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.url, str):  # built in code (tests, the demo): still a secret
+            object.__setattr__(self, "url", SecretUrl(self.url))
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,9 @@ def _rule(r: Reader, value: Any, p: str) -> AlertRuleConfig | None:
         match=r.choice(m.get("match"), f"{p}.match", ("any", "all"), "any"),
         min_job_age=r.duration(m.get("min_job_age"), f"{p}.min_job_age", 0.0),
         for_=r.duration(m.get("for"), f"{p}.for", 0.0),
-        repeat_interval=r.duration(m.get("repeat_interval"), f"{p}.repeat_interval", 4 * 3600.0),
+        repeat_interval=r.duration(
+            m.get("repeat_interval"), f"{p}.repeat_interval", 4 * 3600.0, positive=True
+        ),
     )
     if rule.max_queue_size is None and rule.max_queue_time is None:
         r.problem(p, "needs max_queue_size or max_queue_time (or both)")
@@ -146,10 +154,13 @@ def _rule_files(r: Reader, patterns: tuple[str, ...], base: Path) -> tuple[Alert
             r.problem(f"alerts.rule_files[{i}]", f"no file matches {pattern!r}")
         for file in matches:
             try:
-                doc = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                r.problem(file, f"cannot read rules: {yaml_where(exc)}")
+                parsed = read_yaml(file)
+            except YamlFileError as exc:
+                r.problem(file, f"cannot read rules: {exc}")
                 continue
+            for dup in parsed.duplicates:
+                r.problem(f"{file}: line {dup.line}: {dup.path}", dup.message)
+            doc = parsed.data
             if isinstance(doc, dict):
                 doc = r.mapping(doc, file, ("rules",)).get("rules")
             rules.extend(r.each(doc, f"{file}: rules", lambda v, p: _rule(r, v, p)))
@@ -169,15 +180,15 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     rc = ReceiverConfig(
         name=name,
         type=rtype,
-        url=r.optional_string(m.get("url"), f"{p}.url"),
+        url=r.url(m.get("url"), f"{p}.url"),
         routing_key=r.secret(m.get("routing_key"), f"{p}.routing_key"),
         repo=r.optional_string(m.get("repo"), f"{p}.repo"),
         token=r.secret(m.get("token"), f"{p}.token"),
         labels=r.string_list(m.get("labels"), f"{p}.labels", default=()),
-        timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0),
+        timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0, positive=True),
         max_attempts=r.integer(m.get("max_attempts"), f"{p}.max_attempts", 3, minimum=1),
     )
-    if rtype in ("webhook", "slack", "alertmanager") and rc.url is None:
+    if rtype in ("webhook", "slack", "alertmanager") and m.get("url") is None:
         r.problem(f"{p}.url", f"is required for a {rtype} receiver")
     if rtype == "pagerduty" and rc.routing_key is None:
         r.problem(f"{p}.routing_key", "is required for a pagerduty receiver")

@@ -18,7 +18,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.reader import Secret, SecretUrl
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.telemetry import Metrics
 from tests.conftest import free_port
@@ -105,7 +105,7 @@ def capture() -> Iterator[Capture]:
 
 
 def receiver(name: str, rtype: str, url: str, **kw: Any) -> ReceiverConfig:
-    return ReceiverConfig(name=name, type=rtype, url=url, **kw)
+    return ReceiverConfig(name=name, type=rtype, url=SecretUrl(url), **kw)
 
 
 def setup(receivers: list[ReceiverConfig], **deliverer_kw: Any) -> tuple[AlertEngine, Metrics]:
@@ -204,7 +204,7 @@ def test_github_issue_opens_comments_on_repeat_and_closes(capture: Capture) -> N
     gh = ReceiverConfig(
         name="gh",
         type="github_issue",
-        url=capture.url("/api"),
+        url=SecretUrl(capture.url("/api")),
         repo="pytorch/test-infra",
         labels=("ci",),
     )
