@@ -80,18 +80,12 @@ def looks_like_credential(text: str) -> bool:
 
 
 def scrub(text: str) -> str:
-    """``text`` with every credential-looking part replaced; URLs keep scheme and host."""
+    """``text`` with every credential-looking part replaced; every URL keeps only its
+    scheme and host (a receiver URL's path may be its key)."""
     text = _PEM.sub("<redacted PEM block>", text)
-    text = _ANY_URL.sub(lambda m: redact_url(m.group(0)) if _url_secret(m.group(0)) else m[0], text)
+    text = _ANY_URL.sub(lambda m: redact_url(m.group(0)), text)
     text = _PREFIXED.sub(REDACTED, text)
     return _TOKEN.sub(lambda m: REDACTED if _high_entropy(m.group(0)) else m.group(0), text)
-
-
-def _url_secret(url: str) -> bool:
-    return bool(_USERINFO_URL.match(url)) or any(
-        _high_entropy(m.group(0)) or _PREFIXED.match(m.group(0))
-        for m in re.finditer(r"[A-Za-z0-9_+/=-]{8,}", url)
-    )
 
 
 def shown(value: Any) -> str:
