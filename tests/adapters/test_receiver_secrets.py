@@ -90,7 +90,7 @@ def _receivers(server: str, refused: str) -> list[ReceiverConfig]:
     ]
 
 
-def _engine(receivers: list[ReceiverConfig], metrics: Metrics) -> AlertEngine:
+def _engine(receivers: list[ReceiverConfig], metrics: Metrics) -> tuple[AlertEngine, Deliverer]:
     rule = AlertRuleConfig(
         name="Jobs queueing too long",
         team="dev-infra",
@@ -105,7 +105,7 @@ def _engine(receivers: list[ReceiverConfig], metrics: Metrics) -> AlertEngine:
         builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
     )
     deliverer = Deliverer(config.receivers, metrics, sleep=lambda _: None, deadline=20.0)
-    return AlertEngine(config, StateStore(None), deliverer, metrics)
+    return AlertEngine(config, StateStore(None), deliverer, metrics), deliverer
 
 
 def _snapshot(queued: int) -> QueueSnapshot:
@@ -120,14 +120,14 @@ def test_no_receiver_url_secret_reaches_logs_errors_metrics_or_reprs(
         caplog.set_level(logging.DEBUG, logger=name)
     metrics = Metrics(CollectorRegistry())
     receivers = _receivers(server, refused)
-    engine = _engine(receivers, metrics)
+    engine, deliverer = _engine(receivers, metrics)
     _Handler.hits = []
     try:
         engine.step(_snapshot(5), T0, T0)  # FIRING to all four
         later = T0 + timedelta(minutes=5)
         engine.step(_snapshot(0), later, later)  # RESOLVED (and the failed ones again)
     finally:
-        engine.deliverer.close()
+        deliverer.close()
     # Every kind of outcome happened: sent, failed after retries, refused, rejected.
     assert any(h.startswith("/ok/services/") for h in _Handler.hits)
     assert any(h.startswith("/down/services/") for h in _Handler.hits)
