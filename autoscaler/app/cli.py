@@ -150,8 +150,14 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from autoscaler.app.demo import run_demo  # noqa: PLC0415
 
-    _setup_logging(args.log_level or "warning")
-    return run_demo(duration=args.duration, listen=args.listen, tick=args.tick)
+    if args.log_level:  # asked for: to stderr as well as the demo's log panel
+        _setup_logging(args.log_level)
+    return run_demo(
+        duration=args.duration,
+        listen=args.listen,
+        tick=args.tick,
+        log_to_stderr=args.log_level is not None,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

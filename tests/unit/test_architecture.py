@@ -29,6 +29,7 @@ PURE = [
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",
     "autoscaler.config.schedule",
+    "autoscaler.config.secrets",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
 ]
