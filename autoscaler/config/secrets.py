@@ -16,6 +16,7 @@ Pure: no I/O, no vendor imports.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
@@ -34,9 +35,15 @@ _PEM = re.compile(r"-----BEGIN [A-Z0-9 ]+-----(?:.*?-----END [A-Z0-9 ]+-----|.*)
 _USERINFO_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@'\"]+@[^\s'\"]*")
 _ANY_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]+")
 _TOKEN = re.compile(r"[A-Za-z0-9+/=]{20,}")
-#: Bits per character above which a long mixed token is taken for a key (random base64
-#: is ~4.2-4.6, random hex ~3.7-3.9; words and names of that length mix few digits).
+#: A run of 20+ letters and digits whose Shannon entropy is at least this (bits per
+#: character) may be key material: random hex has ~3.5-3.9, random base62/64 ~4-4.5.
+_ENTROPY_BITS_HEX = 3.0
+#: In a whole message (where names must stay readable) a non-hex token must reach this.
 _ENTROPY_BITS = 3.5
+_SWITCH_RATIO = 0.25
+#: A word of a name: four or more lower-case letters (capitalised or not) with a vowel.
+_WORD = re.compile(r"[A-Z]?[a-z]{4,}")
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def redact_url(url: str) -> str:
@@ -59,33 +66,66 @@ def redact_url(url: str) -> str:
     return out + ("/..." if dropped else "")
 
 
-def _high_entropy(token: str) -> bool:
-    letters = sum(c.isalpha() for c in token)
-    digits = sum(c.isdigit() for c in token)
-    if not letters or not digits:
-        return False
-    mixed_case = any(c.islower() for c in token) and any(c.isupper() for c in token)
-    if not mixed_case and digits / len(token) < 0.15:
-        return False
+def _char_class(c: str) -> int:
+    return 0 if c.islower() else 1 if c.isupper() else 2 if c.isdigit() else 3
+
+
+def _name_like(token: str) -> bool:
+    """Two words, or one long one (``xlarge``, ``Runners``, ``Datacenter``)."""
+    words = [
+        w
+        for w in _WORD.findall(token)
+        if any(v in w.lower() for v in "aeiou") and not set(w) <= _HEX
+    ]
+    return len(words) >= 2 or any(len(w) >= 6 for w in words)
+
+
+def _entropy(token: str) -> float:
     counts = Counter(token)
-    bits = -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
-    return bits >= _ENTROPY_BITS
+    return -sum(n / len(token) * math.log2(n / len(token)) for n in counts.values())
+
+
+def _random_looking(token: str) -> bool:
+    """Letters and digits, not repetitive: could be key material (or a long name)."""
+    letters = any(c.isalpha() for c in token)
+    digits = any(c.isdigit() for c in token)
+    return letters and digits and _entropy(token) >= _ENTROPY_BITS_HEX
+
+
+def _key_material(token: str) -> bool:
+    """A token that reads like random key material and not like a name.
+
+    Random text switches between lower case, upper case and digits at most adjacent
+    characters (base62: ~60%, hex: ~45%) and has no words; a name with a year in it
+    (``WindowsServer2022Datacenter``) switches a handful of times and has words. High
+    switching, high entropy and no words make a key. Used on whole messages, where the
+    names of runner types and pools must stay readable.
+    """
+    if not _random_looking(token):
+        return False
+    switches = sum(_char_class(a) != _char_class(b) for a, b in itertools.pairwise(token))
+    if switches / (len(token) - 1) < _SWITCH_RATIO or _name_like(token):
+        return False
+    return _entropy(token) >= (_ENTROPY_BITS_HEX if set(token) <= _HEX else _ENTROPY_BITS)
 
 
 def looks_like_credential(text: str) -> bool:
-    """True when ``text`` holds something a person would not want printed back."""
+    """True when ``text`` holds something a person would not want printed back: a known
+    token prefix, a PEM block, a URL with userinfo, or any long random-looking run of
+    letters and digits. Strict on purpose: a wrong value not echoed costs little, a key
+    echoed costs a rotation."""
     if _PREFIXED.search(text) or _PEM.search(text) or _USERINFO_URL.search(text):
         return True
-    return any(_high_entropy(m.group(0)) for m in _TOKEN.finditer(text))
+    return any(_random_looking(m.group(0)) for m in _TOKEN.finditer(text))
 
 
 def scrub(text: str) -> str:
-    """``text`` with every credential-looking part replaced; every URL keeps only its
-    scheme and host (a receiver URL's path may be its key)."""
+    """``text`` with every credential-looking part replaced (names kept readable); every
+    URL keeps only its scheme and host (a receiver URL's path may be its key)."""
     text = _PEM.sub("<redacted PEM block>", text)
     text = _ANY_URL.sub(lambda m: redact_url(m.group(0)), text)
     text = _PREFIXED.sub(REDACTED, text)
-    return _TOKEN.sub(lambda m: REDACTED if _high_entropy(m.group(0)) else m.group(0), text)
+    return _TOKEN.sub(lambda m: REDACTED if _key_material(m.group(0)) else m.group(0), text)
 
 
 def shown(value: Any) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import string
+
 import pytest
 
 from autoscaler.config import ReceiverConfig, SecretUrl, redact_url
@@ -65,17 +68,48 @@ def test_credentials_are_recognised(text: str) -> None:
     [
         pytest.param("linux.g5.4xlarge.nvidia.gpu", id="runner-type"),
         pytest.param("capacity_backoff_initial", id="key-name"),
-        pytest.param("thisisaverylongrunnername2024", id="long-name-with-year"),
         pytest.param("ci-gpu-ondemand-i-0abc123def4567890", id="runner-name"),
         pytest.param("/var/lib/ci-autoscaler/state.db", id="path"),
         pytest.param("1h30m", id="duration"),
         pytest.param("pytorch-dev-infra", id="team"),
         pytest.param("3f9c0d6a1b2e4f58", id="fingerprint-16-hex"),
+        pytest.param("thisisaverylongrunnername", id="long-word-no-digits"),
     ],
 )
 def test_ordinary_values_are_not_credentials(text: str) -> None:
     assert not looks_like_credential(text)
     assert shown(text) == repr(text)
+    assert scrub(text) == text
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("WindowsServer2022Datacenter", id="camel-case-with-year"),
+        pytest.param("linuxGPU4xlargeNvidiaA100x8", id="gpu-type"),
+        pytest.param("MyOrgCiRunnersProd2024Pool", id="short-words"),
+        pytest.param("Ubuntu2204Arm64Runner16core", id="arch-and-size"),
+        pytest.param("subnet0123456789abcdef0", id="subnet-id"),
+    ],
+)
+def test_long_names_stay_readable_in_messages_but_are_not_echoed_as_values(name: str) -> None:
+    """The trade-off, on purpose: a long run of letters and digits given as a *wrong
+    value* is not echoed (it may be a key: costly to show, cheap to hide); the same
+    run as the *name* of a runner type or pool in a message stays readable."""
+    message = f"runner_types.{name}.labels: same labels as runner type {name!r}"
+    assert scrub(message) == message
+    assert shown(name) == "a value that looks like a credential (not shown)"
+
+
+def test_random_keys_are_spotted_in_messages() -> None:
+    rng = random.Random(7)
+    alphabet = string.ascii_letters + string.digits
+    keys = ["".join(rng.choice(alphabet) for _ in range(40)) for _ in range(200)]
+    keys = [k for k in keys if any(c.isdigit() for c in k)]
+    missed = [k for k in keys if not looks_like_credential(k)]
+    assert missed == []
+    scrubbed = sum(scrub(f"got {k} here") == "got <redacted> here" for k in keys)
+    assert scrubbed / len(keys) > 0.75  # the net under shown(): names win its ties
 
 
 def test_a_url_is_shown_as_scheme_and_host_only() -> None:
