@@ -13,7 +13,16 @@ from autoscaler.config.reader import Reader, Secret, SecretUrl, join_path
 from autoscaler.config.yamlfile import YamlFileError, read_yaml
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
-RECEIVER_TYPES = ("webhook", "slack", "pagerduty", "alertmanager", "github_issue")
+RECEIVER_TYPES = (
+    "webhook",
+    "slack",
+    "pagerduty",
+    "alertmanager",
+    "alertmanager_webhook",
+    "github_issue",
+)
+#: Receiver types that POST to ``url`` and need one.
+_URL_TYPES = ("webhook", "slack", "alertmanager", "alertmanager_webhook")
 
 
 @dataclass(frozen=True)
@@ -49,11 +58,16 @@ class ReceiverConfig:
     name: str
     type: str
     url: SecretUrl | None = None
-    """Where to POST (webhook, slack, alertmanager, pagerduty override); github_issue: the
-    REST API root override (default: the github section's ``api_url``). A secret (a Slack
-    webhook's path is its key; a URL may carry ``user:password@``): reprs, logs and
-    errors show only ``scheme://host``; ``url.reveal()`` is for the request alone. A plain
-    ``str`` given here is wrapped."""
+    """Where to POST (webhook, slack, alertmanager_webhook, pagerduty override);
+    alertmanager: the first of ``urls``; github_issue: the REST API root override
+    (default: the github section's ``api_url``). A secret (a Slack webhook's path is its
+    key; a URL may carry ``user:password@``): reprs, logs and errors show only
+    ``scheme://host``; ``url.reveal()`` is for the request alone. A plain ``str`` given
+    here is wrapped."""
+    urls: tuple[SecretUrl, ...] = ()
+    """alertmanager: every Alertmanager of the cluster (an HA pair), base URL or the full
+    ``/api/v2/alerts`` path; each one gets every post (YAML ``url`` and/or ``urls``).
+    Secrets, like ``url``."""
     routing_key: Secret | None = field(default=None, repr=False)
     """PagerDuty Events API v2 integration key."""
     repo: str | None = None
@@ -70,6 +84,9 @@ class ReceiverConfig:
     def __post_init__(self) -> None:
         if isinstance(self.url, str):  # built in code (tests, the demo): still a secret
             object.__setattr__(self, "url", SecretUrl(self.url))
+        if any(isinstance(u, str) for u in self.urls):
+            wrapped = tuple(SecretUrl(u) if isinstance(u, str) else u for u in self.urls)
+            object.__setattr__(self, "urls", wrapped)
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,11 @@ class AlertsConfig:
     rules: tuple[AlertRuleConfig, ...] = ()
     receivers: Mapping[str, ReceiverConfig] = field(default_factory=dict)
     builtin: BuiltinAlertsConfig = BuiltinAlertsConfig()
+    alertmanager_resend: float = 60.0
+    """Re-post firing alerts to ``alertmanager`` receivers at least this often (seconds;
+    Prometheus's ``--rules.alert.resend-delay``, 1m). Each post says the alert is valid
+    for 4 x max(this, poll_interval), so Alertmanager never expires an alert that still
+    fires, and does expire it if the controller dies."""
 
 
 _RULE_KEYS = (
@@ -172,15 +194,34 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     m = r.mapping(
         value,
         p,
-        ("type", "url", "routing_key", "repo", "token", "labels", "timeout", "max_attempts"),
+        (
+            "type",
+            "url",
+            "urls",
+            "routing_key",
+            "repo",
+            "token",
+            "labels",
+            "timeout",
+            "max_attempts",
+        ),
     )
     rtype = r.choice(m.get("type"), f"{p}.type", RECEIVER_TYPES, "webhook")
     if m.get("type") is None:
         r.problem(f"{p}.type", f"is required (one of {', '.join(RECEIVER_TYPES)})")
+    urls: tuple[SecretUrl, ...] = ()
+    if rtype == "alertmanager":
+        urls = _alertmanager_urls(r, m.get("url"), m.get("urls"), p)
+        url = urls[0] if urls else None
+    else:
+        if m.get("urls") is not None:
+            r.problem(f"{p}.urls", "is for alertmanager receivers only (use url)")
+        url = r.url(m.get("url"), f"{p}.url")
     rc = ReceiverConfig(
         name=name,
         type=rtype,
-        url=r.url(m.get("url"), f"{p}.url"),
+        url=url,
+        urls=urls,
         routing_key=r.secret(m.get("routing_key"), f"{p}.routing_key"),
         repo=r.optional_string(m.get("repo"), f"{p}.repo"),
         token=r.secret(m.get("token"), f"{p}.token"),
@@ -188,8 +229,11 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
         timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0, positive=True),
         max_attempts=r.integer(m.get("max_attempts"), f"{p}.max_attempts", 3, minimum=1),
     )
-    if rtype in ("webhook", "slack", "alertmanager") and m.get("url") is None:
-        r.problem(f"{p}.url", f"is required for a {rtype} receiver")
+    given = m.get("url") is not None or m.get("urls") is not None  # if wrong: said already
+    if rtype in _URL_TYPES and not given:
+        either = " (or urls)" if rtype == "alertmanager" else ""
+        a = "an" if rtype.startswith("a") else "a"
+        r.problem(f"{p}.url", f"is required{either} for {a} {rtype} receiver")
     if rtype == "pagerduty" and rc.routing_key is None:
         r.problem(f"{p}.routing_key", "is required for a pagerduty receiver")
     if rtype == "github_issue" and (rc.repo is None or "/" not in rc.repo):
@@ -197,9 +241,29 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     return rc
 
 
+def _alertmanager_urls(r: Reader, url: Any, urls: Any, p: str) -> tuple[SecretUrl, ...]:
+    """``url`` (one, or a list) plus ``urls``: every Alertmanager, each http(s)://host,
+    each a secret like any receiver URL (never echoed in a problem)."""
+    items: list[tuple[Any, str]] = []
+    for key, value in (("url", url), ("urls", urls)):
+        if isinstance(value, list):
+            if not value:
+                r.problem(f"{p}.{key}", "must be a non-empty list")
+            items += [(u, f"{p}.{key}[{i}]") for i, u in enumerate(value)]
+        elif value is not None and key == "url":
+            items.append((value, f"{p}.url"))
+        elif value is not None:
+            r.problem(f"{p}.urls", "must be a list of URLs")
+    found = [r.url(u, path) for u, path in items]
+    unique = {u.reveal(): u for u in found if u is not None}
+    return tuple(unique.values())
+
+
 def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
     """The ``alerts`` section, rule files included (globs relative to ``base``)."""
-    m = r.mapping(value, "alerts", ("rule_files", "rules", "receivers", "builtin"))
+    m = r.mapping(
+        value, "alerts", ("rule_files", "rules", "receivers", "builtin", "alertmanager_resend")
+    )
     files = r.string_list(m.get("rule_files"), "alerts.rule_files", default=())
     rules = _rule_files(r, files, base) + r.each(
         m.get("rules"), "alerts.rules", lambda v, p: _rule(r, v, p)
@@ -233,4 +297,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
         dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
     )
-    return AlertsConfig(rules=rules, receivers=receivers, builtin=builtin)
+    resend = r.duration(m.get("alertmanager_resend"), "alerts.alertmanager_resend", 60.0)
+    return AlertsConfig(
+        rules=rules, receivers=receivers, builtin=builtin, alertmanager_resend=resend
+    )

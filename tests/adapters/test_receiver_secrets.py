@@ -20,6 +20,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.store import StateStore
@@ -85,12 +86,20 @@ def _receivers(server: str, refused: str) -> list[ReceiverConfig]:
         ReceiverConfig("slack", "slack", url=SecretUrl(f"http://{server}/down{secret_path}")),
         ReceiverConfig("gone", "webhook", url=SecretUrl(f"http://{auth}{refused}{secret_path}")),
         ReceiverConfig(
-            "bad", "alertmanager", url=SecretUrl(f"http://{auth}{server}/bad{secret_path}")
+            "bad", "alertmanager_webhook", url=SecretUrl(f"http://{auth}{server}/bad{secret_path}")
+        ),
+        ReceiverConfig(  # Alertmanager's API, posted beside the outbox
+            "am",
+            "alertmanager",
+            url=SecretUrl(f"http://{auth}{server}/ok/am{secret_path}"),
+            urls=(SecretUrl(f"http://{auth}{server}/ok/am{secret_path}"),),
         ),
     ]
 
 
-def _engine(receivers: list[ReceiverConfig], metrics: Metrics) -> tuple[AlertEngine, Deliverer]:
+def _engine(
+    receivers: list[ReceiverConfig], metrics: Metrics
+) -> tuple[AlertEngine, Deliverer, AlertmanagerSync]:
     rule = AlertRuleConfig(
         name="Jobs queueing too long",
         team="dev-infra",
@@ -105,7 +114,9 @@ def _engine(receivers: list[ReceiverConfig], metrics: Metrics) -> tuple[AlertEng
         builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
     )
     deliverer = Deliverer(config.receivers, metrics, sleep=lambda _: None, deadline=20.0)
-    return AlertEngine(config, StateStore(None), deliverer, metrics), deliverer
+    sync = AlertmanagerSync(config.receivers, metrics)
+    engine = AlertEngine(config, StateStore(None), deliverer, metrics, alertmanager=sync)
+    return engine, deliverer, sync
 
 
 def _snapshot(queued: int) -> QueueSnapshot:
@@ -120,18 +131,20 @@ def test_no_receiver_url_secret_reaches_logs_errors_metrics_or_reprs(
         caplog.set_level(logging.DEBUG, logger=name)
     metrics = Metrics(CollectorRegistry())
     receivers = _receivers(server, refused)
-    engine, deliverer = _engine(receivers, metrics)
+    engine, deliverer, sync = _engine(receivers, metrics)
     _Handler.hits = []
     try:
         engine.step(_snapshot(5), T0, T0)  # FIRING to all four
         later = T0 + timedelta(minutes=5)
         engine.step(_snapshot(0), later, later)  # RESOLVED (and the failed ones again)
+        sync.close(timeout=20.0)  # waits for the Alertmanager posts
     finally:
         deliverer.close()
     # Every kind of outcome happened: sent, failed after retries, refused, rejected.
     assert any(h.startswith("/ok/services/") for h in _Handler.hits)
     assert any(h.startswith("/down/services/") for h in _Handler.hits)
     assert any(h.startswith("/bad/services/") for h in _Handler.hits)
+    assert any(h.startswith("/ok/am/services/") for h in _Handler.hits)
     sample = metrics.registry.get_sample_value
     for receiver, result in (("hook", "sent"), ("slack", "failed"), ("gone", "failed")):
         labels = {"receiver": receiver, "result": result}

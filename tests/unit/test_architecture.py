@@ -32,6 +32,7 @@ PURE = [
     "autoscaler.config.secrets",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
+    "autoscaler.alerting.alertmanager",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 

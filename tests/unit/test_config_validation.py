@@ -331,7 +331,7 @@ def test_durations_refused_everywhere(
             minimal(alerts={"receivers": {"hook": {"type": SLACK, "url": SLACK}}}),
             {},
             "alerts.receivers.hook.type: must be one of webhook, slack, pagerduty, alertmanager, "
-            "github_issue, got 'https://hooks.slack.com/...'",
+            "alertmanager_webhook, github_issue, got 'https://hooks.slack.com/...'",
             id="slack-url-as-type",
         ),
         pytest.param(
