@@ -27,6 +27,9 @@
   issue instead of opening a second one. The create itself is never retried blind within
   a round (the next round looks first). A RESOLVED with no issue on record closes the open
   issue it finds the same way.
+- Receiver URLs are secrets: no log line, error or metric of ours names one (only the
+  receiver's name), and httpx's own request log is dropped for receiver requests at every
+  level (:mod:`autoscaler.alerting.httplog`).
 - Outcomes, counted in ``alert_notifications_total{receiver,result}``: ``sent``;
   ``retried`` (one per retry attempt); ``failed`` (gave up this round, stays in the outbox,
   logged as a warning); ``rejected`` (a permanent 4xx: retrying cannot help, removed from
@@ -49,6 +52,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from tenacity.wait import wait_random_exponential
 
 from autoscaler.alerting import alertmanager, render
+from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.store import OutboxItem, StateStore
 from autoscaler.config import Config, ReceiverConfig
@@ -113,6 +117,13 @@ def _check(response: httpx.Response) -> httpx.Response:
     if code in (408, 425, 429) or code >= 500:
         raise TransientError(message, code=str(code))
     raise PermanentError(message, code=str(code))
+
+
+def _reveal(rc: ReceiverConfig) -> str:
+    """The receiver's URL, for the request alone (config validation requires one)."""
+    if rc.url is None:
+        raise PermanentError(f"receiver {rc.name} has no url", code="url")
+    return rc.url.reveal()
 
 
 class Deliverer:
@@ -217,7 +228,10 @@ class Deliverer:
         """Send one notification now (``alerts test``), within ``deadline``; nothing stored."""
         issues = _Issues(None, rc.name)
         issues.set(n.fingerprint, issue)
-        with httpx.Client(transport=self._transport, timeout=rc.timeout) as client:
+        with (
+            receiver_requests(),
+            httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
+        ):
             call = _Call(client, self._monotonic() + self.deadline)
             try:
                 self._send(call, rc, n, issues)
@@ -232,7 +246,10 @@ class Deliverer:
 
     def _round(self, rc: ReceiverConfig, items: list[OutboxItem], store: StateStore) -> None:
         try:
-            with httpx.Client(transport=self._transport, timeout=rc.timeout) as client:
+            with (
+                receiver_requests(),
+                httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
+            ):
                 call = _Call(client, self._monotonic() + self.deadline)
                 for item in items:
                     if self._stopping.is_set() or not self._deliver_one(call, rc, item, store):
@@ -313,6 +330,9 @@ class Deliverer:
                 )
             except httpx.TimeoutException:
                 raise TransientError("timed out", code="timeout") from None
+            except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+                # httpx's message quotes the URL: ours names the error only.
+                raise PermanentError(f"unusable URL: {type(exc).__name__}", code="url") from None
             except httpx.TransportError as exc:
                 raise TransientError(
                     f"transport error: {type(exc).__name__}", code="transport"
@@ -344,16 +364,16 @@ class Deliverer:
         if rc.type == "pagerduty":
             key = rc.routing_key.reveal() if rc.routing_key is not None else ""
             body: Any = render.pagerduty_payload(n, key)
-            url = rc.url or PAGERDUTY_URL
+            url = rc.url.reveal() if rc.url is not None else PAGERDUTY_URL
         elif rc.type == "slack":
-            body, url = render.slack_payload(n), rc.url or ""
+            body, url = render.slack_payload(n), _reveal(rc)
         elif rc.type == "alertmanager":
             self._alertmanager(call, rc, n)
             return None
         elif rc.type == "alertmanager_webhook":
-            body, url = render.alertmanager_payload(n, rc.name), rc.url or ""
+            body, url = render.alertmanager_payload(n, rc.name), _reveal(rc)
         else:
-            body, url = render.webhook_payload(n), rc.url or ""
+            body, url = render.webhook_payload(n), _reveal(rc)
         self._request(call, rc, "POST", url, body)
 
     def _alertmanager(self, call: _Call, rc: ReceiverConfig, n: Notification) -> None:
@@ -376,7 +396,7 @@ class Deliverer:
     def _github_issue(
         self, call: _Call, rc: ReceiverConfig, n: Notification, issues: _Issues
     ) -> None:
-        api = (rc.url or self._github_api_url).rstrip("/")
+        api = (rc.url.reveal() if rc.url is not None else self._github_api_url).rstrip("/")
         token = rc.token or self._github_token
         headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
         if token is not None:

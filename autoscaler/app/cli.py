@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from autoscaler import __version__
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import run_loop, stop_on_signals, utc_now
-from autoscaler.config import Config, load_config
+from autoscaler.config import Config, LoadedConfig, read_config
 from autoscaler.errors import ConfigError
 from autoscaler.telemetry import Metrics
 
@@ -32,14 +32,24 @@ def _setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(quiet)
 
 
-def _load(path: str) -> Config | None:
+def plural(count: int, noun: str) -> str:
+    """``1 problem``, ``2 problems``, ``0 alert rules``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _read(path: str, *, allow_unset_env: bool = False) -> LoadedConfig | None:
     try:
-        return load_config(path)
+        return read_config(path, allow_unset_env=allow_unset_env)
     except ConfigError as exc:
-        print(f"{path}: {len(exc.problems)} problem(s):", file=sys.stderr)
+        print(f"{path}: {plural(len(exc.problems), 'problem')}:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return None
+
+
+def _load(path: str) -> Config | None:
+    loaded = _read(path)
+    return None if loaded is None else loaded.config
 
 
 def _configure(args: argparse.Namespace) -> Config | None:
@@ -51,13 +61,20 @@ def _configure(args: argparse.Namespace) -> Config | None:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = _load(args.file)
-    if config is None:
+    loaded = _read(args.file, allow_unset_env=args.allow_unset_env)
+    if loaded is None:
         return 1
-    print(
-        f"{args.file}: ok ({len(config.runner_types)} runner types, "
-        f"{len(config.alerts.rules)} alert rules, {len(config.alerts.receivers)} receivers)"
+    for warning in loaded.warnings:
+        print(f"{args.file}: warning: {warning} (allowed by --allow-unset-env)", file=sys.stderr)
+    config = loaded.config
+    counts = ", ".join(
+        (
+            plural(len(config.runner_types), "runner type"),
+            plural(len(config.alerts.rules), "alert rule"),
+            plural(len(config.alerts.receivers), "receiver"),
+        )
     )
+    print(f"{args.file}: ok ({counts})")
     return 0
 
 
@@ -133,8 +150,14 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from autoscaler.app.demo import run_demo  # noqa: PLC0415
 
-    _setup_logging(args.log_level or "warning")
-    return run_demo(duration=args.duration, listen=args.listen, tick=args.tick)
+    if args.log_level:  # asked for: to stderr as well as the demo's log panel
+        _setup_logging(args.log_level)
+    return run_demo(
+        duration=args.duration,
+        listen=args.listen,
+        tick=args.tick,
+        log_to_stderr=args.log_level is not None,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 1 not)")
     p.add_argument("file")
+    p.add_argument(
+        "--allow-unset-env",
+        action="store_true",
+        help="report an unset ${VAR} as a warning, not a problem (check a file on a machine "
+        "without the deployment's secrets)",
+    )
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")

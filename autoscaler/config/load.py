@@ -1,24 +1,28 @@
 """YAML -> :class:`Config`, validated once at load with every problem reported.
 
-Durations are read from strings like ``30s``/``5m``/``4h`` and held as float seconds.
-The environment is read here and nowhere else (``${VAR}`` in any string value).
+Durations are read from strings like ``30s``/``5m``/``4h`` (one grammar, see
+:mod:`autoscaler.config.reader`) and held as float seconds. The environment is read here
+and nowhere else (``${VAR}`` in any string value). Problems come in the order of the file,
+each with its line when read from a file, and a value already found wrong is not blamed
+again by the checks that combine it with others.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from autoscaler.config.alerts import read_alerts
-from autoscaler.config.reader import Reader, Secret, join_path, yaml_where
+from autoscaler.config.checks import cross_check
+from autoscaler.config.reader import Reader, join_path
 from autoscaler.config.schedule import read_min_idle
 from autoscaler.config.schema import (
     DEFAULT_HOSTED_LABELS,
     DEFAULT_STATE_PATH,
+    MAX_POLL_INTERVAL,
     AwsConfig,
     BudgetConfig,
     Config,
@@ -29,6 +33,8 @@ from autoscaler.config.schema import (
     ScalingConfig,
     StateConfig,
 )
+from autoscaler.config.secrets import Secret, shown
+from autoscaler.config.yamlfile import YamlDocument, YamlFileError, read_yaml
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import ConfigError
 
@@ -39,47 +45,105 @@ one a candidate the moment it launched). The orphan check's clock-skew guard, a 
 ``boot_timeout``, must also stay above the one-second resolution of the ``Date`` headers
 and launch times it compares."""
 
+_TOP_KEYS = (
+    "poll_interval",
+    "listen",
+    "log_level",
+    "github",
+    "runner_types",
+    "aws",
+    "budgets",
+    "scaling",
+    "state",
+    "alerts",
+)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A valid configuration and what was tolerated on the way (``--allow-unset-env``)."""
+
+    config: Config
+    warnings: tuple[str, ...] = ()
+
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
     """Read and validate a YAML file. Raises ConfigError listing every problem."""
+    return read_config(path, env).config
+
+
+def read_config(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    allow_unset_env: bool = False,
+) -> LoadedConfig:
+    """Read and validate a YAML file; ``allow_unset_env``: an unset ``${VAR}`` is a warning.
+
+    Raises ConfigError listing every problem, in file order, each with its line.
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {yaml_where(exc)}"]) from None
-    return parse_config(raw, env=env, base_dir=Path(path).parent)
+        doc = read_yaml(path)
+    except YamlFileError as exc:
+        raise ConfigError([f"{path}: {exc}"]) from None
+    return _parse(doc, env, Path(path).parent, allow_unset_env=allow_unset_env, lines=True)
 
 
 def parse_config(
     raw: Any, env: Mapping[str, str] | None = None, base_dir: Path | None = None
 ) -> Config:
     """Validate an already-parsed document. Raises ConfigError listing every problem."""
-    r = Reader(env)
-    base = base_dir or Path.cwd()
-    top = r.mapping(
-        raw,
-        "",
-        (
-            "poll_interval",
-            "listen",
-            "log_level",
-            "github",
-            "runner_types",
-            "aws",
-            "budgets",
-            "scaling",
-            "state",
-            "alerts",
-        ),
-    )
+    doc = YamlDocument(raw, _document_order(raw))
+    return _parse(doc, env, base_dir or Path.cwd(), allow_unset_env=False, lines=False).config
+
+
+def _document_order(raw: Any) -> dict[str, int]:
+    """Path -> rank in pre-order (a parent before its children, siblings in the file's
+    order: dicts keep it), each container visited once."""
+    order: dict[str, int] = {}
+    stack: list[tuple[str, Any]] = [("", raw)]
+    seen: set[int] = set()
+    while stack:
+        path, value = stack.pop()
+        if path:
+            order.setdefault(path, len(order) + 1)
+        if id(value) in seen:
+            continue
+        if isinstance(value, dict):
+            children = [(join_path(path, str(k)), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        seen.add(id(value))
+        stack.extend(reversed(children))
+    return order
+
+
+def _parse(
+    doc: YamlDocument,
+    env: Mapping[str, str] | None,
+    base: Path,
+    *,
+    allow_unset_env: bool,
+    lines: bool,
+) -> LoadedConfig:
+    r = Reader(env, allow_unset_env=allow_unset_env)
+    for dup in doc.duplicates:
+        r.problem(dup.path, dup.message, line=dup.line if lines else None)
+    raw = doc.data
+    top = r.mapping(raw, "", _TOP_KEYS)
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError(r.problems)
     host, port = _listen(r, top.get("listen"))
     config = Config(
-        poll_interval=r.duration(top.get("poll_interval"), "poll_interval", 30.0),
+        poll_interval=r.duration(
+            top.get("poll_interval"),
+            "poll_interval",
+            30.0,
+            positive=True,
+            maximum=MAX_POLL_INTERVAL,
+        ),
         listen_host=host,
         listen_port=port,
         log_level=r.choice(
@@ -99,12 +163,10 @@ def parse_config(
         ),
         alerts=read_alerts(r, top.get("alerts"), base),
     )
-    if config.poll_interval <= 0 and "poll_interval" in top:
-        r.problem("poll_interval", "must be greater than zero")
-    _cross_check(r, config)
-    if r.problems:
-        raise ConfigError(r.problems)
-    return config
+    cross_check(r, config)
+    if r.found:
+        raise ConfigError(r.report(doc.lines, lines=lines))
+    return LoadedConfig(config, tuple(r.warnings))
 
 
 def _listen(r: Reader, value: Any) -> tuple[str, int]:
@@ -113,7 +175,7 @@ def _listen(r: Reader, value: Any) -> tuple[str, int]:
     text = str(value)
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        r.problem("listen", f"must be HOST:PORT, got {text!r}")
+        r.problem("listen", f"must be HOST:PORT, got {shown(text)}")
         return "0.0.0.0", 9464
     return host.strip("[]") or "0.0.0.0", int(port)
 
@@ -148,6 +210,8 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
                 key = (base / key_path).read_text(encoding="utf-8")
             except OSError as exc:
                 r.problem("github.app.private_key_file", f"cannot read: {exc.strerror}")
+            except UnicodeDecodeError:
+                r.problem("github.app.private_key_file", "is not UTF-8 text (a PEM key is ASCII)")
         app = GitHubAppConfig(
             app_id=r.integer(a.get("app_id"), "github.app.app_id", minimum=1),
             installation_id=r.integer(
@@ -161,8 +225,8 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
     if token is not None and app is not None:
         r.problem(path, "set token or app, not both")
     api_url = r.string(m.get("api_url"), "github.api_url", "https://api.github.com")
-    if not api_url.startswith(("http://", "https://")):
-        r.problem("github.api_url", f"must be an http(s) URL, got {api_url!r}")
+    if r.ok("github.api_url") and not api_url.startswith(("http://", "https://")):
+        r.problem("github.api_url", f"must be an http(s) URL, got {shown(api_url)}")
     share = r.number(m.get("rate_limit_share"), "github.rate_limit_share", 0.8)
     if not 0 < share <= 1:  # a NaN fails this too
         r.problem("github.rate_limit_share", f"must be above 0 and at most 1, got {share}")
@@ -172,7 +236,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
         repos=None if m.get("repos") is None else r.string_list(m["repos"], "github.repos"),
         token=token,
         app=app,
-        timeout=r.duration(m.get("timeout"), "github.timeout", 10.0),
+        timeout=r.duration(m.get("timeout"), "github.timeout", 10.0, positive=True),
         max_concurrency=r.integer(
             m.get("max_concurrency"), "github.max_concurrency", 16, minimum=1
         ),
@@ -234,7 +298,7 @@ def _aws(r: Reader, value: Any) -> AwsConfig:
         endpoint_url=r.optional_string(m.get("endpoint_url"), "aws.endpoint_url"),
         retry=RetryConfig(
             max_attempts=r.integer(rt.get("max_attempts"), "aws.retry.max_attempts", 4, minimum=1),
-            deadline=r.duration(rt.get("deadline"), "aws.retry.deadline", 30.0),
+            deadline=r.duration(rt.get("deadline"), "aws.retry.deadline", 30.0, positive=True),
             initial_backoff=r.duration(rt.get("initial_backoff"), "aws.retry.initial_backoff", 0.5),
             max_backoff=r.duration(rt.get("max_backoff"), "aws.retry.max_backoff", 8.0),
         ),
@@ -292,26 +356,3 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
             m.get("capacity_backoff_max"), f"{p}.capacity_backoff_max", 1800.0
         ),
     )
-
-
-def _cross_check(r: Reader, config: Config) -> None:
-    """Problems that span sections: references to names defined elsewhere."""
-    known = set(config.alerts.receivers)
-    for i, rule in enumerate(config.alerts.rules):
-        for name in rule.receivers:
-            if name not in known:
-                r.problem(f"alerts.rules[{i}].receivers", f"unknown receiver {name!r}")
-    for name in config.alerts.builtin.receivers:
-        if name not in known:
-            r.problem("alerts.builtin.receivers", f"unknown receiver {name!r}")
-    seen: dict[str, str] = {}
-    for rt in config.runner_types:
-        for pool in rt.pools:
-            if pool in seen:
-                r.problem(
-                    f"runner_types.{rt.name}.pools",
-                    f"pool {pool!r} is already used by runner type {seen[pool]!r}",
-                )
-            seen[pool] = rt.name
-        if rt.max is not None and rt.min_idle.maximum > rt.max:
-            r.problem(f"runner_types.{rt.name}.min_idle", f"must not exceed max ({rt.max})")

@@ -17,6 +17,10 @@ from autoscaler.domain import RunnerType
 #: state volume, /var/lib/ci-autoscaler).
 DEFAULT_STATE_PATH = "ci-autoscaler-state.db"
 
+#: The longest ``poll_interval`` accepted: a controller that looks less often than hourly
+#: no longer autoscales (and readiness would tolerate a picture three hours old).
+MAX_POLL_INTERVAL = 3600.0
+
 #: GitHub-hosted runner labels (ubuntu-latest, windows-2022, macos-14, ...).
 DEFAULT_HOSTED_LABELS = ("ubuntu-*", "windows-*", "macos-*")
 
@@ -44,7 +48,7 @@ class GitHubConfig:
     app: GitHubAppConfig | None = field(default=None, repr=False)
     """GitHub App credentials, instead of a token."""
     timeout: float = 10.0
-    """Per-request timeout in seconds (connect, read, write and pool)."""
+    """Per-request timeout in seconds (connect, read, write and pool); more than zero."""
     max_concurrency: int = 16
     """Requests in flight at once."""
     hosted_labels: tuple[str, ...] = DEFAULT_HOSTED_LABELS
@@ -95,9 +99,10 @@ class RetryConfig:
     max_attempts: int = 4
     """Attempts per cloud call, the first included."""
     deadline: float = 30.0
-    """No new attempt starts after this many seconds."""
+    """No new attempt starts after this many seconds (more than zero)."""
     initial_backoff: float = 0.5
-    """Upper bound of the first full-jitter wait, in seconds; doubles each attempt."""
+    """Upper bound of the first full-jitter wait, in seconds; doubles each attempt; at
+    most ``max_backoff``."""
     max_backoff: float = 8.0
     """Cap on one wait, in seconds."""
 
@@ -123,7 +128,8 @@ class ScalingConfig:
     max_cleanup_per_tick: int = 5
     """Orphan instances and stale runners cleaned up per tick at most."""
     capacity_backoff_initial: float = 300.0
-    """How long a pool out of capacity is skipped at first; doubles each time."""
+    """How long a pool out of capacity is skipped at first; doubles each time; at most
+    ``capacity_backoff_max``."""
     capacity_backoff_max: float = 1800.0
     """Cap on the capacity back-off."""
 
@@ -141,7 +147,7 @@ class Config:
     github: GitHubConfig
     runner_types: tuple[RunnerTypeConfig, ...]
     poll_interval: float = 30.0
-    """Seconds between ticks."""
+    """Seconds between ticks (more than zero, at most :data:`MAX_POLL_INTERVAL`)."""
     listen_host: str = "0.0.0.0"
     listen_port: int = 9464
     """Where /metrics, /healthz and /readyz are served."""

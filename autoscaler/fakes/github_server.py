@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import re
+import sys
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -280,6 +282,14 @@ class FakeServer(ThreadingHTTPServer):
     def __init__(self, fake: GitHubState) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.fake = fake
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client closing its keep-alive connection mid-read is normal (httpx does on
+        close): not a traceback on stderr. Anything else is logged, not printed."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+            return
+        logging.getLogger(__name__).exception("fake GitHub: error serving %s", client_address)
 
 
 def make_server(fake: GitHubState) -> FakeServer:

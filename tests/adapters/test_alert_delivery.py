@@ -27,7 +27,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.reader import Secret, SecretUrl
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.telemetry import Metrics
@@ -147,7 +147,7 @@ def tarpit() -> Iterator[str]:
 
 
 def receiver(name: str, rtype: str, url: str, **kw: Any) -> ReceiverConfig:
-    return ReceiverConfig(name=name, type=rtype, url=url, **kw)
+    return ReceiverConfig(name=name, type=rtype, url=SecretUrl(url), **kw)
 
 
 RULE = AlertRuleConfig(
@@ -294,7 +294,11 @@ def github() -> Iterator[FakeGitHub]:
 
 def issue_receiver(fake: FakeGitHub) -> ReceiverConfig:
     return ReceiverConfig(
-        name="gh", type="github_issue", url=fake.url, repo="pytorch/test-infra", labels=("ci",)
+        name="gh",
+        type="github_issue",
+        url=SecretUrl(fake.url),
+        repo="pytorch/test-infra",
+        labels=("ci",),
     )
 
 

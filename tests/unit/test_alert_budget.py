@@ -13,7 +13,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import BUDGET_RULE, evaluate_budget
 from autoscaler.alerting.store import StateStore
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import PollBudget
 from autoscaler.telemetry import Metrics
 
@@ -46,7 +46,9 @@ def test_fires_once_holds_without_a_plan_and_resolves() -> None:
         sent.append((doc["state"], doc["title"]))
         return httpx.Response(200)
 
-    receivers = {"oncall": ReceiverConfig(name="oncall", type="webhook", url="http://127.0.0.1:9")}
+    receivers = {
+        "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
+    }
     config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
@@ -54,10 +56,14 @@ def test_fires_once_holds_without_a_plan_and_resolves() -> None:
     try:
         tick = [T0 + timedelta(seconds=30 * i) for i in range(4)]
         engine.step(None, T0, tick[0], budget=TIGHT)
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         engine.step(None, T0, tick[1], budget=TIGHT)  # still too small: no second page
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         engine.step(None, T0, tick[2], budget=None)  # the poll failed: unknown, held
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         assert sent == [("FIRING", "[P2] GitHub budget too small for this org")]
         engine.step(None, T0, tick[3], budget=FITS)
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         assert [s for s, _ in sent] == ["FIRING", "RESOLVED"]
     finally:
         deliverer.close()

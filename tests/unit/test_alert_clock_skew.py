@@ -12,7 +12,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import CLOCK_SKEW_RULE, evaluate_clock_skew
 from autoscaler.alerting.store import StateStore
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import ClockSkew
 from autoscaler.telemetry import Metrics
 
@@ -50,7 +50,9 @@ def test_fires_past_a_minute_resolves_and_holds_while_unmeasured() -> None:
         sent.append((doc["state"], doc["reason"]))
         return httpx.Response(200)
 
-    receivers = {"oncall": ReceiverConfig(name="oncall", type="webhook", url="http://127.0.0.1:9")}
+    receivers = {
+        "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
+    }
     config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
@@ -58,12 +60,17 @@ def test_fires_past_a_minute_resolves_and_holds_while_unmeasured() -> None:
     try:
         tick = [T0 + timedelta(seconds=30 * i) for i in range(5)]
         engine.step(None, T0, tick[0], clock_skew=ClockSkew(github=1.0, aws=0.0))
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         engine.step(None, T0, tick[1], clock_skew=ClockSkew(github=1.0, aws=-95.0))
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         engine.step(None, T0, tick[2], clock_skew=ClockSkew())  # nothing measured: held
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         engine.step(None, T0, tick[3], clock_skew=None)
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         assert [s for s, _ in sent] == ["FIRING"]
         assert "aws_clock_skew_seconds=-95" in sent[0][1]
         engine.step(None, T0, tick[4], clock_skew=ClockSkew(github=1.0, aws=-2.0))
+        deliverer.flush()  # delivery runs off the tick: wait for its round
         assert [s for s, _ in sent] == ["FIRING", "RESOLVED"]
     finally:
         deliverer.close()

@@ -13,7 +13,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import PROVISIONING_RULE, evaluate_provisioning
 from autoscaler.alerting.store import StateStore
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import ScalingProblem
 from autoscaler.telemetry import Metrics
 
@@ -73,7 +73,9 @@ def test_pages_once_then_resolves_and_holds_while_scaling_did_not_run() -> None:
         sent.append((doc["state"], doc["description"]))
         return httpx.Response(200)
 
-    receivers = {"oncall": ReceiverConfig(name="oncall", type="webhook", url="http://127.0.0.1:9")}
+    receivers = {
+        "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
+    }
     config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))

@@ -13,7 +13,13 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.store import StateStore
-from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import (
+    AlertRuleConfig,
+    AlertsConfig,
+    BuiltinAlertsConfig,
+    ReceiverConfig,
+    SecretUrl,
+)
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.telemetry import Metrics
 
@@ -31,7 +37,7 @@ CONFIG = AlertsConfig(
     rules=(RULE,),
     receivers={
         "oncall": ReceiverConfig(
-            name="oncall", type="webhook", url="http://127.0.0.1:9/hook", max_attempts=1
+            name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9/hook"), max_attempts=1
         )
     },
     builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),

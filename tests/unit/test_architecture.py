@@ -32,6 +32,7 @@ PURE = [
     "autoscaler.scale.aws.activities",
     "autoscaler.config.schedule",
     "autoscaler.health",
+    "autoscaler.config.secrets",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
     "autoscaler.alerting.alertmanager",

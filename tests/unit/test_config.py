@@ -190,6 +190,8 @@ def test_each_problem_has_its_path(doc: Any, expected: str) -> None:
 
 
 def test_all_problems_reported_together() -> None:
+    """Every problem at once, each named, in the order of the document (a count alone
+    would pass with five wrong messages)."""
     found = problems(
         {
             "github": {"owner": "x", "tokn": "a"},
@@ -197,7 +199,13 @@ def test_all_problems_reported_together() -> None:
             "poll_interval": "never",
         }
     )
-    assert len(found) == 5, found
+    assert found == [
+        "github: needs either token or app",
+        "github.tokn: unknown key (did you mean 'token'?)",
+        "runner_types.gpu.labels: must be a non-empty list",
+        "runner_types.cpu.max: must be >= 0, got -1",
+        "poll_interval: must be a duration like 30s, 5m or 4h, got 'never'",
+    ]
 
 
 def test_secrets_never_appear_in_messages_or_reprs() -> None:

@@ -23,22 +23,26 @@ def doc(boot_timeout: Any = None, **builtin: Any) -> dict[str, Any]:
     }
 
 
+FLOOR = "runner_types.cpu.boot_timeout: must be at least 10s"
+NO_UNIT = "runner_types.cpu.boot_timeout: must be a duration like 30s, 5m or 4h, got 0"
+
+
 @pytest.mark.parametrize(
-    "value",
+    ("value", "expected"),
     [
-        pytest.param("0s", id="zero"),
-        pytest.param(0, id="bare-zero"),
-        pytest.param("500ms", id="half-a-second"),
-        pytest.param("9s", id="below-the-floor"),
+        pytest.param("0s", FLOOR, id="zero"),
+        pytest.param(0, NO_UNIT, id="bare-zero"),  # a bare number has no unit: refused too
+        pytest.param("500ms", FLOOR, id="half-a-second"),
+        pytest.param("9s", FLOOR, id="below-the-floor"),
     ],
 )
-def test_boot_timeout_below_the_floor_is_refused(value: Any) -> None:
+def test_boot_timeout_below_the_floor_is_refused(value: Any, expected: str) -> None:
     """Regression (issue 11, item 1): ``boot_timeout: 0s`` was accepted, and made every
     instance an orphan candidate the moment it launched, before it could register."""
     with pytest.raises(ConfigError) as info:
         parse_config(doc(value), env={})
     [problem] = info.value.problems
-    assert problem.startswith("runner_types.cpu.boot_timeout: must be at least 10s")
+    assert problem.startswith(expected)
 
 
 @pytest.mark.parametrize("value", ["10s", "15m"])

@@ -42,6 +42,7 @@ from autoscaler.config import (
     AlertsConfig,
     BuiltinAlertsConfig,
     ReceiverConfig,
+    SecretUrl,
     parse_config,
 )
 from autoscaler.controller import Controller
@@ -285,7 +286,7 @@ def test_a_failed_save_sends_nothing_and_decides_again(tmp_path: Path) -> None:
         sent.append(json.loads(request.content)["state"])
         return httpx.Response(200)
 
-    hook = ReceiverConfig(name="hook", type="webhook", url="http://127.0.0.1:9/hook")
+    hook = ReceiverConfig(name="hook", type="webhook", url=SecretUrl("http://127.0.0.1:9/hook"))
     alerts = replace(ALERTS, rules=(replace(RULE, receivers=("hook",)),), receivers={"hook": hook})
     metrics = Metrics(CollectorRegistry())
     deliverer = Deliverer(
