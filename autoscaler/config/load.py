@@ -29,6 +29,7 @@ from autoscaler.config.schema import (
     ScalingConfig,
     StateConfig,
 )
+from autoscaler.config.simulation import check_pools, read_simulation
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import ConfigError
 
@@ -66,6 +67,7 @@ def parse_config(
             "scaling",
             "state",
             "alerts",
+            "simulation",
         ),
     )
     if raw is not None and not isinstance(raw, dict):
@@ -91,6 +93,7 @@ def parse_config(
             )
         ),
         alerts=read_alerts(r, top.get("alerts"), base),
+        simulation=read_simulation(r, top.get("simulation")),
     )
     if config.poll_interval <= 0 and "poll_interval" in top:
         r.problem("poll_interval", "must be greater than zero")
@@ -296,3 +299,4 @@ def _cross_check(r: Reader, config: Config) -> None:
             seen[pool] = rt.name
         if rt.max is not None and rt.min_idle.maximum > rt.max:
             r.problem(f"runner_types.{rt.name}.min_idle", f"must not exceed max ({rt.max})")
+    check_pools(r, config.simulation, set(seen))

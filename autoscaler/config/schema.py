@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from autoscaler.config.alerts import AlertsConfig
 from autoscaler.config.reader import Secret
 from autoscaler.config.schedule import MinIdle
+from autoscaler.config.simulation import SimulationConfig
 from autoscaler.domain import RunnerType
 
 #: The alert state file when the config names none (the image's working directory is its
@@ -147,6 +148,9 @@ class Config:
     scaling: ScalingConfig = ScalingConfig()
     state: StateConfig = StateConfig()
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    """Only ``ci-autoscaler simulate`` reads it: the emulated fleet's boot times and
+    outages."""
 
     def runner_type(self, name: str) -> RunnerTypeConfig:
         for rt in self.runner_types:
