@@ -5,8 +5,9 @@
 {"created_at": 95.5, "labels": ["self-hosted", "linux.4xlarge"], "duration": 60}
 ```
 
-- ``created_at``: an ISO-8601 time, or seconds from the trace's start. The start is the
-  earliest ISO time in the file (numbers count from there); a file of numbers only starts
+- ``created_at``: an ISO-8601 time, or seconds from the trace's start. The start is
+  00:00 UTC of the day of the earliest ISO time in the file (so an outage ``from: 10h``
+  means 10:00 UTC that day; numbers count from there too); a file of numbers only starts
   at :data:`DEFAULT_START`, a Monday 00:00 UTC, so ``min_idle`` schedules see a real week.
 - ``labels``: the job's ``runs-on`` labels (compared case-insensitively).
 - ``duration``: seconds the job ran (``completed_at - started_at``).
@@ -119,7 +120,9 @@ def parse_trace(lines: Iterable[str], source: str = "trace") -> Trace:
     if problems:
         raise TraceError(problems)
     times = [when for when, _, _ in rows if isinstance(when, datetime)]
-    start = min(times) if times else DEFAULT_START
+    start = DEFAULT_START
+    if times:
+        start = min(times).replace(hour=0, minute=0, second=0, microsecond=0)
     jobs = [
         TraceJob(
             (when - start).total_seconds() if isinstance(when, datetime) else when,
