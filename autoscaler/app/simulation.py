@@ -31,9 +31,11 @@ def run_simulate(  # noqa: PLR0917 (the CLI's arguments, one to one)
     output: str,
     plot: str | None,
     sweep: Sequence[str],
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
-    """The ``simulate`` command. Returns the exit status."""
+    """The ``simulate`` command (results to ``out``, default standard output). Returns the
+    exit status."""
+    out = out or sys.stdout
     if not any(rt.pools for rt in config.runner_types):
         return _problem("simulate: no runner type names pools: nothing to scale")
     try:

@@ -191,8 +191,6 @@ def check_pools(r: Reader, simulation: SimulationConfig, known: set[str]) -> Non
     for p in simulation.pools:
         if p.name not in known:
             r.problem(join_path("simulation.pools", p.name), "not a pool of any runner type")
-    for i, o in enumerate(simulation.outages):
+    for o in simulation.outages:
         if o.pool not in known:
-            r.problem(
-                f"simulation.outages[{i}].pool", f"{o.pool!r} is not a pool of any runner type"
-            )
+            r.problem("simulation.outages", f"pool {o.pool!r} is not a pool of any runner type")

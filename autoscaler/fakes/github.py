@@ -1,7 +1,7 @@
 """A fake GitHub: a real HTTP server on 127.0.0.1 speaking the REST shapes the adapter uses.
 
 Endpoints: ``GET /orgs/{org}/repos`` (and ``/users/{owner}/repos``),
-``GET /repos/{o}/{r}/actions/runs?status=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
+``GET /repos/{o}/{r}/actions/runs?status=&created=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
 ``GET /orgs/{org}/actions/runners``, ``DELETE /orgs/{org}/actions/runners/{id}``,
 ``GET /repos/{o}/{r}/actions/runners``, ``DELETE /repos/{o}/{r}/actions/runners/{id}``,
 ``POST /app/installations/{id}/access_tokens``. An ``owner_kind="user"`` owner is a user

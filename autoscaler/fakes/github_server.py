@@ -6,6 +6,7 @@ import hashlib
 import math
 import re
 import time
+from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -197,7 +198,11 @@ def _listing(
         items = []
         for run in sorted(fake._runs.values(), key=lambda r: -r.id):
             status = fake.run_status(run)
-            if run.repo == m.group(2) and (wanted is None or status == wanted):
+            if (
+                run.repo == m.group(2)
+                and (wanted is None or status == wanted)
+                and created_in(run.created_at, query.get("created"))
+            ):
                 items.append(run_json(base, owner, run, run.reported_status or status))
         return "workflow_runs", items
     if m := _JOBS.match(path):
@@ -206,6 +211,37 @@ def _listing(
             return None
         return "jobs", [job_json(base, owner, fake._jobs[j]) for j in job_run.job_ids]
     return None
+
+
+def _day_or_time(text: str, *, end: bool) -> datetime:
+    """A search-syntax date (the whole day) or date-time, as an instant."""
+    if "T" in text:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    day = datetime.fromisoformat(text).replace(tzinfo=UTC)
+    return day + timedelta(days=1) - timedelta(microseconds=1) if end else day
+
+
+def created_in(created: datetime, spec: str | None) -> bool:
+    """The ``created`` filter of "List workflow runs for a repository", in GitHub's search
+    syntax for dates: ``>=D``, ``>D``, ``<=D``, ``<D``, ``A..B`` or ``D`` (that day)."""
+    if not spec:
+        return True
+    spec = spec.strip()
+    if ".." in spec:
+        low, high = spec.split("..", 1)
+        return _day_or_time(low, end=False) <= created <= _day_or_time(high, end=True)
+    for op in (">=", "<=", ">", "<"):
+        if spec.startswith(op):
+            text = spec[len(op) :]
+            if op == ">=":
+                return created >= _day_or_time(text, end=False)
+            if op == ">":
+                return created > _day_or_time(text, end=True)
+            if op == "<=":
+                return created <= _day_or_time(text, end=True)
+            return created < _day_or_time(text, end=False)
+    return _day_or_time(spec, end=False) <= created <= _day_or_time(spec, end=True)
 
 
 def _page(  # noqa: PLR0917

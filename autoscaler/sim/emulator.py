@@ -129,7 +129,7 @@ class SimPool:
     name: str
     type_index: int
     max_size: int
-    mu: float
+    median: float
     sigma: float
     outages: list[tuple[float, float]]
     rng: random.Random
@@ -143,7 +143,9 @@ class SimPool:
         return any(start <= now < end for start, end in self.outages)
 
     def boot_time(self) -> float:
-        return self.rng.lognormvariate(self.mu, self.sigma) if self.sigma > 0 else math.exp(self.mu)
+        if self.sigma <= 0:
+            return self.median
+        return self.rng.lognormvariate(math.log(self.median), self.sigma)
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ class Emulator:
         for t, rt in enumerate(self.types):
             for name in rt.pools:
                 override = sim.pool(name)
-                mu, sigma = lognormal(override.boot_time or sim.boot_time)
+                boot = override.boot_time or sim.boot_time
+                _, sigma = lognormal(boot)
                 windows = [
                     (self._offset(o.start), self._offset(o.end))
                     for o in sim.outages
@@ -184,7 +187,7 @@ class Emulator:
                     name,
                     t,
                     override.max_size or rt.max or DEFAULT_MAX_SIZE,
-                    mu,
+                    boot.p50,
                     sigma,
                     windows,
                     random.Random(f"{sim.seed}:boot:{name}"),  # noqa: S311
@@ -239,18 +242,22 @@ class Emulator:
     def run(self, drain: float = 7 * 86400.0) -> float:
         """Replay the trace until every job that can run completed (or ``drain`` seconds
         past the last job's creation); returns the end time."""
-        if self.jobs:
-            self.clock.at(self.jobs[0].created, self._arrive, 0)
-        for pool in self.pools.values():
-            for _, end in pool.outages:
-                self.clock.at(end, self._reconcile, pool)
-        self.clock.at(0.0, self._sample)
+        self.start()
         target = len(self.runnable)
         self.clock.run(
             until=lambda: self.completed >= target and self.arrived == len(self.jobs),
             limit=self.trace.span + drain,
         )
         return self.clock.now
+
+    def start(self) -> None:
+        """Schedule the first arrival, the outages' ends and the sampling."""
+        if self.jobs:
+            self.clock.at(self.jobs[0].created, self._arrive, 0)
+        for pool in self.pools.values():
+            for _, end in pool.outages:
+                self.clock.at(end, self._reconcile, pool)
+        self.clock.at(0.0, self._sample)
 
     def _sample(self) -> None:
         oldest = min((q[0].created for q in self.queued if q), default=None)

@@ -31,6 +31,17 @@ PURE = [
     "autoscaler.config.schedule",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
+    "autoscaler.config.simulation",
+    "autoscaler.sim.trace",
+    "autoscaler.sim.clock",
+    "autoscaler.sim.emulator",
+    "autoscaler.sim.project",
+    "autoscaler.sim.peers",
+    "autoscaler.sim.drivers",
+    "autoscaler.sim.metrics",
+    "autoscaler.sim.sweep",
+    "autoscaler.sim.simulate",
+    "autoscaler.sim.shapes",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 

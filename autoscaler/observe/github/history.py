@@ -101,6 +101,7 @@ class JobHistory:
         metrics: Metrics,
         *,
         max_requests: int,
+        listing_cap: int = LISTING_CAP,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         wall_clock: Callable[[], float] = time.time,
@@ -119,6 +120,7 @@ class JobHistory:
             raise ConfigError(["github: set github.token or github.app"])
         self._http.auth = auth
         self.max_requests = max_requests
+        self.listing_cap = listing_cap
         self.summary = RecordSummary()
 
     def close(self) -> None:
@@ -175,7 +177,7 @@ class JobHistory:
         items, total = self._pages(
             f"{base}&created=%3E%3D{since:%Y-%m-%d}", "runs", "workflow_runs"
         )
-        if total is not None and total > LISTING_CAP:
+        if total is not None and total > self.listing_cap:
             items = []
             day = since.date()
             while day <= until.date():
