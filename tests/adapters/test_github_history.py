@@ -40,7 +40,7 @@ class World:
         self.fake.complete_job(job)
         return job
 
-    def history(self, budget: int = 1000, **kwargs: int) -> JobHistory:
+    def history(self, budget: int = 1000, listing_cap: int = 1000) -> JobHistory:
         config = parse_config(
             {
                 "github": {"owner": "demo-org", "token": "fake-token", "api_url": self.fake.url},
@@ -51,7 +51,7 @@ class World:
             },
             env={},
         )
-        return JobHistory(config, Metrics(), max_requests=budget, **kwargs)
+        return JobHistory(config, Metrics(), max_requests=budget, listing_cap=listing_cap)
 
     def record(self, history: JobHistory, since: datetime = DAY0) -> RecordSummary:
         def sink(created: datetime, labels: list[str], duration: float, queued: float) -> None:

@@ -143,7 +143,7 @@ def test_ephemeral_creates_one_runner_per_queued_event_up_to_the_maximum() -> No
 
 def test_ephemeral_scale_down_removes_idle_runners_older_than_the_minimum_running_time() -> None:
     p = EphemeralParams()
-    runners = idle(1, launched=NOW - 301) + [RunnerView("young", NOW - 100, False, False, NOW)]
+    runners = [*idle(1, launched=NOW - 301), RunnerView("young", NOW - 100, False, False, NOW)]
     assert ephemeral_scale_down(view(runners + busy(1)), p) == PeerAction(terminate=("i0",))
 
 

@@ -22,7 +22,8 @@ from autoscaler.sim.trace import (
 def test_iso_times_count_from_midnight_of_the_first_day_and_numbers_from_there() -> None:
     trace = parse_trace(
         [
-            '{"created_at": "2026-12-01T03:12:00Z", "labels": ["Self-Hosted", "GPU"], "duration": 1260}',
+            '{"created_at": "2026-12-01T03:12:00Z", "labels": ["Self-Hosted", "GPU"],'
+            ' "duration": 1260}',
             "",
             '{"created_at": 60, "labels": ["self-hosted"], "duration": 5, "queue_seconds": 9}',
         ]
