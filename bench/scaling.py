@@ -9,6 +9,9 @@ default knobs. Aims, per trace, for this project's policy:
 - p95 queue time <= the slowest pool's boot p95 + one poll interval;
 - runner-hours <= 1.15 x their lower bound (job durations + one boot per launch).
 
+Printed beside them, not judged: this project with ``min_idle.predict`` (warm runners from
+the recent arrival rate, an option).
+
 Also the replay's speed, virtual seconds per wall second at three trace lengths, side by
 side (aim: a day of trace in well under a minute: >= 2,000x).
 
@@ -24,10 +27,12 @@ import platform
 import shutil
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from autoscaler.config import Config, load_config
+from autoscaler.config.schedule import Prediction
 from autoscaler.sim import shapes
 from autoscaler.sim.metrics import PolicyResult, format_table
 from autoscaler.sim.simulate import PROJECT, simulate, simulate_all
@@ -46,6 +51,15 @@ def slowest_boot_p95(config: Config) -> float:
     sim = config.simulation
     pools = [p for rt in config.runner_types for p in rt.pools]
     return max((sim.pool(p).boot_time or sim.boot_time).p95 for p in pools)
+
+
+def predicting(config: Config) -> Config:
+    """The same fleet with ``min_idle.predict`` (its defaults) on every runner type."""
+    types = tuple(
+        replace(rt, min_idle=replace(rt.min_idle, predict=Prediction()))
+        for rt in config.runner_types
+    )
+    return replace(config, runner_types=types)
 
 
 def judge(config: Config, results: list[PolicyResult]) -> list[str]:
@@ -98,6 +112,7 @@ def run(plot_dir: Path | None = None) -> bool:
         config, trace = fleet(name), make()
         results = simulate_all(config, trace)
         missed = judge(config, results)
+        results.insert(1, simulate(predicting(config), trace, label=f"{PROJECT} +predict"))
         hours = sum(j.duration for j in trace.jobs) / 3600
         print(f"{name}: {len(trace.jobs)} jobs, {hours:.0f} job-hours")
         print(format_table(results), end="")

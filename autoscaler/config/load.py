@@ -201,7 +201,9 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 min_idle=read_min_idle(r, m.get("min_idle"), f"{p}.min_idle"),
                 max=r.optional_integer(m.get("max"), f"{p}.max"),
                 priority=r.integer(m.get("priority"), f"{p}.priority", 0),
-                idle_timeout=r.duration(m.get("idle_timeout"), f"{p}.idle_timeout", 600.0),
+                idle_timeout=r.duration(
+                    m.get("idle_timeout"), f"{p}.idle_timeout", RunnerTypeConfig.idle_timeout
+                ),
                 boot_timeout=r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0),
             )
         )
@@ -264,7 +266,9 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
     return ScalingConfig(
         enabled=r.boolean(m.get("enabled"), f"{p}.enabled", True),
         max_scale_in_per_tick=r.integer(
-            m.get("max_scale_in_per_tick"), f"{p}.max_scale_in_per_tick", 5
+            m.get("max_scale_in_per_tick"),
+            f"{p}.max_scale_in_per_tick",
+            ScalingConfig.max_scale_in_per_tick,
         ),
         max_cleanup_per_tick=r.integer(
             m.get("max_cleanup_per_tick"), f"{p}.max_cleanup_per_tick", 5

@@ -142,6 +142,11 @@ class ScalingState:
     short_since: Mapping[str, tuple[datetime, int]] = field(default_factory=dict)
     """Pool -> (since when its desired capacity exceeds its live instances, live count
     then). Restarts when an instance appears: only a pool making no progress is stuck."""
+    observed_at: datetime | None = None
+    """The last fresh observation (``min_idle.predict`` counts arrivals since)."""
+    arrivals: Mapping[str, tuple[tuple[datetime, int], ...]] = field(default_factory=dict)
+    """Runner type -> (observation, jobs that arrived since the one before) within its
+    ``min_idle.predict.window``; only types that predict."""
 
     def in_backoff(self, pool: str, now: datetime) -> bool:
         until = self.backoff_until.get(pool)
