@@ -16,7 +16,8 @@ Also the replay's speed, virtual seconds per wall second at three trace lengths,
 side (aim: a day of trace in well under a minute: >= 2,000x).
 
 ``python -m bench.scaling --write DIR`` writes the traces (and copies the fleets) for
-``ci-autoscaler simulate``; ``--plot DIR`` also draws each trace's plot.
+``ci-autoscaler simulate``; ``--plot DIR`` also draws an overview (``scaling.png``, the
+README's) and each trace's plot.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def machine() -> str:
 def run(plot_dir: Path | None = None) -> bool:
     print(f"scaling: every shipped trace through every policy ({machine()})\n")
     ok = True
+    overview = []
     for name, make in shapes.SHAPES.items():
         config, trace = fleet(name), make()
         results = simulate_all(config, trace)
@@ -118,10 +120,16 @@ def run(plot_dir: Path | None = None) -> bool:
         print(format_table(results), end="")
         print("  aims: " + ("met" if not missed else "MISSED: " + "; ".join(missed)) + "\n")
         ok = ok and not missed
+        overview.append((name, results, slowest_boot_p95(config) + config.poll_interval))
         if plot_dir is not None:
             from autoscaler.app.plot import draw  # noqa: PLC0415 (matplotlib is optional)
 
-            draw(results, [], str(plot_dir / f"{name}.png"))
+            draw(results, [], str(plot_dir / f"scaling-{name}.png"))
+    if plot_dir is not None:
+        from autoscaler.app.plot import draw_overview  # noqa: PLC0415
+
+        title = f"p95 queue time vs runner-hours per shipped trace ({machine()}); dotted: the aim"
+        draw_overview(overview, str(plot_dir / "scaling.png"), title)
     fast, table = speed()
     print(table)
     return ok and fast

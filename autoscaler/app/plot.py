@@ -6,7 +6,7 @@ module without it raises ImportError, which the command turns into one clear mes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import matplotlib
 
@@ -14,10 +14,25 @@ matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt
 
+from autoscaler.sim.emulator import Sample
 from autoscaler.sim.metrics import PolicyResult
 
 #: Time series drawn at most (a sweep draws its Pareto front's).
 MAX_SERIES = 8
+#: Samples are binned to this many seconds (the maximum of each bin) for a readable line.
+BIN = 600.0
+
+
+def _binned(
+    samples: Sequence[Sample], value: Callable[[Sample], float]
+) -> tuple[list[float], list[float]]:
+    """(bin start in hours, the largest value in the bin)."""
+    bins: dict[int, float] = {}
+    for s in samples:
+        key = int(s.at // BIN)
+        bins[key] = max(bins.get(key, 0.0), value(s))
+    keys = sorted(bins)
+    return [k * BIN / 3600 for k in keys], [bins[k] for k in keys]
 
 
 def draw(results: Sequence[PolicyResult], front: Sequence[PolicyResult], path: str) -> None:
@@ -31,11 +46,16 @@ def draw(results: Sequence[PolicyResult], front: Sequence[PolicyResult], path: s
         fig.add_subplot(grid[1, :]),
     )
     for r in series:
-        hours = [s.at / 3600 for s in r.samples]
-        wait.plot(hours, [s.oldest_wait / 60 for s in r.samples], label=r.name, linewidth=0.9)
-        fleet.plot(hours, [s.instances for s in r.samples], label=r.name, linewidth=0.9)
-    wait.set(title="oldest queued job's wait", xlabel="hours from trace start", ylabel="minutes")
-    fleet.set(title="instances (booting, idle, busy)", xlabel="hours from trace start")
+        wait.plot(*_binned(r.samples, lambda s: s.oldest_wait / 60), label=r.name, linewidth=0.9)
+        fleet.plot(*_binned(r.samples, lambda s: float(s.instances)), label=r.name, linewidth=0.9)
+    wait.set(
+        title="longest wait of a queued job (max per 10 min)",
+        xlabel="hours from trace start",
+        ylabel="minutes",
+    )
+    fleet.set(
+        title="instances: booting, idle, busy (max per 10 min)", xlabel="hours from trace start"
+    )
     wait.legend(fontsize="small")
     on_front = {id(r) for r in front}
     for r in results:
@@ -64,4 +84,32 @@ def draw(results: Sequence[PolicyResult], front: Sequence[PolicyResult], path: s
         ylabel="p95 queue time (minutes)",
     )
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def draw_overview(
+    traces: Sequence[tuple[str, Sequence[PolicyResult], float]], path: str, title: str
+) -> None:
+    """One p95-vs-runner-hours panel per trace; ``traces`` holds (name, results, the p95
+    aim in seconds), drawn as a dotted line."""
+    columns = 2
+    rows = (len(traces) + columns - 1) // columns
+    fig, axes = plt.subplots(rows, columns, figsize=(12, 4.2 * rows), layout="constrained")
+    flat = list(axes.flat) if hasattr(axes, "flat") else [axes]
+    names = list(dict.fromkeys(r.name for _, results, _ in traces for r in results))
+    colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
+    for ax, (name, results, aim) in zip(flat, traces, strict=False):
+        for r in results:
+            ax.scatter(
+                r.runner_hours, r.p95_queue_seconds / 60, color=colours[r.name], label=r.name, s=40
+            )
+        ax.axhline(aim / 60, linestyle=":", linewidth=0.8, color="grey")
+        ax.set(title=name, xlabel="runner-hours", ylabel="p95 queue time (minutes)")
+        ax.set_ylim(bottom=0)
+    handles, labels = flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 6))
+    for ax in flat[len(traces) :]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -140,3 +140,18 @@ def test_a_config_without_pools_has_nothing_to_simulate(
     config.write_text("github: {owner: o, token: t}\nrunner_types: {cpu: {labels: [cpu]}}\n")
     code, _, err = run(capsys, "--config", str(config), "--trace", files[1])
     assert code == 1 and "no runner type names pools" in err
+
+
+def test_the_overview_draws_one_panel_per_trace(tmp_path: Path) -> None:
+    from autoscaler.app.plot import draw_overview  # noqa: PLC0415
+    from autoscaler.sim.metrics import PolicyResult  # noqa: PLC0415
+
+    def result(name: str, p95: float, hours: float) -> PolicyResult:
+        return PolicyResult(name, 1, 0, 0, 0.0, p95, p95, 0, hours, 0.0, 0.0, hours, 0, 0, 0.0)
+
+    png = tmp_path / "overview.png"
+    traces = [
+        (f"trace {i}", [result("a", 60, 10 + i), result("b", 30, 20)], 270.0) for i in range(3)
+    ]
+    draw_overview(traces, str(png), "three traces")
+    assert png.read_bytes().startswith(b"\x89PNG")
