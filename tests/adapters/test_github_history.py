@@ -206,3 +206,15 @@ def test_record_command_writes_a_trace_simulate_can_replay(
         == 0
     )
     assert '"name": "ci-autoscaler"' in capsys.readouterr().out
+
+
+def test_githubs_rate_limit_ends_the_trace_early_like_the_budget(world: World) -> None:
+    """GitHub keeps answering rate-limited (after the helper's own waits): the trace keeps
+    what was read and says why it stopped."""
+    for day in range(3):
+        world.ran("app", CPU, DAY0 + timedelta(days=day), wait=1, run=60)
+    world.fake.inject_fault(r"/jobs", 403, times=5, ratelimit_reset=3600)
+    history = world.history()
+    summary = world.record(history)
+    assert not summary.complete and summary.runs_read == 0 and world.lines == []
+    assert "GitHub's rate limit ran out before any run was read" in summary.describe(DAY0, 1000)

@@ -32,7 +32,7 @@ import httpx
 from autoscaler.config import Config
 from autoscaler.config.reader import parse_duration
 from autoscaler.domain import normalize_labels
-from autoscaler.errors import ConfigError, TransientError
+from autoscaler.errors import ConfigError, RateLimitedError, TransientError
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.http import BadPage, GitHubHttp
 from autoscaler.observe.github.parse import BadItem, parse_time
@@ -68,6 +68,8 @@ class RecordSummary:
     complete: bool = True
     """False: the budget ran out; the trace covers ``since`` to ``covered_until``."""
     covered_until: datetime | None = None
+    stopped_by: str = ""
+    """What ended it early: the request budget, or GitHub's rate limit."""
 
     def describe(self, since: datetime, budget: int) -> str:
         text = (
@@ -77,11 +79,15 @@ class RecordSummary:
             f" {self.jobs_other_runners} jobs for other runners and {self.jobs_not_run}"
             " that never ran left out"
         )
-        if not self.complete and self.covered_until is not None:
+        if not self.complete:
+            until = self.covered_until
             text += (
-                f"; the budget ran out: the trace covers up to"
-                f" {self.covered_until:%Y-%m-%d %H:%M} UTC (raise --max-requests for more)"
+                f"; {self.stopped_by} ran out: the trace covers up to {until:%Y-%m-%d %H:%M} UTC"
+                if until is not None
+                else f"; {self.stopped_by} ran out before any run was read"
             )
+            if self.stopped_by == "the budget":
+                text += " (raise --max-requests for more)"
         return text
 
 
@@ -241,8 +247,11 @@ class JobHistory:
                 s.runs_read += 1
                 s.covered_until = run.created_at
         except BudgetSpent:
-            s.complete = False
+            s.complete, s.stopped_by = False, "the budget"
             log.warning("request budget of %d spent; the trace stops early", self.max_requests)
+        except RateLimitedError as exc:
+            s.complete, s.stopped_by = False, "GitHub's rate limit"
+            log.warning("GitHub rate limit (%s); the trace stops early", exc)
         if s.complete:
             s.covered_until = until
         return s
