@@ -15,8 +15,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ci-autoscaler demo --duration $(DEMO_DURATION)
 
+# terraform's AWS provider mirror: where the machine keeps it (terraform's implied mirror
+# directories, or /opt); the e2e tests read TF_PLUGIN_DIR and never walk the filesystem.
+TF_MIRROR_ROOTS := /opt /usr/local/share /usr/share $(HOME)/.terraform.d $(HOME)/.local/share
+TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 -path '$(TF_PROVIDER)' \
+	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" $(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check autoscaler tests bench

@@ -132,6 +132,13 @@ class Metrics:
             ["receiver", "result"],
             registry=r,
         )
+        self.alertmanager_posts = Counter(
+            P + "alertmanager_posts_total",
+            "Posts of the firing and resolved alerts to an Alertmanager (every URL of an "
+            "alertmanager receiver), by result (sent, failed, rejected).",
+            ["receiver", "result"],
+            registry=r,
+        )
         self.alert_notifications_pending = Gauge(
             P + "alert_notifications_pending",
             "Notifications not yet delivered (retried next tick).",

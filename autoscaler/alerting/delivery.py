@@ -29,7 +29,7 @@ import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_random_exponential
 
-from autoscaler.alerting import render
+from autoscaler.alerting import alertmanager, render
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.store import OutboxItem, StateStore
 from autoscaler.config import Config, ReceiverConfig
@@ -263,11 +263,31 @@ class Deliverer:
         elif rc.type == "slack":
             body, url = render.slack_payload(n), rc.url or ""
         elif rc.type == "alertmanager":
+            self._alertmanager(client, rc, n)
+            return None
+        elif rc.type == "alertmanager_webhook":
             body, url = render.alertmanager_payload(n, rc.name), rc.url or ""
         else:
             body, url = render.webhook_payload(n), rc.url or ""
         self._request(client, rc, "POST", url, body)
         return None
+
+    def _alertmanager(self, client: httpx.Client, rc: ReceiverConfig, n: Notification) -> None:
+        """One notification as a one-off post to every Alertmanager (``alerts test``; the
+        tick keeps them in step through AlertmanagerSync instead of the outbox)."""
+        body = [
+            alertmanager.notification_alert(
+                n, alertmanager.valid_for(0, alertmanager.DEFAULT_RESEND)
+            )
+        ]
+        errors: list[PermanentError | TransientError] = []
+        for url in alertmanager.api_urls(rc):
+            try:
+                self._request(client, rc, "POST", url, body)
+            except (PermanentError, TransientError) as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
     def _github_issue(
         self, client: httpx.Client, rc: ReceiverConfig, n: Notification, issues: _Issues

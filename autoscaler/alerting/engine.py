@@ -1,7 +1,11 @@
 """The alerting stage the controller calls once per tick.
 
 evaluate (rules + built-ins) -> advance the lifecycle -> persist states and the outbox in
-one transaction -> deliver the outbox (bounded by the deliverer's deadline) -> views.
+one transaction -> deliver the outbox (bounded by the deliverer's deadline) -> keep the
+Alertmanagers in step (alertmanager_sync; never waits) -> views.
+
+``alertmanager`` receivers get no outbox items: Alertmanager needs the firing set re-posted
+every tick or so, not one message per transition, so AlertmanagerSync serves them.
 
 With ``dry_run`` nothing is persisted or delivered: the views show what would happen, and
 the next real tick still sends every notification.
@@ -16,6 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from autoscaler.alerting import render
+from autoscaler.alerting.alertmanager import ALERTMANAGER
+from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
@@ -86,12 +92,15 @@ class AlertEngine:
         metrics: Metrics,
         *,
         started_at: datetime | None = None,
+        alertmanager: AlertmanagerSync | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.deliverer = deliverer
         self.metrics = metrics
         self.started_at = started_at
+        self.alertmanager = alertmanager
+        self._synced = {n for n, rc in config.receivers.items() if rc.type == ALERTMANAGER}
         self._firing_labels: set[tuple[str, str]] = set()
 
     def evaluate(
@@ -140,7 +149,9 @@ class AlertEngine:
         old = self.store.load_states()
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:
-            outbox = [(r, n) for n in notes for r in n.evaluation.receivers]
+            outbox = [
+                (r, n) for n in notes for r in n.evaluation.receivers if r not in self._synced
+            ]
             self.store.save(new, outbox)
             self._count_transitions(old, new, notes)
             for n in notes:
@@ -149,6 +160,8 @@ class AlertEngine:
                 )
             if self.deliverer is not None:
                 self.deliverer.deliver(self.store)
+            if self.alertmanager is not None:
+                self.alertmanager.sync(new, now)
         self._set_firing(new)
         return [
             _view(s)

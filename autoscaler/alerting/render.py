@@ -7,7 +7,10 @@ Pure functions of a :class:`Notification`; no I/O. Payload shapes:
 - slack: an incoming-webhook message: ``text`` (notification fallback) plus one attachment
   with a colour bar (red FIRING, green RESOLVED) holding Block Kit sections.
 - pagerduty: Events API v2 ``trigger`` / ``resolve`` with ``dedup_key`` = fingerprint.
-- alertmanager: the Alertmanager webhook payload, ``version: "4"``, one alert per message.
+- alertmanager_webhook: the payload Alertmanager itself POSTs to its webhook receivers
+  (``version: "4"``), one alert per message, for tools that consume those (PyTorch's alert
+  normaliser reads ``alerts[0]`` labels/annotations and ``status``). Not for Alertmanager's
+  own API: ``type: alertmanager`` posts postable alerts (alerting/alertmanager.py).
 - github_issue: title, body, labels and comments for the issue the receiver keeps.
 """
 
@@ -28,6 +31,8 @@ PAGERDUTY_SEVERITY = {
     "P4": "info",
 }
 SOURCE = "ci-autoscaler"
+#: Slack refuses a section block whose text is longer (Block Kit reference, section).
+SLACK_SECTION_MAX = 3000
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
@@ -88,6 +93,10 @@ def webhook_payload(n: Notification) -> dict[str, Any]:
     }
 
 
+def _fit(s: str, limit: int) -> str:
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
 def slack_payload(n: Notification) -> dict[str, Any]:
     ev = n.evaluation
     firing = n.status == "FIRING"
@@ -98,9 +107,10 @@ def slack_payload(n: Notification) -> dict[str, Any]:
         for name, url in (("Runbook", ev.runbook_url), ("Dashboard", ev.dashboard_url))
         if url
     )
+    body = f"```{_fit(text(n), SLACK_SECTION_MAX - 6)}```"
     blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": headline}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{text(n)}```"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _fit(headline, SLACK_SECTION_MAX)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": body}},
     ]
     if links:
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": links}]})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.store import StateStore
@@ -52,7 +53,11 @@ def build_runtime(
     closers.append(store.close)
     deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run)
     closers.append(deliverer.close)
-    alerts = AlertEngine(config.alerts, store, deliverer, metrics)
+    sync = None
+    if any(rc.type == "alertmanager" for rc in config.alerts.receivers.values()):
+        sync = AlertmanagerSync.from_config(config, metrics)
+        closers.append(sync.close)  # waits a moment for the last posts (``once`` exits)
+    alerts = AlertEngine(config.alerts, store, deliverer, metrics, alertmanager=sync)
 
     scaler = None
     if config.scaling.enabled and any(rt.pools for rt in config.runner_types):

@@ -8,13 +8,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
 from autoscaler.config.reader import Reader, Secret, join_path, yaml_where
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
-RECEIVER_TYPES = ("webhook", "slack", "pagerduty", "alertmanager", "github_issue")
+RECEIVER_TYPES = (
+    "webhook",
+    "slack",
+    "pagerduty",
+    "alertmanager",
+    "alertmanager_webhook",
+    "github_issue",
+)
+#: Receiver types that POST to ``url`` and need one.
+_URL_TYPES = ("webhook", "slack", "alertmanager", "alertmanager_webhook")
 
 
 @dataclass(frozen=True)
@@ -50,8 +60,12 @@ class ReceiverConfig:
     name: str
     type: str
     url: str | None = None
-    """Where to POST (webhook, slack, alertmanager, pagerduty override); github_issue: the
-    REST API root override (default: the github section's ``api_url``)."""
+    """Where to POST (webhook, slack, alertmanager_webhook, pagerduty override);
+    alertmanager: the first of ``urls``; github_issue: the REST API root override
+    (default: the github section's ``api_url``)."""
+    urls: tuple[str, ...] = ()
+    """alertmanager: every Alertmanager of the cluster (an HA pair), base URL or the full
+    ``/api/v2/alerts`` path; each one gets every post (YAML ``url`` and/or ``urls``)."""
     routing_key: Secret | None = field(default=None, repr=False)
     """PagerDuty Events API v2 integration key."""
     repo: str | None = None
@@ -85,6 +99,11 @@ class AlertsConfig:
     rules: tuple[AlertRuleConfig, ...] = ()
     receivers: Mapping[str, ReceiverConfig] = field(default_factory=dict)
     builtin: BuiltinAlertsConfig = BuiltinAlertsConfig()
+    alertmanager_resend: float = 60.0
+    """Re-post firing alerts to ``alertmanager`` receivers at least this often (seconds;
+    Prometheus's ``--rules.alert.resend-delay``, 1m). Each post says the alert is valid
+    for 4 x max(this, poll_interval), so Alertmanager never expires an alert that still
+    fires, and does expire it if the controller dies."""
 
 
 _RULE_KEYS = (
@@ -161,15 +180,33 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     m = r.mapping(
         value,
         p,
-        ("type", "url", "routing_key", "repo", "token", "labels", "timeout", "max_attempts"),
+        (
+            "type",
+            "url",
+            "urls",
+            "routing_key",
+            "repo",
+            "token",
+            "labels",
+            "timeout",
+            "max_attempts",
+        ),
     )
     rtype = r.choice(m.get("type"), f"{p}.type", RECEIVER_TYPES, "webhook")
     if m.get("type") is None:
         r.problem(f"{p}.type", f"is required (one of {', '.join(RECEIVER_TYPES)})")
+    urls: tuple[str, ...] = ()
+    raw_url = m.get("url")
+    if rtype == "alertmanager":
+        urls = _alertmanager_urls(r, raw_url, m.get("urls"), p)
+        raw_url = urls[0] if urls else None
+    elif m.get("urls") is not None:
+        r.problem(f"{p}.urls", "is for alertmanager receivers only (use url)")
     rc = ReceiverConfig(
         name=name,
         type=rtype,
-        url=r.optional_string(m.get("url"), f"{p}.url"),
+        url=r.optional_string(raw_url, f"{p}.url"),
+        urls=urls,
         routing_key=r.secret(m.get("routing_key"), f"{p}.routing_key"),
         repo=r.optional_string(m.get("repo"), f"{p}.repo"),
         token=r.secret(m.get("token"), f"{p}.token"),
@@ -177,8 +214,10 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
         timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0),
         max_attempts=r.integer(m.get("max_attempts"), f"{p}.max_attempts", 3, minimum=1),
     )
-    if rtype in ("webhook", "slack", "alertmanager") and rc.url is None:
-        r.problem(f"{p}.url", f"is required for a {rtype} receiver")
+    if rtype in _URL_TYPES and rc.url is None:
+        either = " (or urls)" if rtype == "alertmanager" else ""
+        a = "an" if rtype.startswith("a") else "a"
+        r.problem(f"{p}.url", f"is required{either} for {a} {rtype} receiver")
     if rtype == "pagerduty" and rc.routing_key is None:
         r.problem(f"{p}.routing_key", "is required for a pagerduty receiver")
     if rtype == "github_issue" and (rc.repo is None or "/" not in rc.repo):
@@ -186,9 +225,28 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     return rc
 
 
+def _alertmanager_urls(r: Reader, url: Any, urls: Any, p: str) -> tuple[str, ...]:
+    """``url`` (one, or a list) plus ``urls``: every Alertmanager, each http(s)://host."""
+    found: list[str] = []
+    if isinstance(url, list):
+        found += r.string_list(url, f"{p}.url")
+    elif url is not None:
+        found.append(r.string(url, f"{p}.url"))
+    if urls is not None:
+        found += r.string_list(urls, f"{p}.urls")
+    for i, u in enumerate(found):
+        parts = urlsplit(u)
+        if u and (parts.scheme not in ("http", "https") or not parts.netloc):
+            # the URL is not shown: it may carry credentials
+            r.problem(f"{p}.urls[{i}]", "must be an http(s)://host[:port][/path] URL")
+    return tuple(dict.fromkeys(u for u in found if u))
+
+
 def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
     """The ``alerts`` section, rule files included (globs relative to ``base``)."""
-    m = r.mapping(value, "alerts", ("rule_files", "rules", "receivers", "builtin"))
+    m = r.mapping(
+        value, "alerts", ("rule_files", "rules", "receivers", "builtin", "alertmanager_resend")
+    )
     files = r.string_list(m.get("rule_files"), "alerts.rule_files", default=())
     rules = _rule_files(r, files, base) + r.each(
         m.get("rules"), "alerts.rules", lambda v, p: _rule(r, v, p)
@@ -222,4 +280,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
         dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
     )
-    return AlertsConfig(rules=rules, receivers=receivers, builtin=builtin)
+    resend = r.duration(m.get("alertmanager_resend"), "alerts.alertmanager_resend", 60.0)
+    return AlertsConfig(
+        rules=rules, receivers=receivers, builtin=builtin, alertmanager_resend=resend
+    )

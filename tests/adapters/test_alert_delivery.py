@@ -151,13 +151,13 @@ def count(metrics: Metrics, receiver: str, result: str) -> float:
     return value or 0.0
 
 
-def test_webhook_slack_pagerduty_alertmanager_fire_then_resolve(capture: Capture) -> None:
+def test_webhook_slack_pagerduty_alertmanager_webhook_fire_then_resolve(capture: Capture) -> None:
     engine, metrics = setup(
         [
             receiver("hook", "webhook", capture.url("/hook")),
             receiver("slack", "slack", capture.url("/slack")),
             receiver("pd", "pagerduty", capture.url("/pagerduty"), routing_key=Secret("rk-123")),
-            receiver("am", "alertmanager", capture.url("/am")),
+            receiver("am", "alertmanager_webhook", capture.url("/am")),
         ]
     )
     tick(engine, 0, 62)
@@ -308,7 +308,9 @@ def test_dry_run_deliverer_sends_nothing(capture: Capture) -> None:
     assert count(metrics, "hook", "dry_run") == 1
 
 
-@pytest.mark.parametrize("rtype", ["webhook", "slack", "alertmanager", "github_issue"])
+@pytest.mark.parametrize(
+    "rtype", ["webhook", "slack", "alertmanager", "alertmanager_webhook", "github_issue"]
+)
 def test_send_test_sends_firing_then_resolved(capture: Capture, rtype: str) -> None:
     rc = receiver("r", rtype, capture.url("/t"), repo="o/r")
     deliverer = Deliverer({"r": rc}, Metrics(CollectorRegistry()), sleep=lambda _: None)

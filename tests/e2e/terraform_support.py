@@ -8,31 +8,77 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 TERRAFORM_DIR = REPO / "terraform"
-PROVIDER_GLOB = "terraform-provider-aws_*"
-_SKIP = {"/proc", "/sys", "/dev", "/run"}
+PROVIDER_GLOB = "registry.terraform.io/hashicorp/aws/*/*/terraform-provider-aws_*"
+
+
+def _cli_config_dirs() -> list[tuple[str, Path]]:
+    """``plugin_cache_dir`` and ``filesystem_mirror`` paths of terraform's CLI config."""
+    rc = os.environ.get("TF_CLI_CONFIG_FILE") or str(Path.home() / ".terraformrc")
+    try:
+        text = Path(rc).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    import hcl2  # noqa: PLC0415 (a dev dependency, only needed here)
+
+    try:
+        doc = hcl2.loads(text)
+    except Exception:  # a broken CLI config is terraform's to report, not ours
+        return []
+    out: list[tuple[str, Path]] = []
+    if "plugin_cache_dir" in doc:
+        out.append((f"{rc}: plugin_cache_dir", Path(str(doc["plugin_cache_dir"]))))
+    for block in doc.get("provider_installation", []):
+        for mirror in block.get("filesystem_mirror", []):
+            if "path" in mirror:
+                out.append((f"{rc}: filesystem_mirror", Path(str(mirror["path"]))))
+    return out
+
+
+def mirror_candidates() -> list[tuple[str, Path]]:
+    """Where terraform (and this project) documents a local provider mirror, in order.
+
+    ``TF_PLUGIN_DIR`` (set by the Makefile and ``.ci/run``, which discover the mirror once),
+    the CLI config's ``plugin_cache_dir`` and ``filesystem_mirror`` paths, and terraform's
+    implied local mirror directories (``~/.terraform.d/plugins``, then
+    ``$XDG_DATA_HOME/terraform/plugins`` and each ``$XDG_DATA_DIRS/terraform/plugins``).
+    """
+    home = Path.home()
+    out: list[tuple[str, Path]] = []
+    if os.environ.get("TF_PLUGIN_DIR"):
+        out.append(("TF_PLUGIN_DIR", Path(os.environ["TF_PLUGIN_DIR"])))
+    out += _cli_config_dirs()
+    out.append(("implied", home / ".terraform.d" / "plugins"))
+    data_home = os.environ.get("XDG_DATA_HOME") or str(home / ".local" / "share")
+    data_dirs = os.environ.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share"
+    for base in [data_home, *data_dirs.split(":")]:
+        if base:
+            out.append(("implied", Path(base) / "terraform" / "plugins"))
+    return out
 
 
 @functools.cache
 def provider_mirror() -> Path | None:
-    """The directory holding ``registry.terraform.io/`` with the AWS provider, or None.
-
-    ``TF_PROVIDER_MIRROR`` names it explicitly; otherwise the filesystem is searched.
-    """
-    explicit = os.environ.get("TF_PROVIDER_MIRROR")
-    if explicit:
-        return Path(explicit)
-    for top, dirs, files in os.walk("/", followlinks=False):
-        if top in _SKIP or "/.git" in top or "/node_modules" in top:
-            dirs[:] = []
-            continue
-        if any(Path(f).match(PROVIDER_GLOB) for f in files):
-            here = Path(top)
-            for parent in (here, *here.parents):
-                if parent.name == "registry.terraform.io":
-                    return parent.parent
+    """The first documented place holding ``registry.terraform.io/hashicorp/aws/...``."""
+    for _, path in mirror_candidates():
+        if any(path.glob(PROVIDER_GLOB)):
+            return path
     return None
+
+
+def require_provider_mirror() -> Path:
+    """The mirror, or a failure naming every place looked at (no filesystem walk)."""
+    mirror = provider_mirror()
+    if mirror is None:
+        places = "\n".join(f"  {why}: {path}" for why, path in mirror_candidates())
+        pytest.fail(
+            "no terraform AWS provider mirror (registry.terraform.io/hashicorp/aws/...) in:\n"
+            f"{places}\nset TF_PLUGIN_DIR to the directory holding registry.terraform.io/"
+        )
+    return mirror
 
 
 def terraform_env(home: Path) -> dict[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -106,7 +105,9 @@ def test_readyz_fails_when_github_is_down(tmp_path: Path, path: str) -> None:
             wait_for(lambda: httpx.get(f"{base}/readyz").status_code == 200, 20, "readiness")
             fake.inject_fault(r".*", 503, times=10_000)
             if path == "/healthz":
-                time.sleep(4)
+                # Liveness is not readiness: after several failed polls the process still
+                # answers /healthz (a restart would not bring GitHub back).
+                wait_for(lambda: _failed_polls(base) >= 3, 20, "three failed polls")
                 assert httpx.get(f"{base}{path}").status_code == 200
             else:
                 wait_for(lambda: httpx.get(f"{base}{path}").status_code == 503, 20, "unready")
@@ -123,3 +124,15 @@ def test_info_logs_are_not_one_line_per_github_request(tmp_path: Path) -> None:
         fake.stop()
     assert result.returncode == 0, result.stderr
     assert "HTTP Request:" not in result.stderr
+
+
+def _failed_polls(base: str) -> float:
+    """ci_autoscaler_polls_total over every result but ok, from /metrics."""
+    text = httpx.get(f"{base}/metrics").text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "ci_autoscaler_polls"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("result") != "ok"
+    )

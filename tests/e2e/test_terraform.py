@@ -15,7 +15,7 @@ from tests.e2e.terraform_support import (
     TERRAFORM_DIR,
     copy_tree,
     init,
-    provider_mirror,
+    require_provider_mirror,
     run,
     terraform_env,
 )
@@ -34,13 +34,6 @@ ROOTS = sorted(
     for p in (TERRAFORM_DIR / kind).iterdir()
     if p.is_dir()
 )
-
-
-def mirror_or_fail() -> Path:
-    mirror = provider_mirror()
-    if mirror is None:
-        pytest.fail("no terraform-provider-aws_* mirror found on this machine")
-    return mirror
 
 
 def test_every_module_and_example_is_present() -> None:
@@ -63,7 +56,7 @@ def test_fmt_check(tmp_path: Path) -> None:
 @pytest.mark.parametrize("root", [pytest.param(r, id=r) for r in ROOTS])
 def test_init_and_validate_offline(root: str, tmp_path: Path) -> None:
     terraform = require_tool("terraform")
-    mirror = mirror_or_fail()
+    mirror = require_provider_mirror()
     env = terraform_env(tmp_path)
     workdir = copy_tree(tmp_path) / root
     init(terraform, workdir, env, mirror)

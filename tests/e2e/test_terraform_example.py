@@ -33,7 +33,7 @@ from tests.e2e.terraform_support import (
     copy_tree,
     init,
     moto_provider,
-    provider_mirror,
+    require_provider_mirror,
     run,
     terraform_env,
 )
@@ -121,9 +121,7 @@ def planned_config(terraform: str, root: Path, env: dict[str, str], args: list[s
 @pytest.fixture(scope="module")
 def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Applied:
     terraform = require_tool("terraform")
-    mirror = provider_mirror()
-    if mirror is None:
-        pytest.fail("no terraform-provider-aws_* mirror found on this machine")
+    mirror = require_provider_mirror()
     tmp = tmp_path_factory.mktemp("tf-example")
     root = copy_tree(tmp) / "examples" / "complete"
     (root / "moto_override.tf").write_text(moto_provider(moto_endpoint), encoding="utf-8")

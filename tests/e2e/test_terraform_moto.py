@@ -31,7 +31,7 @@ from tests.e2e.terraform_support import (
     copy_tree,
     init,
     moto_provider,
-    provider_mirror,
+    require_provider_mirror,
     run,
     terraform_env,
 )
@@ -91,9 +91,7 @@ def session() -> boto3.session.Session:
 def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Apply both modules into moto; yields the endpoint, then checks the second plan."""
     terraform = require_tool("terraform")
-    mirror = provider_mirror()
-    if mirror is None:
-        pytest.fail("no terraform-provider-aws_* mirror found on this machine")
+    mirror = require_provider_mirror()
     ec2 = session().client("ec2", endpoint_url=moto_endpoint)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="us-east-1a")

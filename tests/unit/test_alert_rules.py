@@ -164,10 +164,24 @@ def test_per_runner_type_gives_one_evaluation_per_covered_type() -> None:
     assert len({e.fingerprint for e in evs}) == 2
 
 
-def test_fingerprint_is_stable_and_scoped() -> None:
-    assert fingerprint("r", "fleet") == fingerprint("r", "fleet")
+@pytest.mark.parametrize(
+    ("rule_name", "scope", "expected"),
+    [
+        pytest.param("Jobs queueing too long", FLEET, "c83953ecef9f9fc5", id="readme-sample"),
+        pytest.param("r", FLEET, "4772f542c8a9ca7d", id="fleet"),
+        pytest.param("r", "linux.4xlarge", "307a014ca369af84", id="runner-type"),
+    ],
+)
+def test_fingerprint_is_pinned(rule_name: str, scope: str, expected: str) -> None:
+    """Receivers dedupe and stored alert states are keyed on the fingerprint: a change of
+    the hash would re-page every firing alert after an upgrade, so its values are pinned
+    (sha256 of ``rule NUL scope``, first 16 hex digits)."""
+    assert fingerprint(rule_name, scope) == expected
+
+
+def test_fingerprint_is_scoped() -> None:
     assert fingerprint("r", "a") != fingerprint("r", "b")
-    assert len(fingerprint("r", "fleet")) == 16
+    assert fingerprint("r", "a") != fingerprint("ra", "")
 
 
 @pytest.mark.parametrize(
@@ -230,5 +244,5 @@ def test_on_call_text_matches_design_format() -> None:
         "queue_time_threshold=1, threshold_breached=1\n"
         "Runbook: https://rb.example/q\n"
         "Dashboard: https://dash.example/d\n"
-        f"Fingerprint: {fingerprint('Jobs queueing too long', FLEET)}"
+        "Fingerprint: c83953ecef9f9fc5"
     )

@@ -42,6 +42,7 @@ PURE = [
     "autoscaler.sim.sweep",
     "autoscaler.sim.simulate",
     "autoscaler.sim.shapes",
+    "autoscaler.alerting.alertmanager",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 

@@ -132,7 +132,7 @@ def test_issue_example_keys_work() -> None:
         pytest.param(
             minimal(alerts={"receivers": {"oncall": {"type": "email", "url": "https://x"}}}),
             "alerts.receivers.oncall.type: must be one of webhook, slack, pagerduty, "
-            "alertmanager, github_issue, got 'email'",
+            "alertmanager, alertmanager_webhook, github_issue, got 'email'",
             id="receiver-type",
         ),
         pytest.param(

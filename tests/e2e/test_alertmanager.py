@@ -1,0 +1,234 @@
+"""The README's Alertmanager setup against a real Alertmanager (Debian's package).
+
+The story (issue 18): configured as the README showed, every notification of the
+`alertmanager` receiver was refused with HTTP 400 ("cannot unmarshal object into Go value
+of type models.PostableAlerts"): it posted the webhook payload Alertmanager sends to its
+own receivers, not the postable alerts its API takes, and the delivery tests passed
+against a capture server that accepts anything. On-call who route through Alertmanager
+got nothing. Here a real `ci-autoscaler run` and a real HA pair of Alertmanagers, both
+configured from the README's own blocks, must show the queue alert active during the
+incident, keep it active across ticks for longer than Alertmanager's resolve_timeout,
+and resolve it when the queue drains; and the shipped Prometheus rules, evaluated by a
+real Prometheus with the real Alertmanager as its target, must reach on-call too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autoscaler.alerting import render
+from autoscaler.alerting.lifecycle import Notification
+from autoscaler.alerting.rules import Evaluation
+from tests.conftest import free_port, require_tool
+from tests.e2e.alertmanager_support import (
+    ROOT,
+    Alertmanager,
+    alertmanager,
+    fast,
+    inbox,
+    readme_yaml,
+)
+from tests.e2e.harness import running_controller, seeded_github, wait_for, write_config
+
+GPU_TYPE = "linux.g5.4xlarge.nvidia.gpu"
+FLEET_RULE = "Jobs queueing too long"  # alerts/rules/queue.yaml, via the README's rule_files
+GPU_RULE = "GPU jobs queueing"
+PROMETHEUS_RULES = ROOT / "alerts" / "prometheus" / "ci-autoscaler.rules.yml"
+
+
+def controller_alerts(*urls: str) -> dict[str, Any]:
+    """The README's controller block, pointed at the test's Alertmanagers: the first by
+    base URL (as the README writes it), the second by the full API path; the shipped rule
+    files by absolute path; plus a per-runner-type rule like config.example.yaml's."""
+    alerts: dict[str, Any] = readme_yaml("readme: controller alertmanager receiver")["alerts"]
+    receiver = alerts["receivers"]["oncall"]
+    assert receiver["type"] == "alertmanager"
+    assert receiver["url"] == "http://alertmanager:9093"
+    del receiver["url"]
+    receiver["urls"] = [urls[0], *(f"{u}/api/v2/alerts" for u in urls[1:])]
+    alerts["rule_files"] = [str(ROOT / f) for f in alerts["rule_files"]]
+    alerts["alertmanager_resend"] = "1s"
+    alerts["rules"] = [
+        {
+            "name": GPU_RULE,
+            "team": "pytorch-dev-infra",
+            "priority": "P2",
+            "description": "GPU jobs wait too long for a runner",
+            "runbook_url": "https://example.com/runbooks/ci-queue",
+            "runner_types": ["*gpu*"],
+            "per_runner_type": True,
+            "max_queue_time": "30m",
+            "receivers": ["oncall"],
+        }
+    ]
+    return alerts
+
+
+def assert_webhook_shape_matches(real: dict[str, Any]) -> None:
+    """``alertmanager_webhook`` sends what Alertmanager sends its webhook receivers (for
+    tools that consume those): the same keys as a real Alertmanager's notification."""
+    ev = Evaluation("r", "fleet", "t", "P2", "d", ("x",), {"threshold_breached": 1})
+    ours = render.alertmanager_payload(
+        Notification("FIRING", ev, datetime.now(UTC), datetime.now(UTC)), "x"
+    )
+    assert set(ours) == set(real)
+    assert set(ours["alerts"][0]) == set(real["alerts"][0])
+    assert ours["version"] == real["version"]
+
+
+def by_rule(am: Alertmanager) -> dict[str, dict[str, Any]]:
+    return {a["labels"]["alertname"]: a for a in am.alerts()}
+
+
+def test_readme_alertmanager_setup_holds_the_alert_through_the_incident(tmp_path: Path) -> None:
+    fake = seeded_github(gpu_jobs=3, gpu_age_minutes=90)
+    try:
+        with inbox() as box:
+            am_config = fast(readme_yaml("readme: alertmanager.yml"), box.url)
+            with (
+                alertmanager(tmp_path, am_config, "am0") as am0,
+                alertmanager(tmp_path, am_config, "am1") as am1,
+            ):
+                alerts = controller_alerts(am0.url, am1.url)
+                config = write_config(tmp_path, fake.url, free_port(), alerts=alerts)
+                with running_controller(config):
+                    pair = (am0, am1)
+                    wanted = {FLEET_RULE, GPU_RULE}
+                    wait_for(
+                        lambda: all(wanted <= set(by_rule(am)) for am in pair),
+                        20,
+                        "both alerts active in both Alertmanagers",
+                    )
+                    for am in pair:
+                        gpu = by_rule(am)[GPU_RULE]
+                        assert gpu["status"]["state"] == "active"
+                        assert gpu["labels"] == {
+                            "alertname": GPU_RULE,
+                            "team": "pytorch-dev-infra",
+                            "priority": "P2",
+                            "severity": "error",
+                            "runner_type": GPU_TYPE,
+                        }
+                        notes = gpu["annotations"]
+                        assert notes["summary"] == f"[P2] {GPU_RULE} ({GPU_TYPE})"
+                        assert notes["description"] == "GPU jobs wait too long for a runner"
+                        assert notes["reason"].startswith("max_queue_size=3, max_queue_time_mins=")
+                        assert notes["reason"].endswith("threshold_breached=1")
+                        assert notes["runbook_url"] == "https://example.com/runbooks/ci-queue"
+                        fleet = by_rule(am)[FLEET_RULE]
+                        assert "runner_type" not in fleet["labels"]
+                        assert fleet["labels"]["team"] == "pytorch-dev-infra"
+                        assert fleet["generatorURL"] == "https://example.com/d/ci-autoscaler"
+
+                    # Several ticks, well past resolve_timeout (1s) and past any single
+                    # post's endsAt (4 x 1s): still active in both, re-posted meanwhile.
+                    first_ends = by_rule(am0)[GPU_RULE]["endsAt"]
+                    held_until = time.monotonic() + 7
+                    while time.monotonic() < held_until:
+                        for am in pair:
+                            assert wanted <= set(by_rule(am)), "an alert expired while firing"
+                        time.sleep(0.25)
+                    assert by_rule(am0)[GPU_RULE]["endsAt"] > first_ends
+                    # on-call was told once per group, not once per re-post
+                    assert box.alerts(GPU_RULE, "firing")
+                    assert not box.alerts(GPU_RULE, "resolved")
+                    # the alertmanager_webhook receiver mimics exactly this body
+                    assert_webhook_shape_matches(box.bodies[0])
+
+                    for job in fake.queued_jobs():  # the incident ends: the queue drains
+                        fake.complete_job(job.id)
+                    wait_for(
+                        lambda: not any({FLEET_RULE, GPU_RULE} & set(by_rule(am)) for am in pair),
+                        10,
+                        "both alerts resolved in both Alertmanagers",
+                    )
+                    wait_for(
+                        lambda: (
+                            box.alerts(GPU_RULE, "resolved") and box.alerts(FLEET_RULE, "resolved")
+                        ),
+                        10,
+                        "Alertmanager's resolved notifications",
+                    )
+                    resolved = box.alerts(GPU_RULE, "resolved")[-1]
+                    assert resolved["labels"]["runner_type"] == GPU_TYPE
+                    assert resolved["annotations"]["reason"].endswith("threshold_breached=0")
+    finally:
+        fake.stop()
+
+
+def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: Path) -> None:
+    prometheus = require_tool("prometheus")
+    fake = seeded_github(gpu_jobs=3, gpu_age_minutes=90)
+    try:
+        with inbox() as box:
+            am_config = fast(readme_yaml("readme: alertmanager.yml"), box.url)
+            with alertmanager(tmp_path, am_config) as am:
+                controller_port, prom_port = free_port(), free_port()
+                config = write_config(tmp_path, fake.url, controller_port)
+                (tmp_path / "prometheus.yml").write_text(
+                    yaml.safe_dump(
+                        {
+                            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                            "rule_files": [str(PROMETHEUS_RULES)],
+                            "alerting": {
+                                "alertmanagers": [
+                                    {
+                                        "api_version": "v2",
+                                        "static_configs": [
+                                            {"targets": [am.url.removeprefix("http://")]}
+                                        ],
+                                    }
+                                ]
+                            },
+                            "scrape_configs": [
+                                {
+                                    "job_name": "ci-autoscaler",
+                                    "static_configs": [
+                                        {"targets": [f"127.0.0.1:{controller_port}"]}
+                                    ],
+                                }
+                            ],
+                        }
+                    )
+                )
+                with (
+                    (tmp_path / "prometheus.log").open("w") as log,
+                    running_controller(config),
+                ):
+                    prom = subprocess.Popen(
+                        [
+                            prometheus,
+                            f"--config.file={tmp_path / 'prometheus.yml'}",
+                            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                            f"--web.listen-address=127.0.0.1:{prom_port}",
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=log,
+                    )
+                    try:
+                        wait_for(
+                            lambda: "JobsQueueingTooLong" in by_rule(am),
+                            30,
+                            "JobsQueueingTooLong in Alertmanager",
+                        )
+                        alert = by_rule(am)["JobsQueueingTooLong"]
+                        assert alert["labels"]["team"] == "pytorch-dev-infra"
+                        assert alert["labels"]["priority"] == "P2"
+                        assert alert["labels"]["severity"] == "error"
+                        assert alert["annotations"]["summary"] == "[P2] Jobs queueing too long"
+                        wait_for(
+                            lambda: box.alerts("JobsQueueingTooLong", "firing"),
+                            10,
+                            "Alertmanager's notification to on-call",
+                        )
+                    finally:
+                        prom.terminate()
+                        prom.wait(timeout=10)
+    finally:
+        fake.stop()
