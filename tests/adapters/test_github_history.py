@@ -218,3 +218,20 @@ def test_githubs_rate_limit_ends_the_trace_early_like_the_budget(world: World) -
     summary = world.record(history)
     assert not summary.complete and summary.runs_read == 0 and world.lines == []
     assert "GitHub's rate limit ran out before any run was read" in summary.describe(DAY0, 1000)
+
+
+def test_a_user_owner_is_listed_through_its_public_repositories() -> None:
+    """/orgs/{owner}/repos is a 404 for a user account; /users/{owner}/repos lists them."""
+    holder: list[World] = []
+    with FakeGitHub(clock=lambda: holder[0].now, owner_kind="user") as fake:
+        holder.append(World(fake))
+        world = holder[0]
+        world.now = DAY0 + timedelta(hours=2)
+        job = fake.queue_job("site", CPU)
+        runner = fake.register_runner("r", CPU, repo="site")
+        fake.assign_job(job, runner)
+        world.now += timedelta(minutes=5)
+        fake.complete_job(job)
+        summary = world.record(world.history())
+    assert summary.repos == 1 and len(world.lines) == 1
+    assert fake.count(404, r"^/orgs/demo-org/repos") == 1

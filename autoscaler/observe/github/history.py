@@ -32,7 +32,7 @@ import httpx
 from autoscaler.config import Config
 from autoscaler.config.reader import parse_duration
 from autoscaler.domain import normalize_labels
-from autoscaler.errors import ConfigError, RateLimitedError, TransientError
+from autoscaler.errors import ConfigError, NotFoundError, RateLimitedError, TransientError
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.http import BadPage, GitHubHttp
 from autoscaler.observe.github.parse import BadItem, parse_time
@@ -171,7 +171,10 @@ class JobHistory:
     def repos(self) -> list[str]:
         if self._repos_config is not None:
             return list(self._repos_config)
-        items, _ = self._pages(f"/orgs/{self._owner}/repos", "repos", None)
+        try:
+            items, _ = self._pages(f"/orgs/{self._owner}/repos", "repos", None)
+        except NotFoundError:  # a user account: its public repositories (or list them)
+            items, _ = self._pages(f"/users/{self._owner}/repos", "repos", None)
         return [
             str(i["name"])
             for i in items
