@@ -6,18 +6,23 @@ import os
 import shutil
 import socket
 from collections.abc import Iterator
+from typing import NoReturn
 
 import pytest
+
+
+def missing(message: str) -> NoReturn:
+    """Something a test needs is not on this machine: skip locally, fail in CI."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def require_tool(name: str) -> str:
     """The tool's path; skip when missing locally, fail when missing in CI."""
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (.ci/run installs it)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{name} is not installed (.ci/run installs it)")
     return path
 
 

@@ -19,6 +19,7 @@ from autoscaler.fakes.github_shapes import (
     Reply,
     error_reply,
     job_json,
+    rate_limit_json,
     repo_json,
     run_json,
     runner_json,
@@ -90,6 +91,8 @@ class Handler(BaseHTTPRequestHandler):
             return app_token(fake, auth)
         if not authorized(fake, auth):
             return error_reply(401, "Bad credentials", _rate_headers(fake, count=False))
+        if method == "GET" and path == "/rate_limit":
+            return _rate_limit(fake, self.headers.get("If-None-Match"))
         with fake.lock:
             if _remaining(fake) <= 0:
                 return error_reply(403, _RATE_MESSAGE, _rate_headers(fake, count=False))
@@ -126,6 +129,17 @@ def _rate_headers(fake: GitHubState, *, count: bool) -> dict[str, str]:
             "x-ratelimit-used": str(fake._rate_used),
             "x-ratelimit-resource": "core",
         }
+
+
+def _rate_limit(fake: GitHubState, if_none_match: str | None) -> Reply:
+    """``GET /rate_limit``: the budget left; asking costs nothing, even when it is spent."""
+    headers = _rate_headers(fake, count=False)
+    used, reset = int(headers["x-ratelimit-used"]), int(headers["x-ratelimit-reset"])
+    reply = Reply(200, rate_limit_json(fake.RATE_LIMIT, used, reset), headers)
+    reply.headers["etag"] = 'W/"' + hashlib.sha256(reply.raw).hexdigest()[:40] + '"'
+    if if_none_match and _etag_matches(if_none_match, reply.headers["etag"]):
+        return Reply(304, None, reply.headers)
+    return reply
 
 
 def _fault_reply(fake: GitHubState, fault: Fault) -> Reply:
@@ -203,7 +217,10 @@ def _listing(
                 and (wanted is None or status == wanted)
                 and created_in(run.created_at, query.get("created"))
             ):
-                items.append(run_json(base, owner, run, run.reported_status or status))
+                reported = run.reported_status or status
+                items.append(
+                    run_json(base, owner, run, reported, fake._repos[run.repo], fake.owner_kind)
+                )
         return "workflow_runs", items
     if m := _JOBS.match(path):
         job_run = fake._runs.get(int(m.group(3)))

@@ -1,9 +1,10 @@
-"""The fake GitHub's state records and their JSON shapes, as GitHub's REST docs show them.
+"""The fake GitHub's state records and their JSON shapes, as GitHub's REST API answers.
 
-Field names and types follow the documented responses of "List repositories for an
-organization", "List workflow runs for a repository", "List jobs for a workflow run" and
-"List self-hosted runners for an organization" / "... for a repository" (REST API version
-2022-11-28).
+Each shape is the response schema of its operation in GitHub's OpenAPI description
+(``@octokit/openapi``, REST API version 2022-11-28): every required property, nullable
+ones as ``null``, enums within their values; ``tests/conformance`` validates the fake's
+answers against it. Values the fake cannot know (a repository's description, counts,
+commit messages) are what GitHub shows for a new, empty repository.
 """
 
 from __future__ import annotations
@@ -91,34 +92,180 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"message": message, "documentation_url": DOCS, "status": str(status)}
 
 
-def repo_json(base: str, owner: str, repo: FakeRepo, owner_kind: str = "org") -> dict[str, Any]:
-    full = f"{owner}/{repo.name}"
-    owner_type = "User" if owner_kind == "user" else "Organization"
+#: A repository's API URL templates (RFC 6570, as GitHub spells them), after its API URL.
+_REPO_URLS = {
+    "archive_url": "/{archive_format}{/ref}",
+    "assignees_url": "/assignees{/user}",
+    "blobs_url": "/git/blobs{/sha}",
+    "branches_url": "/branches{/branch}",
+    "collaborators_url": "/collaborators{/collaborator}",
+    "comments_url": "/comments{/number}",
+    "commits_url": "/commits{/sha}",
+    "compare_url": "/compare/{base}...{head}",
+    "contents_url": "/contents/{+path}",
+    "contributors_url": "/contributors",
+    "deployments_url": "/deployments",
+    "downloads_url": "/downloads",
+    "events_url": "/events",
+    "forks_url": "/forks",
+    "git_commits_url": "/git/commits{/sha}",
+    "git_refs_url": "/git/refs{/sha}",
+    "git_tags_url": "/git/tags{/sha}",
+    "hooks_url": "/hooks",
+    "issue_comment_url": "/issues/comments{/number}",
+    "issue_events_url": "/issues/events{/number}",
+    "issues_url": "/issues{/number}",
+    "keys_url": "/keys{/key_id}",
+    "labels_url": "/labels{/name}",
+    "languages_url": "/languages",
+    "merges_url": "/merges",
+    "milestones_url": "/milestones{/number}",
+    "notifications_url": "/notifications{?since,all,participating}",
+    "pulls_url": "/pulls{/number}",
+    "releases_url": "/releases{/id}",
+    "stargazers_url": "/stargazers",
+    "statuses_url": "/statuses/{sha}",
+    "subscribers_url": "/subscribers",
+    "subscription_url": "/subscription",
+    "tags_url": "/tags",
+    "teams_url": "/teams",
+    "trees_url": "/git/trees{/sha}",
+}
+#: A user's (or organization's) API URL templates, after its API URL.
+_USER_URLS = {
+    "followers_url": "/followers",
+    "following_url": "/following{/other_user}",
+    "gists_url": "/gists{/gist_id}",
+    "starred_url": "/starred{/owner}{/repo}",
+    "subscriptions_url": "/subscriptions",
+    "organizations_url": "/orgs",
+    "repos_url": "/repos",
+    "events_url": "/events{/privacy}",
+    "received_events_url": "/received_events",
+}
+#: The account that pushes the commits that start the fake's runs.
+_ACTOR = ("demo-user", 2)
+#: The fake owner's account id (an organization or a user).
+_OWNER_ID = 1
+
+
+def user_json(base: str, login: str, user_id: int, kind: str = "User") -> dict[str, Any]:
+    """A "simple user": an account as GitHub embeds it (``kind`` User or Organization)."""
+    api = f"{base}/users/{login}"
     return {
+        "login": login,
+        "id": user_id,
+        "node_id": f"U_{user_id}" if kind == "User" else f"O_{user_id}",
+        "avatar_url": f"https://avatars.githubusercontent.com/u/{user_id}?v=4",
+        "gravatar_id": "",
+        "url": api,
+        "html_url": f"https://github.com/{login}",
+        **{key: api + suffix for key, suffix in _USER_URLS.items()},
+        "type": kind,
+        "user_view_type": "public",
+        "site_admin": False,
+    }
+
+
+def repo_json(
+    base: str, owner: str, repo: FakeRepo, owner_kind: str = "org", *, embedded: bool = False
+) -> dict[str, Any]:
+    """A repository as "List organization repositories" shows it (a minimal repository);
+    ``embedded``: as a workflow run embeds it, the required properties only.
+
+    The fake knows no description, topics, sizes or counts: those are GitHub's defaults for
+    a new empty repository. Its times are fixed (the fake has no repository history).
+    """
+    full = f"{owner}/{repo.name}"
+    api = f"{base}/repos/{full}"
+    kind = "User" if owner_kind == "user" else "Organization"
+    created = "2024-01-01T00:00:00Z"
+    required = {
         "id": repo.id,
         "node_id": f"R_{repo.id}",
         "name": repo.name,
         "full_name": full,
         "private": True,
-        "owner": {"login": owner, "id": 1, "type": owner_type},
+        "owner": user_json(base, owner, _OWNER_ID, kind),
         "html_url": f"https://github.com/{full}",
-        "url": f"{base}/repos/{full}",
+        "description": None,
+        "fork": False,
+        "url": api,
+        **{key: api + suffix for key, suffix in _REPO_URLS.items()},
+    }
+    if embedded:
+        return required
+    return {
+        **required,
+        "git_url": f"git://github.com/{full}.git",
+        "ssh_url": f"git@github.com:{full}.git",
+        "clone_url": f"https://github.com/{full}.git",
+        "svn_url": f"https://github.com/{full}",
+        "mirror_url": None,
+        "homepage": None,
+        "language": None,
+        "forks_count": 0,
+        "stargazers_count": 0,
+        "watchers_count": 0,
+        "size": 0,
+        "default_branch": "main",
+        "open_issues_count": 0,
+        "is_template": False,
+        "topics": [],
+        "has_issues": True,
+        "has_projects": True,
+        "has_wiki": False,
+        "has_pages": False,
+        "has_downloads": True,
+        "has_discussions": False,
         "archived": False,
         "disabled": False,
-        "default_branch": "main",
         "visibility": "private",
+        "pushed_at": created,
+        "created_at": created,
+        "updated_at": created,
+        "permissions": {
+            "admin": True,
+            "maintain": True,
+            "push": True,
+            "triage": True,
+            "pull": True,
+        },
+        "allow_forking": False,
+        "web_commit_signoff_required": False,
+        "forks": 0,
+        "open_issues": 0,
+        "watchers": 0,
     }
 
 
-def run_json(base: str, owner: str, run: FakeRun, status: str) -> dict[str, Any]:
+def run_json(  # noqa: PLR0917
+    base: str,
+    owner: str,
+    run: FakeRun,
+    status: str,
+    repo: FakeRepo | None = None,
+    owner_kind: str = "org",
+) -> dict[str, Any]:
+    """A workflow run as "List workflow runs for a repository" shows it.
+
+    ``repo`` is the run's repository record (its id); the fake has one workflow (CI, id 1)
+    triggered by pushes to main, no pull requests and no re-runs (``run_attempt`` 1).
+    """
     full = f"{owner}/{run.repo}"
     url = f"{base}/repos/{full}/actions/runs/{run.id}"
+    repository = repo_json(base, owner, repo or FakeRepo(0, run.repo), owner_kind, embedded=True)
+    sha = f"{run.id:040x}"
+    actor = user_json(base, *_ACTOR)
+    pusher = {"name": _ACTOR[0], "email": f"{_ACTOR[0]}@users.noreply.github.com"}
     return {
         "id": run.id,
         "name": "CI",
         "node_id": f"WFR_{run.id}",
+        "check_suite_id": run.id,
+        "check_suite_node_id": f"CS_{run.id}",
         "head_branch": "main",
-        "head_sha": f"{run.id:040x}",
+        "head_sha": sha,
         "path": ".github/workflows/ci.yml",
         "display_title": f"CI #{run.id}",
         "run_number": run.id,
@@ -128,12 +275,33 @@ def run_json(base: str, owner: str, run: FakeRun, status: str) -> dict[str, Any]
         "workflow_id": 1,
         "url": url,
         "html_url": f"https://github.com/{full}/actions/runs/{run.id}",
-        "jobs_url": f"{url}/jobs",
+        "pull_requests": [],
         "created_at": iso(run.created_at),
         "updated_at": iso(run.created_at),
+        "actor": actor,
+        "triggering_actor": actor,
         "run_attempt": 1,
+        "referenced_workflows": [],
         "run_started_at": iso(run.created_at),
-        "repository": {"id": 0, "name": run.repo, "full_name": full},
+        "jobs_url": f"{url}/jobs",
+        "logs_url": f"{url}/logs",
+        "check_suite_url": f"{base}/repos/{full}/check-suites/{run.id}",
+        "artifacts_url": f"{url}/artifacts",
+        "cancel_url": f"{url}/cancel",
+        "rerun_url": f"{url}/rerun",
+        "previous_attempt_url": None,
+        "workflow_url": f"{base}/repos/{full}/actions/workflows/1",
+        "head_commit": {
+            "id": sha,
+            "tree_id": f"{run.id + 1:040x}",
+            "message": f"CI #{run.id}",
+            "timestamp": iso(run.created_at),
+            "author": pusher,
+            "committer": pusher,
+        },
+        "repository": repository,
+        "head_repository": repository,
+        "head_repository_id": repository["id"],
     }
 
 
@@ -202,6 +370,22 @@ def runner_json(runner: FakeRunner) -> dict[str, Any]:
     }
     body.update(runner.overrides)
     return body
+
+
+def rate_limit_json(limit: int, used: int, reset: int) -> dict[str, Any]:
+    """``GET /rate_limit``: the fake meters ``core`` only; the other resources it lists
+    (``search`` is required) are GitHub's defaults, never used."""
+    core = {"limit": limit, "used": used, "remaining": max(0, limit - used), "reset": reset}
+    others = {"search": 30, "graphql": 5000, "integration_manifest": 5000, "code_search": 10}
+    resources = {"core": core}
+    for name, other_limit in others.items():
+        resources[name] = {
+            "limit": other_limit,
+            "used": 0,
+            "remaining": other_limit,
+            "reset": reset,
+        }
+    return {"resources": resources, "rate": core}
 
 
 class Reply:

@@ -104,7 +104,11 @@ def parse_job(item: Any, run: RunRef) -> Job | None:
     if runner_name is not None and not isinstance(runner_name, str):
         raise BadItem("runner_name: expected a string")
     name = item.get("name")
-    created_at = parse_time(item.get("created_at"), "created_at")
+    # GitHub's own example of this listing has no created_at (older answers lack it): the
+    # job still counts, its started_at (set when GitHub queues it) standing in. A null
+    # created_at is malformed: the description makes it required and not nullable.
+    created = "created_at" if "created_at" in item else "started_at"
+    created_at = parse_time(item.get(created), created)
     started_at = None
     # GitHub reports started_at on queued jobs too (= created_at); it means nothing there.
     if status not in (None, JobStatus.QUEUED, JobStatus.WAITING) and item.get("started_at"):
