@@ -160,6 +160,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from autoscaler.app.simulation import run_simulate  # noqa: PLC0415
+
+    config = _configure(args)
+    if config is None:
+        return 1
+    sweep = [item for group in args.sweep or [] for item in group]
+    return run_simulate(config, args.trace, args.policy, args.output, args.plot, sweep)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from autoscaler.app.record import run_record  # noqa: PLC0415
+
+    config = _configure(args)
+    if config is None:
+        return 1
+    return run_record(config, args.since, args.out, args.max_requests, utc_now())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ci-autoscaler",
@@ -201,6 +220,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", default="127.0.0.1:9464", help="where to serve /metrics")
     p.add_argument("--tick", type=float, default=2.0, help="seconds between ticks")
     p.set_defaults(func=cmd_demo)
+
+    from autoscaler.sim.simulate import POLICIES  # noqa: PLC0415
+
+    p = sub.add_parser(
+        "simulate", help="replay a job trace through this policy and the peers' (virtual time)"
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--trace", required=True, help="JSON lines: created_at, labels, duration")
+    p.add_argument(
+        "--policy",
+        action="append",
+        choices=POLICIES,
+        help="a policy to replay (repeatable; default: all of them)",
+    )
+    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument("--plot", metavar="FILE", help="draw the results (needs matplotlib)")
+    p.add_argument(
+        "--sweep",
+        action="append",
+        nargs="+",
+        metavar="KNOB=V1,V2",
+        help="this project's knobs over a grid (min_idle, idle_timeout, ...): the Pareto front",
+    )
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("record", help="write a trace of the owner's completed jobs")
+    p.add_argument("--config", required=True)
+    p.add_argument("--since", default="7d", help="7d, 36h, or an ISO date/time (UTC)")
+    p.add_argument("--out", required=True, help="the trace file ('-': standard output)")
+    p.add_argument(
+        "--max-requests",
+        type=int,
+        default=1000,
+        help="GitHub requests to spend at most (the hourly limit is shared with the controller)",
+    )
+    p.set_defaults(func=cmd_record)
     return parser
 
 

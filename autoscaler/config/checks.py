@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from autoscaler.config.reader import Reader, format_seconds
 from autoscaler.config.schema import Config
+from autoscaler.config.simulation import check_pools
 
 
 def cross_check(r: Reader, config: Config) -> None:
     _receivers(r, config)
     _runner_types(r, config)
     _backoffs(r, config)
+    check_pools(r, config.simulation, {p for rt in config.runner_types for p in rt.pools})
 
 
 def _receivers(r: Reader, config: Config) -> None:

@@ -34,6 +34,7 @@ from autoscaler.config.schema import (
     StateConfig,
 )
 from autoscaler.config.secrets import Secret, shown
+from autoscaler.config.simulation import read_simulation
 from autoscaler.config.yamlfile import YamlDocument, YamlFileError, read_yaml
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import ConfigError
@@ -56,6 +57,7 @@ _TOP_KEYS = (
     "scaling",
     "state",
     "alerts",
+    "simulation",
 )
 
 
@@ -162,6 +164,7 @@ def _parse(
             )
         ),
         alerts=read_alerts(r, top.get("alerts"), base),
+        simulation=read_simulation(r, top.get("simulation")),
     )
     cross_check(r, config)
     if r.found:
@@ -281,7 +284,9 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 min_idle=read_min_idle(r, m.get("min_idle"), f"{p}.min_idle"),
                 max=r.optional_integer(m.get("max"), f"{p}.max"),
                 priority=r.integer(m.get("priority"), f"{p}.priority", 0),
-                idle_timeout=r.duration(m.get("idle_timeout"), f"{p}.idle_timeout", 600.0),
+                idle_timeout=r.duration(
+                    m.get("idle_timeout"), f"{p}.idle_timeout", RunnerTypeConfig.idle_timeout
+                ),
                 boot_timeout=boot_timeout,
             )
         )
@@ -344,7 +349,9 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
     return ScalingConfig(
         enabled=r.boolean(m.get("enabled"), f"{p}.enabled", True),
         max_scale_in_per_tick=r.integer(
-            m.get("max_scale_in_per_tick"), f"{p}.max_scale_in_per_tick", 5
+            m.get("max_scale_in_per_tick"),
+            f"{p}.max_scale_in_per_tick",
+            ScalingConfig.max_scale_in_per_tick,
         ),
         max_cleanup_per_tick=r.integer(
             m.get("max_cleanup_per_tick"), f"{p}.max_cleanup_per_tick", 5

@@ -192,6 +192,11 @@ class ScalingState:
     refused: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """Pool -> (code, message) of the launch failure a person must fix; cleared once the
     pool delivers what it was asked for."""
+    observed_at: datetime | None = None
+    """The last fresh observation (``min_idle.predict`` counts arrivals since)."""
+    arrivals: Mapping[str, tuple[tuple[datetime, int], ...]] = field(default_factory=dict)
+    """Runner type -> (observation, jobs that arrived since the one before) within its
+    ``min_idle.predict.window``; only types that predict."""
 
     def in_backoff(self, pool: str, now: datetime) -> bool:
         until = self.backoff_until.get(pool)

@@ -3,7 +3,8 @@
 Per runner type:
 
 - demand = fresh queued jobs + busy runners on the type's instances + ``min_idle`` at
-  ``now`` (a number, or a weekly UTC schedule);
+  ``now`` (a number, or a weekly UTC schedule; with ``predict``, at least the warm runners
+  the recent arrival rate calls for, :mod:`autoscaler.scale.forecast`);
 - supply = instances in service or pending in the type's pools (booting ones count, so a
   queued job is not provisioned twice);
 - desired = demand clamped to the type's ``max``, to the pools' MaxSize and to the budgets.
@@ -41,6 +42,7 @@ from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 from autoscaler.domain import ClockSkew, InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.capacity import launch_failures, track_short
+from autoscaler.scale.forecast import count_arrivals, warm_runners
 from autoscaler.scale.plan import (
     HOLD,
     LAUNCH_FAILED,
@@ -152,6 +154,8 @@ def _types(
     pools: Mapping[str, PoolState],
     config: Config,
     now: datetime,
+    *,
+    state: ScalingState,
 ) -> list[_Type]:
     out = []
     for rt in config.runner_types:
@@ -161,7 +165,7 @@ def _types(
         stats = snapshot.per_type.get(rt.name)
         queued = stats.queue_size if stats is not None else 0
         busy = sum(1 for r, _ in mine if r.online and r.busy)
-        demand = queued + busy + rt.min_idle.at(now)
+        demand = queued + busy + warm_runners(rt, state, now)
         cap = sum(p.max_size for p in present)
         if rt.max is not None:
             cap = min(cap, rt.max)
@@ -346,6 +350,7 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     skew = clock_skew or ClockSkew()
     scaling = config.scaling
     if observation_fresh:
+        state = count_arrivals(config, snapshot, runners, state)
         idle_since = {
             r.id: state.idle_since.get(r.id, snapshot.observed_at)
             for r in runners
@@ -353,7 +358,7 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         }
         state = replace(state, idle_since=idle_since)
     state = track_short(pools, state, now)
-    types = _types(snapshot, runners, pools, config, now)
+    types = _types(snapshot, runners, pools, config, now, state=state)
     budget_use = _grant_budgets(types, config.budgets, now)
     out = _Builder(pools)
     releases: list[Release] = []

@@ -35,6 +35,17 @@ PURE = [
     "autoscaler.config.secrets",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
+    "autoscaler.config.simulation",
+    "autoscaler.sim.trace",
+    "autoscaler.sim.clock",
+    "autoscaler.sim.emulator",
+    "autoscaler.sim.project",
+    "autoscaler.sim.peers",
+    "autoscaler.sim.drivers",
+    "autoscaler.sim.metrics",
+    "autoscaler.sim.sweep",
+    "autoscaler.sim.simulate",
+    "autoscaler.sim.shapes",
     "autoscaler.alerting.alertmanager",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")

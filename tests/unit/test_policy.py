@@ -320,7 +320,7 @@ MANY = 8
 CAPS = [
     pytest.param(
         Case(
-            config(),
+            config(scaling=ScalingConfig(max_scale_in_per_tick=5)),
             [pool("gpu-spot", [inst(i, "gpu-spot") for i in range(1, MANY + 1)]), pool("gpu-od")],
             {},
             [runner(i, "gpu-spot") for i in range(1, MANY + 1)],

@@ -197,6 +197,11 @@ class GitHubHttp:
             self.cache.put(url, etag, link, record, self.wall_clock())
         return PageResult(record, self._next(link), answer.status)
 
+    def next_url(self, link: str | None) -> str | None:
+        """The ``rel="next"`` URL of a ``Link`` header, only on ``github.api_url``'s origin
+        (a credential is never sent anywhere else)."""
+        return self._next(link)
+
     def _next(self, link: str | None) -> str | None:
         url = next_link(link)
         if url is not None and urlsplit(url)[:2] != self._origin:
