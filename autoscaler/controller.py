@@ -1,13 +1,19 @@
 """One reconcile tick: observe -> compute -> decide -> act -> report.
 
 Scaling runs before alerting so that what scaling hit this tick (a permanent cloud error,
-every pool of a type out of capacity) is alerted in the same tick.
+every pool of a type out of capacity) is alerted in the same tick, and so that the clock
+skew the scaler measured (GitHub's from the poll, AWS's from its answers) is alerted on.
 
 The controller owns no clock and no sleep: ``tick(now)`` is given the time, so the same
 code runs in the live loop, in ``once --dry-run`` and under a virtual clock. The CI source
 failing never ends the loop: the last good picture stays, its age shows in
 ``ci_autoscaler_last_successful_poll_timestamp_seconds`` and readiness fails once it is
-older than three poll intervals.
+older than three poll intervals. Readiness also fails while a stage reports a problem
+into the injected :class:`autoscaler.health.Health` (the alert stage: its state store
+cannot be written), so the controller stays pure: it reads what adapters reported.
+Whatever the source raises (a classified error, or an
+exception that escaped its adapter) is a failed poll, so the alerting stage still runs
+and "GitHub unreachable" still fires.
 """
 
 from __future__ import annotations
@@ -21,8 +27,17 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from autoscaler.config import Config
-from autoscaler.domain import Cause, Observation, QueueSnapshot, RunnerType, ScalingProblem
+from autoscaler.domain import (
+    Cause,
+    ClockSkew,
+    Observation,
+    PollBudget,
+    QueueSnapshot,
+    RunnerType,
+    ScalingProblem,
+)
 from autoscaler.errors import AutoscalerError
+from autoscaler.health import Health
 from autoscaler.observe.queue import compute_queue
 from autoscaler.observe.starts import JobStart, ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
@@ -65,6 +80,8 @@ class AlertStep(Protocol):
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> Sequence[Any]: ...
@@ -76,6 +93,11 @@ class ScaleStep(Protocol):
     @property
     def last_problems(self) -> Sequence[ScalingProblem]:
         """What the last step hit that on-call must hear about (the alert stage pages)."""
+        ...
+
+    @property
+    def last_clock_skew(self) -> ClockSkew:
+        """The peers' clock skew the last step decided with (the alert stage checks it)."""
         ...
 
     @property
@@ -121,12 +143,15 @@ class Controller:
         *,
         alerts: AlertStep | None = None,
         scaler: ScaleStep | None = None,
+        health: Health | None = None,
     ) -> None:
         self.config = config
         self.source = source
         self.reporter = reporter
         self.alerts = alerts
         self.scaler = scaler
+        #: What the stages report keeps the controller from being ready (see ready()).
+        self.health = health if health is not None else Health()
         self.types: tuple[RunnerType, ...] = tuple(rt.runner_type for rt in config.runner_types)
         self.last_observation: Observation | None = None
         self.last_snapshot: QueueSnapshot | None = None
@@ -145,6 +170,9 @@ class Controller:
             observation_fresh = fresh and self.observation_is_fresh(now)
             alerts, scaler = self.alerts, self.scaler
             problems: Sequence[ScalingProblem] | None = None
+            skew: ClockSkew | None = None
+            if self.last_observation is not None:
+                skew = ClockSkew(github=self.last_observation.clock_skew_seconds)
             if (
                 scaler is not None
                 and self.last_observation is not None
@@ -162,6 +190,7 @@ class Controller:
                     ),
                 )
                 problems = scaler.last_problems
+                skew = scaler.last_clock_skew
                 result.scaling = scaler.last_view
             try:
                 result.causes = diagnose(
@@ -179,6 +208,7 @@ class Controller:
                 log.exception("diagnosis failed; the loop goes on")
                 self.reporter.stage_failed("diagnosis")
             if alerts is not None:
+                budget = self.last_observation.budget if fresh and self.last_observation else None
                 result.alerts = self._guarded(
                     "alerting",
                     lambda: alerts.step(
@@ -187,6 +217,8 @@ class Controller:
                         now,
                         dry_run=dry_run,
                         problems=problems,
+                        clock_skew=skew,
+                        budget=budget,
                         causes=result.causes,
                         objectives=self.objectives,
                     ),
@@ -209,6 +241,12 @@ class Controller:
             result.poll_error = f"{type(exc).__name__}: {exc}"
             result.snapshot = self.last_snapshot
             log.warning("poll of the CI provider failed (%s): %s", exc.kind, exc)
+            return False
+        except Exception as exc:  # escaped the adapter (a bug, a RecursionError): the last line
+            self.reporter.poll_failed("error")
+            result.poll_error = f"{type(exc).__name__}: unexpected error in the CI source"
+            result.snapshot = self.last_snapshot
+            log.exception("poll of the CI provider failed unexpectedly; the tick goes on")
             return False
         snapshot = compute_queue(
             observation.jobs,
@@ -240,8 +278,24 @@ class Controller:
         return self._poll_age_below(now, FRESH_SCALE_INTERVALS)
 
     def ready(self, now: datetime) -> bool:
-        """Ready while the last successful poll is younger than three poll intervals."""
-        return self._poll_age_below(now, STALE_READY_INTERVALS)
+        """Ready while the last successful poll is younger than three poll intervals and no
+        stage reports a problem (:attr:`health`)."""
+        return not self.not_ready_reasons(now)
+
+    def not_ready_reasons(self, now: datetime) -> list[str]:
+        """Why the controller is not ready, one line each; empty when it is."""
+        reasons: list[str] = []
+        if not self._poll_age_below(now, STALE_READY_INTERVALS):
+            last = self.last_successful_poll
+            reasons.append(
+                "never polled"
+                if last is None
+                else f"last successful poll {last:%Y-%m-%d %H:%M:%S} UTC is stale"
+            )
+        reasons += [
+            f"{name}: {problem}" for name, problem in sorted(self.health.problems().items())
+        ]
+        return reasons
 
     def _poll_age_below(self, now: datetime, intervals: int) -> bool:
         if self.last_successful_poll is None:

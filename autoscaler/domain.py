@@ -73,6 +73,23 @@ class RunnerType:
 
 
 @dataclass(frozen=True, slots=True)
+class PollBudget:
+    """How the CI source spends its API budget (GitHub's primary rate limit) this tick."""
+
+    poll_interval: float
+    busy_interval: float
+    """Seconds between re-lists of repositories and runs with queued jobs."""
+    quiet_interval: float
+    """Seconds between re-lists of the others."""
+    budget_per_hour: float
+    """Requests per hour the source may spend (``github.rate_limit_share`` of the limit)."""
+    needed_per_hour: float
+    """What re-listing everything every poll interval would cost."""
+    too_small: bool
+    """Repositories with queued jobs are re-listed less often than every poll interval."""
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """What one poll of the CI source saw."""
 
@@ -84,6 +101,11 @@ class Observation:
     #: Of those, runners: a skipped runner looks absent, so its instance must not be
     #: mistaken for an orphan this tick.
     skipped_runners: int = 0
+    #: The provider's clock minus ours, in seconds, from the ``Date`` header of its answers
+    #: during this poll (None: no answer carried one).
+    clock_skew_seconds: float | None = None
+    #: The source's API budget, when it plans one.
+    budget: PollBudget | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +178,20 @@ class ActivityStatus(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ScalingActivity:
-    """One recent scaling activity of a pool (its status is an enum, never message text)."""
+    """One recent scaling activity of a pool.
+
+    ``status`` is an enum. Why a launch failed is classified by the adapter at the edge
+    (a table of the cloud's error codes found in the message, never free-form English):
+    ``code`` is the code it found and ``permanent`` says whether a person must act
+    (quota, image, launch template, permissions) or capacity may come back by itself.
+    ``message`` is the cloud's own text, kept for people (logs, alerts), never parsed here.
+    """
 
     started_at: datetime
     status: ActivityStatus
     message: str = ""
+    code: str = ""
+    permanent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +222,8 @@ class ScalingProblem:
     """Something scaling hit that on-call must hear about at once.
 
     ``kind``: ``permanent`` (a permanent cloud error, ``code`` names it),
+    ``launch`` (the pool accepted a scale-up and the cloud could not launch for a reason a
+    person must fix: ``code`` is the cloud's code, ``message`` its own words),
     ``out_of_capacity`` (every pool of the type is out), ``missing`` (a configured pool
     does not exist).
     """
@@ -216,3 +249,17 @@ class Cause:
 
     def as_dict(self) -> dict[str, str]:
         return {"code": self.code, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class ClockSkew:
+    """How far the peers' clocks are from ours: peer minus ours, in seconds (positive: the
+    peer is ahead). None where no answer of that peer carried a ``Date`` header yet."""
+
+    github: float | None = None
+    aws: float | None = None
+
+    @property
+    def worst(self) -> float:
+        """The largest absolute skew measured (0 when nothing was measured)."""
+        return max((abs(s) for s in (self.github, self.aws) if s is not None), default=0.0)

@@ -3,17 +3,22 @@
     AutoscalerError
     ├── ConfigError          the configuration is invalid; carries every problem at once
     ├── TransientError       retry with backoff; ``retry_after`` (seconds) when the peer said
-    │   └── RateLimitedError the peer rate-limited us (GitHub 403/429, AWS Throttling)
+    │   ├── RateLimitedError the peer rate-limited us (GitHub 403/429, AWS Throttling)
+    │   └── StateLockedError (also a StateError) another process holds the state file
     ├── DeferredError        the resource is busy (ScalingActivityInProgress): not retried
     │                        now, the next tick tries again
     ├── CapacityError        no capacity in this pool: fail over to the next pool
-    └── PermanentError       retrying cannot help: alert at once
-        ├── AuthenticationError  credentials rejected (GitHub 401, AWS AccessDenied)
-        ├── NotFoundError        the resource does not exist (GitHub 404)
-        └── RejectedError        the request was understood and refused (GitHub 422)
+    ├── PermanentError       retrying cannot help: alert at once
+    │   ├── AuthenticationError  credentials rejected (GitHub 401, AWS AccessDenied)
+    │   ├── NotFoundError        the resource does not exist (GitHub 404)
+    │   ├── RejectedError        the request was understood and refused (GitHub 422)
+    │   └── StateUnusableError   (also a StateError) the state file is corrupt, not a
+    │                            database, read-only, unreachable or its disk is full
+    └── StateError           the state store cannot be used; ``path`` names its file and the
+                             message says what to do (StateLockedError, StateUnusableError)
 
 Adapters translate vendor errors into these at the edge; nothing above an adapter sees an
-httpx or botocore exception. Messages never carry secrets.
+httpx, botocore or sqlite3 exception. Messages never carry secrets.
 """
 
 from __future__ import annotations
@@ -91,3 +96,29 @@ class RejectedError(PermanentError):
     """The peer understood the request and refused it (GitHub 422: runner is busy)."""
 
     kind = "rejected"
+
+
+class StateError(AutoscalerError):
+    """The state store cannot be used. ``path`` names its file, ``operation`` what was being
+    done (bounded: ``open``, ``save``, ...); the message says what the operator should do."""
+
+    kind = "state"
+
+    def __init__(self, message: str, *, path: str, code: str = "", operation: str = "") -> None:
+        super().__init__(message, code=code)
+        self.path = path
+        self.operation = operation
+
+
+class StateLockedError(StateError, TransientError):
+    """Another process holds the state file's lock: another controller runs on the same file.
+    Waiting helps once it stops."""
+
+    kind = "state_locked"
+
+
+class StateUnusableError(StateError, PermanentError):
+    """The state file is corrupt, not a database, read-only or unreachable: a person must
+    act (the message says how)."""
+
+    kind = "state_unusable"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from autoscaler.domain import Observation, PoolState
+from autoscaler.domain import Observation, PoolState, Runner
 
 _INSTANCE_ID = re.compile(r"(i-[0-9a-f]{8,17})$")
 
@@ -34,7 +34,13 @@ class JobSource(Protocol):
         ...
 
     def remove_runner(self, runner_id: int) -> None:
-        """Deregister a runner. Raises RejectedError when the runner is busy (GitHub 422)."""
+        """Deregister a runner. Raises RejectedError when the runner is busy (GitHub 422),
+        NotFoundError when the provider no longer knows it (the runner is gone)."""
+        ...
+
+    def find_runner(self, name: str) -> Runner | None:
+        """The runner registered under exactly ``name`` now, or None. Asked right before an
+        orphan instance is terminated: the poll's list may be older than a registration."""
         ...
 
 
@@ -53,4 +59,9 @@ class RunnerPool(Protocol):
 
     def terminate_instance(self, pool: str, instance_id: str) -> None:
         """Terminate one instance and decrement the group's desired capacity."""
+        ...
+
+    def clock_skew(self) -> float | None:
+        """The cloud's clock minus ours, in seconds, from its last answer (None: unknown).
+        Instance launch times are the cloud's clock; the policy compares them with ours."""
         ...

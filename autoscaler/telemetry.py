@@ -113,6 +113,21 @@ class Metrics:
             registry=r,
         )
 
+        # --- the status server (/metrics, /healthz, /readyz)
+        self.http_connections_open = Gauge(
+            P + "http_connections_open",
+            "Connections open to the status server.",
+            registry=r,
+        )
+        self.http_connections_dropped = Counter(
+            P + "http_connections_dropped_total",
+            "Status server connections closed early, by reason: header_timeout (no whole "
+            "request in time), evicted (closed at the connection limit to make room), "
+            "over_limit, too_large, bad_request, write_timeout (the client did not read).",
+            ["reason"],
+            registry=r,
+        )
+
         # --- GitHub adapter
         self.github_requests = Counter(
             P + "github_requests_total",
@@ -145,6 +160,60 @@ class Metrics:
             ["resource"],
             registry=r,
         )
+        self.github_poll_interval = Gauge(
+            P + "github_poll_interval_seconds",
+            "Effective seconds between re-lists of repositories and runs with queued jobs "
+            "(activity=busy) and of the others (quiet), as the rate-limit budget plans them.",
+            ["activity"],
+            registry=r,
+        )
+        self.github_budget = Gauge(
+            P + "github_budget_requests_per_hour",
+            "Requests per hour counted against the primary rate limit the poll plans with "
+            "(github.rate_limit_share of x-ratelimit-limit, and what the window has left).",
+            registry=r,
+        )
+        self.github_budget_needed = Gauge(
+            P + "github_budget_needed_requests_per_hour",
+            "What re-listing everything every poll interval would cost per hour.",
+            registry=r,
+        )
+        self.github_rate_limit_pauses = Counter(
+            P + "github_rate_limit_pauses_total",
+            "Rate-limit answers that paused every GitHub request, by kind (primary, secondary).",
+            ["kind"],
+            registry=r,
+        )
+        self.github_deferred_listings = Counter(
+            P + "github_deferred_listings_total",
+            "Re-lists of busy or quiet repositories and runs deferred to a later tick "
+            "because the tick's share of the rate-limit budget was spent.",
+            ["activity"],
+            registry=r,
+        )
+        self.github_truncated_listings = Counter(
+            P + "github_truncated_listings_total",
+            "Run listings GitHub capped (1,000 runs for a status filter); each was narrowed "
+            "by created ranges.",
+            registry=r,
+        )
+        self.github_pagination_errors = Counter(
+            P + "github_pagination_errors_total",
+            "Listings stopped because a Link led back to a page already read (loop) or past "
+            "the page cap (page_cap), by listing.",
+            ["endpoint", "reason"],
+            registry=r,
+        )
+        self.github_unlisted_repos = Gauge(
+            P + "github_unlisted_repos",
+            "Watched repositories whose runs were never listed yet (no picture of them).",
+            registry=r,
+        )
+        self.github_cache_entries = Gauge(
+            P + "github_cache_entries",
+            "Pages in the ETag cache (compact records; persisted in the state store).",
+            registry=r,
+        )
         self.github_skipped_items = Counter(
             P + "github_skipped_items_total",
             "Items skipped because GitHub returned malformed data for them.",
@@ -169,6 +238,13 @@ class Metrics:
             P + "alert_notifications_total",
             "Notification attempts by receiver and result (sent, failed, retried).",
             ["receiver", "result"],
+            registry=r,
+        )
+        self.state_store_errors = Counter(
+            P + "state_store_errors_total",
+            "Failed uses of the alert state store by operation and code (locked, corrupt, "
+            "not_a_database, read_only, cannot_open, permission, disk_full, io_error, ...).",
+            ["operation", "code"],
             registry=r,
         )
         self.alertmanager_posts = Counter(
@@ -236,6 +312,33 @@ class Metrics:
             "Time from a scale-up of a pool to each new runner of it online.",
             ["runner_type", "pool"],
             buckets=_PROVISION,
+            registry=r,
+        )
+        self.orphans_kept = Counter(
+            P + "orphans_kept_total",
+            "Orphan instances not terminated: their runner registered after the poll"
+            " (registered), GitHub could not be asked (lookup_failed), or the clocks"
+            " disagree too much to judge an instance's age (clock_skew).",
+            ["runner_type", "pool", "reason"],
+            registry=r,
+        )
+        self.deferred_terminations = Counter(
+            P + "deferred_terminations_total",
+            "Terminations that failed after the runner was deregistered; retried first next tick.",
+            ["runner_type", "pool"],
+            registry=r,
+        )
+        self.pending_terminations = Gauge(
+            P + "pending_terminations",
+            "Instances of deregistered runners still waiting for their termination.",
+            ["runner_type", "pool"],
+            registry=r,
+        )
+        self.clock_skew = Gauge(
+            P + "clock_skew_seconds",
+            "A peer's clock minus ours, from the Date header of its last answer"
+            " (peer: github, aws; positive: the peer is ahead).",
+            ["peer"],
             registry=r,
         )
         self.pool_backoff_remaining = Gauge(

@@ -64,7 +64,7 @@ def api_url(url: str) -> str:
 def api_urls(rc: ReceiverConfig) -> tuple[str, ...]:
     """Every Alertmanager of a receiver (``urls``; ``url`` when built without them)."""
     urls = rc.urls or ((rc.url,) if rc.url else ())
-    return tuple(api_url(u) for u in urls)
+    return tuple(api_url(u.reveal()) for u in urls)
 
 
 def valid_for(resend: float, interval: float) -> float:

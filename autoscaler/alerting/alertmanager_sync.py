@@ -26,13 +26,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import httpx
 
 from autoscaler.alerting import alertmanager as am
+from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import AlertState
 from autoscaler.config import Config, ReceiverConfig
 from autoscaler.errors import PermanentError, TransientError
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class _Result:
     receiver: str
-    url: str
+    url: str = field(repr=False)  # a receiver URL: a secret
     keys: frozenset[tuple[str, str]]
     at: datetime
     result: str
@@ -164,7 +165,10 @@ class AlertmanagerSync:
         where = host(url)
         result = "sent"
         try:
-            with httpx.Client(transport=self._transport, timeout=rc.timeout) as client:
+            with (
+                receiver_requests(),
+                httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
+            ):
                 post(client, url, list(b.alerts))
         except TransientError as exc:
             log.warning(

@@ -1,45 +1,71 @@
-"""Delivery of outbox notifications to receivers over httpx.
+"""Delivery of outbox notifications to receivers over httpx, off the tick.
 
-- Each receiver gets one background task per tick in a small thread pool; the tick waits
-  at most ``deadline`` seconds for all of them together, so a slow receiver never blocks
-  the tick or the other receivers. A task still running when the deadline passes keeps
-  its items; its results are collected on a later tick (no item is sent twice in
-  parallel: a receiver with a task in flight gets no new one).
-- One attempt has the receiver's ``timeout``; attempts are bounded (``max_attempts``) with
-  full-jitter exponential backoff (tenacity, injectable ``sleep``). Only transient
-  failures are retried (connection errors, timeouts, 408/429/5xx).
+- **The tick never waits for a receiver.** :meth:`Deliverer.deliver` starts one delivery
+  round per receiver that has notifications waiting and none in flight, each in its own
+  daemon thread, and returns at once. A round records every outcome in the store itself,
+  item by item, right after the receiver answered (so a crash can resend at most the one
+  notification in flight: delivery is at least once, and every payload carries the
+  notification's ``event_id`` to dedupe on).
+- **Every round has its own overall deadline** (``deadline``, default 10 s): no attempt
+  starts, and no backoff wait begins, that would end past it, and each attempt's timeout
+  is the receiver's ``timeout`` clipped to what is left. A receiver that accepts the
+  connection and never answers costs its round ``deadline`` seconds, not ``timeout`` x
+  ``max_attempts`` plus backoffs, and costs the tick nothing. Items a round did not reach
+  wait for a later round, in order.
+- Rounds are daemon threads, at most one per receiver: a hung receiver never holds up the
+  others nor the process's exit. :meth:`close` (``once`` and shutdown) waits at most
+  ``deadline`` for rounds in flight; what they did not confirm stays in the outbox and
+  goes out on the next start.
+- Attempts are bounded (``max_attempts``) with full-jitter exponential backoff (tenacity,
+  injectable ``sleep``). Only transient failures are retried (connection errors,
+  timeouts, 408/425/429/5xx).
 - Items are sent in order; after a receiver's first failure the rest of its items wait
-  for the next tick (it is probably down), so a FIRING is never overtaken by its RESOLVED.
+  for the next round (it is probably down), so a FIRING is never overtaken by its RESOLVED.
+- ``github_issue``: before opening an issue for a FIRING with no issue on record, the
+  receiver looks for an open issue carrying the alert's marker (:func:`render.github_marker`):
+  if its create was delivered but not recorded (a crash, a lost response), it adopts that
+  issue instead of opening a second one. The create itself is never retried blind within
+  a round (the next round looks first). A RESOLVED with no issue on record closes the open
+  issue it finds the same way.
+- Receiver URLs are secrets: no log line, error or metric of ours names one (only the
+  receiver's name), and httpx's own request log is dropped for receiver requests at every
+  level (:mod:`autoscaler.alerting.httplog`).
 - Outcomes, counted in ``alert_notifications_total{receiver,result}``: ``sent``;
-  ``retried`` (one per retry attempt); ``failed`` (gave up this tick, stays in the outbox,
-  retried next tick, logged as a warning); ``rejected`` (a permanent 4xx: retrying cannot
-  help, removed from the outbox and logged as an error, never silently); ``dry_run``.
+  ``retried`` (one per retry attempt); ``failed`` (gave up this round, stays in the outbox,
+  logged as a warning); ``rejected`` (a permanent 4xx: retrying cannot help, removed from
+  the outbox and logged as an error, never silently); ``dry_run``. A store that cannot
+  record an outcome ends the round (logged, counted in ``state_store_errors_total``, and
+  reported into :class:`autoscaler.health.Health`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception_type
 from tenacity.wait import wait_random_exponential
 
 from autoscaler.alerting import alertmanager, render
+from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.store import OutboxItem, StateStore
 from autoscaler.config import Config, ReceiverConfig
 from autoscaler.config.reader import Secret
-from autoscaler.errors import PermanentError, TransientError
+from autoscaler.errors import PermanentError, StateError, TransientError
+from autoscaler.health import STATE, Health
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+#: Open issues examined when looking for an alert's issue (100 per page).
+ISSUE_LOOKUP_PAGES = 10
 
 
 @dataclass(frozen=True)
@@ -52,12 +78,35 @@ class Outcome:
     """``sent``, ``failed``, ``rejected`` or ``dry_run``."""
     error: str | None = None
     issue: tuple[str, int | None] | None = None
-    """github_issue: (fingerprint, issue number or None to forget) to store."""
+    """github_issue: (fingerprint, issue number or None: closed) to remember."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class _Call:
+    """One round's HTTP client and the monotonic time its deadline passes."""
+
+    client: httpx.Client
+    deadline_at: float
+
+
 class _Issues:
-    numbers: dict[str, int | None] = field(default_factory=dict)
+    """Where the github_issue receiver keeps its issue numbers: the store, or (``alerts
+    test``) a dict."""
+
+    def __init__(self, store: StateStore | None, receiver: str) -> None:
+        self._store, self._receiver = store, receiver
+        self._numbers: dict[str, int | None] = {}
+
+    def get(self, fingerprint: str) -> int | None:
+        if self._store is None:
+            return self._numbers.get(fingerprint)
+        return self._store.issue_number(self._receiver, fingerprint)
+
+    def set(self, fingerprint: str, number: int | None) -> None:
+        if self._store is None:
+            self._numbers[fingerprint] = number
+        else:
+            self._store.set_issue_number(self._receiver, fingerprint, number)
 
 
 def _check(response: httpx.Response) -> httpx.Response:
@@ -70,6 +119,13 @@ def _check(response: httpx.Response) -> httpx.Response:
     raise PermanentError(message, code=str(code))
 
 
+def _reveal(rc: ReceiverConfig) -> str:
+    """The receiver's URL, for the request alone (config validation requires one)."""
+    if rc.url is None:
+        raise PermanentError(f"receiver {rc.name} has no url", code="url")
+    return rc.url.reveal()
+
+
 class Deliverer:
     """Sends outbox notifications; see the module docstring for the guarantees."""
 
@@ -80,25 +136,28 @@ class Deliverer:
         *,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
         deadline: float = 10.0,
-        max_workers: int = 4,
         backoff: float = 0.5,
         max_backoff: float = 5.0,
         github_api_url: str = "https://api.github.com",
         github_token: Secret | None = None,
         dry_run: bool = False,
+        health: Health | None = None,
     ) -> None:
         self.receivers = dict(receivers)
         self.metrics = metrics
         self.deadline = deadline
         self.dry_run = dry_run
+        self.health = health if health is not None else Health()
         self._transport = transport
         self._sleep = sleep
+        self._monotonic = monotonic
         self._backoff, self._max_backoff = backoff, max_backoff
         self._github_api_url = github_api_url.rstrip("/")
         self._github_token = github_token
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="alerts")
-        self._inflight: dict[str, Future[list[Outcome]]] = {}
+        self._rounds: dict[str, threading.Thread] = {}
+        self._stopping = threading.Event()
 
     @classmethod
     def from_config(cls, config: Config, metrics: Metrics, **kwargs: Any) -> Deliverer:
@@ -107,19 +166,20 @@ class Deliverer:
         kwargs.setdefault("github_token", config.github.token)
         return cls(config.alerts.receivers, metrics, **kwargs)
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    # --- the tick's side: never blocks on a receiver
 
-    # --- the tick's entry point
-    def deliver(self, store: StateStore) -> list[Outcome]:
-        """Send what the outbox holds (within ``deadline``); apply results to ``store``."""
-        outcomes = self._collect(store)
+    def deliver(self, store: StateStore) -> None:
+        """Start a round for every receiver with notifications waiting and none in flight.
+        Returns at once; raises StateError when the outbox cannot be read."""
+        self._reap()
         by_receiver: dict[str, list[OutboxItem]] = {}
         for item in store.pending():
             by_receiver.setdefault(item.receiver, []).append(item)
-        started: list[Future[list[Outcome]]] = []
+        for name in self.receivers:
+            count = len(by_receiver.get(name, ()))
+            self.metrics.alert_notifications_pending.labels(name).set(count)
         for name, items in by_receiver.items():
-            if name in self._inflight:
+            if name in self._rounds or self._stopping.is_set():
                 continue
             rc = self.receivers.get(name)
             if rc is None:
@@ -128,121 +188,167 @@ class Deliverer:
                     self.metrics.alert_notifications.labels(name, "rejected").inc()
                     store.mark_delivered(item.id)
                 continue
-            numbers: dict[str, int | None] = {}
-            if rc.type == "github_issue":
-                fps = {i.notification.fingerprint for i in items}
-                numbers = {fp: store.issue_number(name, fp) for fp in fps}
-            fut = self._pool.submit(self._run_receiver, rc, items, _Issues(numbers))
-            self._inflight[name] = fut
-            started.append(fut)
-        if started:
-            wait(started, timeout=self.deadline)
-        outcomes += self._collect(store)
-        self._update_pending(store)
-        return outcomes
+            thread = threading.Thread(
+                target=self._round,
+                args=(rc, items, store),
+                name=f"alerts-{name}",
+                daemon=True,
+            )
+            self._rounds[name] = thread
+            thread.start()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for the rounds in flight (at most ``timeout`` seconds, default
+        ``deadline``). True when none is left."""
+        limit = self._monotonic() + (self.deadline if timeout is None else timeout)
+        for thread in list(self._rounds.values()):
+            thread.join(max(0.0, limit - self._monotonic()))
+        self._reap()
+        return not self._rounds
+
+    def close(self, timeout: float | None = None) -> None:
+        """Let rounds in flight finish within ``timeout`` (default: ``deadline`` and a second
+        for a round that just hit its deadline to record it), then stop: a round still
+        running records nothing more (its item stays in the outbox)."""
+        if not self.flush(self.deadline + 1.0 if timeout is None else timeout):
+            names = ", ".join(sorted(self._rounds))
+            log.warning(
+                "alert delivery to %s still in flight at shutdown; it stays in the outbox", names
+            )
+        self._stopping.set()
+
+    def _reap(self) -> None:
+        for name, thread in list(self._rounds.items()):
+            if not thread.is_alive():
+                del self._rounds[name]
+
+    # --- alerts test: one notification, now, retries included
 
     def send_one(self, rc: ReceiverConfig, n: Notification, issue: int | None = None) -> Outcome:
-        """Send one notification now (``alerts test``), retries included."""
-        return self._run_receiver(rc, [OutboxItem(0, rc.name, n)], _Issues({n.fingerprint: issue}))[
-            0
-        ]
-
-    def _collect(self, store: StateStore) -> list[Outcome]:
-        done: list[Outcome] = []
-        for name, fut in list(self._inflight.items()):
-            if not fut.done():
-                continue
-            del self._inflight[name]
+        """Send one notification now (``alerts test``), within ``deadline``; nothing stored."""
+        issues = _Issues(None, rc.name)
+        issues.set(n.fingerprint, issue)
+        with (
+            receiver_requests(),
+            httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
+        ):
+            call = _Call(client, self._monotonic() + self.deadline)
             try:
-                results = fut.result()
-            except Exception:  # a bug in a sender: keep the items, say so loudly
-                log.exception("alert delivery to %r crashed; items stay in the outbox", name)
-                continue
-            for o in results:
-                if o.result == "failed":
-                    store.mark_failed(o.item_id, o.error or "")
-                else:
-                    store.mark_delivered(o.item_id)
-                if o.issue is not None:
-                    store.set_issue_number(o.receiver, *o.issue)
-            done.extend(results)
-        return done
+                self._send(call, rc, n, issues)
+            except PermanentError as exc:
+                return Outcome(0, rc.name, "rejected", str(exc))
+            except TransientError as exc:
+                return Outcome(0, rc.name, "failed", str(exc))
+        number = issues.get(n.fingerprint)
+        return Outcome(0, rc.name, "sent", issue=(n.fingerprint, number))
 
-    def _update_pending(self, store: StateStore) -> None:
-        counts: dict[str, int] = dict.fromkeys(self.receivers, 0)
-        for item in store.pending():
-            counts[item.receiver] = counts.get(item.receiver, 0) + 1
-        for name, count in counts.items():
-            self.metrics.alert_notifications_pending.labels(name).set(count)
+    # --- in a round's thread
 
-    # --- in a worker thread
-    def _run_receiver(
-        self, rc: ReceiverConfig, items: list[OutboxItem], issues: _Issues
-    ) -> list[Outcome]:
-        out: list[Outcome] = []
-        count = self.metrics.alert_notifications
-        with httpx.Client(transport=self._transport, timeout=rc.timeout) as client:
-            for item in items:
-                n = item.notification
-                if self.dry_run:
-                    log.info("dry run: would send %s %s to %s", n.status, n.fingerprint, rc.name)
-                    count.labels(rc.name, "dry_run").inc()
-                    out.append(Outcome(item.id, rc.name, "dry_run"))
-                    continue
-                try:
-                    issue = self._send(client, rc, n, issues)
-                except PermanentError as exc:
-                    log.error(
-                        "alert %s %s to %s rejected (%s); not retried",
-                        n.status,
-                        n.fingerprint,
-                        rc.name,
-                        exc,
-                    )
-                    count.labels(rc.name, "rejected").inc()
-                    out.append(Outcome(item.id, rc.name, "rejected", str(exc)))
-                    continue
-                except TransientError as exc:
-                    log.warning(
-                        "alert %s %s to %s failed (%s); retried next tick",
-                        n.status,
-                        n.fingerprint,
-                        rc.name,
-                        exc,
-                    )
-                    count.labels(rc.name, "failed").inc()
-                    out.append(Outcome(item.id, rc.name, "failed", str(exc)))
-                    break  # the receiver is likely down: the rest waits, in order
-                log.info("alert %s %s sent to %s", n.status, n.fingerprint, rc.name)
-                count.labels(rc.name, "sent").inc()
-                out.append(Outcome(item.id, rc.name, "sent", issue=issue))
-        return out
+    def _round(self, rc: ReceiverConfig, items: list[OutboxItem], store: StateStore) -> None:
+        try:
+            with (
+                receiver_requests(),
+                httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
+            ):
+                call = _Call(client, self._monotonic() + self.deadline)
+                for item in items:
+                    if self._stopping.is_set() or not self._deliver_one(call, rc, item, store):
+                        break
+                    pending = len(store.pending(rc.name))
+                    self.metrics.alert_notifications_pending.labels(rc.name).set(pending)
+        except StateError as exc:
+            self._state_failed(exc)
+        except Exception:  # a bug in a sender: keep the items, say so loudly
+            log.exception("alert delivery to %r crashed; items stay in the outbox", rc.name)
+
+    def _deliver_one(
+        self, call: _Call, rc: ReceiverConfig, item: OutboxItem, store: StateStore
+    ) -> bool:
+        """Send one item and record the outcome; False ends the round."""
+        n, count = item.notification, self.metrics.alert_notifications
+        what = f"{n.status} {n.fingerprint} (event {n.event_id})"
+        if self.dry_run:
+            log.info("dry run: would send %s to %s", what, rc.name)
+            count.labels(rc.name, "dry_run").inc()
+            store.mark_delivered(item.id)
+            return True
+        try:
+            self._send(call, rc, n, _Issues(store, rc.name))
+        except PermanentError as exc:
+            log.error("alert %s to %s rejected (%s); not retried", what, rc.name, exc)
+            count.labels(rc.name, "rejected").inc()
+            store.mark_delivered(item.id)
+            return True
+        except TransientError as exc:
+            log.warning("alert %s to %s failed (%s); retried next round", what, rc.name, exc)
+            count.labels(rc.name, "failed").inc()
+            if not self._stopping.is_set():
+                store.mark_failed(item.id, str(exc))
+            return False  # the receiver is likely down: the rest waits, in order
+        if self._stopping.is_set():  # the store is closing: this one goes again on restart
+            return False
+        store.mark_delivered(item.id)
+        log.info("alert %s sent to %s", what, rc.name)
+        count.labels(rc.name, "sent").inc()
+        return True
+
+    def _state_failed(self, exc: StateError) -> None:
+        if self._stopping.is_set():
+            return  # shutting down: what was not recorded goes again on the next start
+        log.error("alert delivery stopped: %s", exc)
+        self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
+        self.health.report(STATE, str(exc))
 
     def _request(
         self,
-        client: httpx.Client,
+        call: _Call,
         rc: ReceiverConfig,
         method: str,
         url: str,
         body: Any,
         *,
         headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        attempts: int | None = None,
     ) -> httpx.Response:
+        """One request, retried on transient failures up to ``attempts`` (default the
+        receiver's ``max_attempts``) within the round's deadline."""
+        most = rc.max_attempts if attempts is None else attempts
+
         def once() -> httpx.Response:
+            left = call.deadline_at - self._monotonic()
+            if left <= 0:
+                raise TransientError("delivery deadline passed", code="deadline")
             try:
-                return _check(client.request(method, url, json=body, headers=headers))
+                response = call.client.request(
+                    method,
+                    url,
+                    json=body,
+                    headers=headers,
+                    params=params,
+                    timeout=min(rc.timeout, left),
+                )
             except httpx.TimeoutException:
                 raise TransientError("timed out", code="timeout") from None
+            except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+                # httpx's message quotes the URL: ours names the error only.
+                raise PermanentError(f"unusable URL: {type(exc).__name__}", code="url") from None
             except httpx.TransportError as exc:
                 raise TransientError(
                     f"transport error: {type(exc).__name__}", code="transport"
                 ) from None
+            return _check(response)
+
+        def stop(rs: RetryCallState) -> bool:
+            if rs.attempt_number >= most:
+                return True
+            return self._monotonic() + rs.upcoming_sleep >= call.deadline_at
 
         def before_sleep(rs: RetryCallState) -> None:
             self.metrics.alert_notifications.labels(rc.name, "retried").inc()
 
         retrying = Retrying(
-            stop=stop_after_attempt(rc.max_attempts),
+            stop=stop,
             wait=wait_random_exponential(multiplier=self._backoff, max=self._max_backoff),
             retry=retry_if_exception_type(TransientError),
             sleep=self._sleep,
@@ -251,28 +357,26 @@ class Deliverer:
         )
         return retrying(once)
 
-    def _send(
-        self, client: httpx.Client, rc: ReceiverConfig, n: Notification, issues: _Issues
-    ) -> tuple[str, int | None] | None:
+    def _send(self, call: _Call, rc: ReceiverConfig, n: Notification, issues: _Issues) -> None:
         if rc.type == "github_issue":
-            return self._github_issue(client, rc, n, issues)
+            self._github_issue(call, rc, n, issues)
+            return
         if rc.type == "pagerduty":
             key = rc.routing_key.reveal() if rc.routing_key is not None else ""
             body: Any = render.pagerduty_payload(n, key)
-            url = rc.url or PAGERDUTY_URL
+            url = rc.url.reveal() if rc.url is not None else PAGERDUTY_URL
         elif rc.type == "slack":
-            body, url = render.slack_payload(n), rc.url or ""
+            body, url = render.slack_payload(n), _reveal(rc)
         elif rc.type == "alertmanager":
-            self._alertmanager(client, rc, n)
+            self._alertmanager(call, rc, n)
             return None
         elif rc.type == "alertmanager_webhook":
-            body, url = render.alertmanager_payload(n, rc.name), rc.url or ""
+            body, url = render.alertmanager_payload(n, rc.name), _reveal(rc)
         else:
-            body, url = render.webhook_payload(n), rc.url or ""
-        self._request(client, rc, "POST", url, body)
-        return None
+            body, url = render.webhook_payload(n), _reveal(rc)
+        self._request(call, rc, "POST", url, body)
 
-    def _alertmanager(self, client: httpx.Client, rc: ReceiverConfig, n: Notification) -> None:
+    def _alertmanager(self, call: _Call, rc: ReceiverConfig, n: Notification) -> None:
         """One notification as a one-off post to every Alertmanager (``alerts test``; the
         tick keeps them in step through AlertmanagerSync instead of the outbox)."""
         body = [
@@ -283,39 +387,77 @@ class Deliverer:
         errors: list[PermanentError | TransientError] = []
         for url in alertmanager.api_urls(rc):
             try:
-                self._request(client, rc, "POST", url, body)
+                self._request(call, rc, "POST", url, body)
             except (PermanentError, TransientError) as exc:
                 errors.append(exc)
         if errors:
             raise errors[0]
 
     def _github_issue(
-        self, client: httpx.Client, rc: ReceiverConfig, n: Notification, issues: _Issues
-    ) -> tuple[str, int | None]:
-        api = (rc.url or self._github_api_url).rstrip("/")
+        self, call: _Call, rc: ReceiverConfig, n: Notification, issues: _Issues
+    ) -> None:
+        api = (rc.url.reveal() if rc.url is not None else self._github_api_url).rstrip("/")
         token = rc.token or self._github_token
         headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token.reveal()}"
         base = f"{api}/repos/{rc.repo}/issues"
         fp = n.fingerprint
-        number = issues.numbers.get(fp)
+        number = issues.get(fp)
+        found_event = None
+        if number is None:
+            found = self._find_issue(call, rc, base, n, headers)
+            if found is not None:
+                number, found_event = found
+                log.info("alert %s: adopting open issue #%d in %s", fp, number, rc.repo)
         if n.status == "FIRING" and number is None:
             body = {
                 "title": render.title(n.evaluation),
                 "body": render.github_issue_body(n),
                 "labels": render.github_issue_labels(n.evaluation, rc.labels),
             }
-            created = self._request(client, rc, "POST", base, body, headers=headers).json()
-            number = int(created["number"])
-        elif number is not None:
+            # Never retried here: a create whose answer was lost may have opened the issue,
+            # and only the lookup above (next round) can tell. Retrying blind opens two.
+            created = self._request(call, rc, "POST", base, body, headers=headers, attempts=1)
+            number = int(created.json()["number"])
+        elif number is not None and found_event != n.event_id:
+            # found_event == event_id: the issue was opened by this very notification, whose
+            # delivery was not recorded; it says everything already.
             comment = {"body": render.github_comment_body(n)}
-            self._request(client, rc, "POST", f"{base}/{number}/comments", comment, headers=headers)
-            if n.status == "RESOLVED":
-                close = {"state": "closed", "state_reason": "completed"}
-                self._request(client, rc, "PATCH", f"{base}/{number}", close, headers=headers)
-                number = None
-        else:
-            log.info("alert %s resolved; no open issue known for %s", fp, rc.name)
-        issues.numbers[fp] = number
-        return fp, number
+            self._request(call, rc, "POST", f"{base}/{number}/comments", comment, headers=headers)
+        if n.status == "RESOLVED" and number is not None:
+            close = {"state": "closed", "state_reason": "completed"}
+            self._request(call, rc, "PATCH", f"{base}/{number}", close, headers=headers)
+            number = None
+        elif n.status == "RESOLVED":
+            log.info("alert %s resolved; no open issue for it in %s", fp, rc.repo)
+        issues.set(fp, number)
+
+    def _find_issue(
+        self,
+        call: _Call,
+        rc: ReceiverConfig,
+        base: str,
+        n: Notification,
+        headers: Mapping[str, str],
+    ) -> tuple[int, str] | None:
+        """(number, event id of its opening notification) of the newest open issue whose
+        body carries this alert's marker, among issues with the alert's team label."""
+        params = {
+            "state": "open",
+            "labels": render.github_issue_labels(n.evaluation)[0],
+            "sort": "created",
+            "direction": "desc",
+            "per_page": "100",
+        }
+        url: str | None = base
+        for _ in range(ISSUE_LOOKUP_PAGES):
+            if url is None:
+                break
+            response = self._request(call, rc, "GET", url, None, headers=headers, params=params)
+            for issue in response.json():
+                marker = render.parse_github_marker(issue.get("body"))
+                if "pull_request" not in issue and marker and marker[0] == n.fingerprint:
+                    return int(issue["number"]), marker[1]
+            url, params = response.links.get("next", {}).get("url"), {}
+        return None

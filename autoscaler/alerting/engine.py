@@ -9,6 +9,13 @@ every tick or so, not one message per transition, so AlertmanagerSync serves the
 
 With ``dry_run`` nothing is persisted or delivered: the views show what would happen, and
 the next real tick still sends every notification.
+
+A state store that cannot be used (corrupt, locked by another controller, read-only, ...)
+stops this stage cleanly: one log line naming the file and what to do, a count in
+``ci_autoscaler_state_store_errors_total{operation,code}``, and a ``state`` problem in
+the controller's :class:`autoscaler.health.Health`, so ``/readyz`` fails until a save
+succeeds again. Nothing is sent that could not be recorded first: the transitions stay
+undecided (the stored state did not move) and go out once the store works.
 """
 
 from __future__ import annotations
@@ -25,12 +32,16 @@ from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
+    BUDGET_RULE,
+    CLOCK_SKEW_RULE,
     FLEET,
     OBJECTIVE_RULE,
     PROVISIONING_RULE,
     UNMATCHED_RULE,
     Causes,
     Evaluation,
+    evaluate_budget,
+    evaluate_clock_skew,
     evaluate_objective,
     evaluate_provisioning,
     evaluate_rules,
@@ -40,7 +51,9 @@ from autoscaler.alerting.rules import (
 )
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
-from autoscaler.domain import QueueSnapshot, ScalingProblem
+from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
+from autoscaler.errors import StateError
+from autoscaler.health import STATE, Health
 from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.telemetry import Metrics
 
@@ -102,6 +115,7 @@ class AlertEngine:
         metrics: Metrics,
         *,
         started_at: datetime | None = None,
+        health: Health | None = None,
         alertmanager: AlertmanagerSync | None = None,
     ) -> None:
         self.config = config
@@ -109,6 +123,8 @@ class AlertEngine:
         self.deliverer = deliverer
         self.metrics = metrics
         self.started_at = started_at
+        #: Where a state store that cannot be written is reported (readiness reads it).
+        self.health = health if health is not None else Health()
         self.alertmanager = alertmanager
         self._synced = {n for n, rc in config.receivers.items() if rc.type == ALERTMANAGER}
         self._firing_labels: set[tuple[str, str]] = set()
@@ -120,13 +136,16 @@ class AlertEngine:
         now: datetime,
         problems: Sequence[ScalingProblem] | None = None,
         *,
+        clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
-        scaling run this tick: ``problems`` is None). ``causes`` (runner type -> why its
-        jobs wait) go on the queue alerts' ``Cause:`` line; ``objectives`` feed the
-        built-in queue-time objective alert."""
+        scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
+        None or empty; no budget plan this tick: ``budget`` is None). ``causes`` (runner
+        type -> why its jobs wait) go on the queue alerts' ``Cause:`` line; ``objectives``
+        feed the built-in queue-time objective alert."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
@@ -146,11 +165,20 @@ class AlertEngine:
             keep.add(PROVISIONING_RULE)
         else:
             evaluations += evaluate_provisioning(b, problems, everyone)
+        if b.github_budget and budget is not None:
+            evaluations.append(evaluate_budget(b, budget, everyone))
+        elif b.github_budget:
+            keep.add(BUDGET_RULE)
         if b.github_unreachable_after > 0:
             started = self.started_at or now
             evaluations.append(
                 evaluate_unreachable(b, last_successful_poll, started, now, everyone)
             )
+        if b.clock_skew_max > 0:
+            if clock_skew is None or (clock_skew.github is None and clock_skew.aws is None):
+                keep.add(CLOCK_SKEW_RULE)
+            else:
+                evaluations.append(evaluate_clock_skew(b, clock_skew, everyone))
         return evaluations, keep
 
     def step(
@@ -161,30 +189,60 @@ class AlertEngine:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> list[AlertView]:
-        """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed."""
+        """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
+        ``clock_skew`` the peers' clocks as last measured; ``budget`` the CI source's
+        rate-limit plan of this tick, when it has one; ``causes`` why each runner type's
+        jobs wait (the ``Cause:`` line); ``objectives`` each type's queue-time objective."""
         if self.started_at is None:
             self.started_at = now
         evaluations, keep = self.evaluate(
-            snapshot, last_successful_poll, now, problems, causes=causes, objectives=objectives
+            snapshot,
+            last_successful_poll,
+            now,
+            problems,
+            clock_skew=clock_skew,
+            budget=budget,
+            causes=causes,
+            objectives=objectives,
         )
-        old = self.store.load_states()
+        try:
+            old = self.store.load_states()
+        except StateError as exc:
+            self.state_failed(exc)
+            return []  # without the stored states every view would be a guess
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:
             outbox = [
                 (r, n) for n in notes for r in n.evaluation.receivers if r not in self._synced
             ]
-            self.store.save(new, outbox)
-            self._count_transitions(old, new, notes)
+            saved = True
+            try:
+                self.store.save(new, outbox)
+            except StateError as exc:
+                # Decided again next tick: the stored state is as it was. Nothing is sent
+                # either: what cannot be marked delivered would go out again every tick.
+                self.state_failed(exc)
+                saved, notes = False, []
+            else:
+                self.health.report(STATE, None)
+                self._count_transitions(old, new, notes)
             for n in notes:
                 log.info(
                     "alert %s %s: %s", n.status, render.title(n.evaluation), n.evaluation.reason
                 )
-            if self.deliverer is not None:
-                self.deliverer.deliver(self.store)
+            if self.deliverer is not None and saved:
+                try:
+                    self.deliverer.deliver(self.store)
+                except StateError as exc:
+                    self.state_failed(exc)
             if self.alertmanager is not None:
+                # Not an outbox: the evaluated set, re-posted until acknowledged. Kept up
+                # while the store is broken, or Alertmanager would expire alerts that fire.
                 self.alertmanager.sync(new, now)
         self._set_firing(new)
         return [
@@ -193,6 +251,13 @@ class AlertEngine:
                 new.items(), key=lambda kv: (kv[1].evaluation.rule, kv[1].evaluation.scope)
             )
         ]
+
+    def state_failed(self, exc: StateError) -> None:
+        """The state store failed: one line, a count, and readiness fails until a save works."""
+        log.error("%s", exc)
+        self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
+        self.metrics.stage_failed("alerting")
+        self.health.report(STATE, str(exc))
 
     def _count_transitions(
         self,

@@ -13,9 +13,10 @@ restart see it) and then forgotten.
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from autoscaler.alerting.rules import Evaluation
@@ -73,6 +74,23 @@ class Notification:
     def id(self) -> str:
         return f"{self.fingerprint}:{self.status}:{self.created_at.isoformat()}"
 
+    @property
+    def event_id(self) -> str:
+        """This notification's stable id: every delivery of it carries the same one (a
+        receiver that sees it twice dedupes on it), every other notification another.
+
+        A hash of the fingerprint, the state and the incident's start (``started_at``):
+        FIRING and RESOLVED of one incident differ, and so does the next incident of the
+        same alert. A repeat FIRING (``repeat_interval`` elapsed) is a new event, not a
+        duplicate delivery of the first: its own ``created_at`` joins the hash, so every
+        repeat has its own id. Delivery retries and a resend after a crash send the stored
+        notification unchanged, so they repeat its id exactly.
+        """
+        parts = [self.fingerprint, self.status, _utc_iso(self.started_at)]
+        if self.repeat:
+            parts.append(_utc_iso(self.created_at))
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "status": self.status,
@@ -94,6 +112,10 @@ class Notification:
             ended_at=None if ended is None else datetime.fromisoformat(ended),
             repeat=bool(d.get("repeat", False)),
         )
+
+
+def _utc_iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat()
 
 
 def _fire(ev: Evaluation, now: datetime) -> tuple[AlertState, Notification]:

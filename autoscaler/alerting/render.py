@@ -1,9 +1,13 @@
 """Rendering: the on-call text (design.md, "Alert text") and one payload per receiver type.
 
-Pure functions of a :class:`Notification`; no I/O. Payload shapes:
+Pure functions of a :class:`Notification`; no I/O. Every payload carries the
+notification's ``event_id`` (:attr:`Notification.event_id`) where its format allows, so a
+receiver that gets a notification twice (delivery is at least once) can drop the second.
+Payload shapes:
 
-- webhook: our own flat JSON (title, state, team, priority, description, reason, values and
-  flags as numbers, occurred_at, fingerprint, runbook_url, dashboard_url, causes, text).
+- webhook: our own flat JSON (event_id, title, state, team, priority, description, reason,
+  values and flags as numbers, occurred_at, fingerprint, runbook_url, dashboard_url, causes,
+  text).
 
 The webhook and Slack payloads carry ``causes: [{runner_type, code, detail}]``, PagerDuty's
 in ``custom_details``; Alertmanager's model holds strings only, so both Alertmanager
@@ -11,17 +15,25 @@ payloads carry the ``cause`` annotation (the Cause line) and keep their exact sh
 text carries them as the ``Cause:`` line right after ``Reason:`` (queue alerts only;
 ``Reason:`` never changes).
 - slack: an incoming-webhook message: ``text`` (notification fallback) plus one attachment
-  with a colour bar (red FIRING, green RESOLVED) holding Block Kit sections.
-- pagerduty: Events API v2 ``trigger`` / ``resolve`` with ``dedup_key`` = fingerprint.
+  with a colour bar (red FIRING, green RESOLVED) holding Block Kit sections, the last a
+  context line with the fingerprint and event id; the event id also in ``metadata``.
+- pagerduty: Events API v2 ``trigger`` / ``resolve`` with ``dedup_key`` = fingerprint
+  (PagerDuty needs one key for the trigger and its resolve; a duplicate trigger merges into
+  the open alert, a duplicate resolve is a no-op) and, on a trigger, the event id in
+  ``custom_details`` (a resolve carries no payload).
 - alertmanager_webhook: the payload Alertmanager itself POSTs to its webhook receivers
   (``version: "4"``), one alert per message, for tools that consume those (PyTorch's alert
-  normaliser reads ``alerts[0]`` labels/annotations and ``status``). Not for Alertmanager's
+  normaliser reads ``alerts[0]`` labels/annotations and ``status``); the event id is an
+  annotation. Not for Alertmanager's
   own API: ``type: alertmanager`` posts postable alerts (alerting/alertmanager.py).
-- github_issue: title, body, labels and comments for the issue the receiver keeps.
+- github_issue: title, body, labels and comments for the issue the receiver keeps; body and
+  comments end with an HTML-comment marker (:func:`github_marker`) holding the fingerprint
+  and event id, which the receiver looks up before opening an issue.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,6 +93,7 @@ def text(n: Notification) -> str:
 def webhook_payload(n: Notification) -> dict[str, Any]:
     ev = n.evaluation
     return {
+        "event_id": n.event_id,
         "title": title(ev),
         "state": n.status,
         "team": ev.team,
@@ -123,16 +136,28 @@ def slack_payload(n: Notification) -> dict[str, Any]:
     ]
     if links:
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": links}]})
+    ids = f"fingerprint `{ev.fingerprint}` · event `{n.event_id}`"
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": ids}]})
     return {
         "text": f"{n.status}: {title(ev)}",
         "attachments": [{"color": color, "fallback": text(n), "blocks": blocks}],
         "causes": ev.causes_as_dicts(),
+        "metadata": {
+            "event_type": "ci_autoscaler_alert",
+            "event_payload": {
+                "event_id": n.event_id,
+                "fingerprint": ev.fingerprint,
+                "state": n.status,
+            },
+        },
     }
 
 
 def pagerduty_payload(n: Notification, routing_key: str) -> dict[str, Any]:
     ev = n.evaluation
     if n.status == "RESOLVED":
+        # A resolve event has no payload in Events API v2: dedup_key is all it carries,
+        # and resolving twice is a no-op.
         return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": ev.fingerprint}
     links = [
         {"href": url, "text": name}
@@ -151,7 +176,12 @@ def pagerduty_payload(n: Notification, routing_key: str) -> dict[str, Any]:
             "component": ev.scope,
             "group": ev.team,
             "class": ev.rule,
-            "custom_details": {"text": text(n), **dict(ev.values), "causes": ev.causes_as_dicts()},
+            "custom_details": {
+                "event_id": n.event_id,
+                "text": text(n),
+                **dict(ev.values),
+                "causes": ev.causes_as_dicts(),
+            },
         },
         "links": links,
     }
@@ -179,6 +209,7 @@ def alertmanager_payload(n: Notification, receiver: str, external_url: str = "")
         "runbook_url": ev.runbook_url,
         "dashboard_url": ev.dashboard_url,
         **({} if ev.cause is None else {"cause": ev.cause}),
+        "event_id": n.event_id,
     }
     alert = {
         "status": status,
@@ -208,8 +239,22 @@ def github_issue_labels(ev: Evaluation, extra: tuple[str, ...] = ()) -> list[str
     return [f"team:{ev.team}", f"priority:{ev.priority}", *extra]
 
 
+_MARKER = re.compile(r"<!-- ci-autoscaler fingerprint=(\w+) event_id=(\w+) -->")
+
+
+def github_marker(n: Notification) -> str:
+    """An HTML comment (invisible on GitHub) naming the alert and the event."""
+    return f"<!-- ci-autoscaler fingerprint={n.fingerprint} event_id={n.event_id} -->"
+
+
+def parse_github_marker(body: str | None) -> tuple[str, str] | None:
+    """(fingerprint, event_id) of the first marker in ``body``, or None."""
+    match = _MARKER.search(body or "")
+    return None if match is None else (match.group(1), match.group(2))
+
+
 def github_issue_body(n: Notification) -> str:
-    return f"```\n{text(n)}\n```\n"
+    return f"```\n{text(n)}\n```\n{github_marker(n)}\n"
 
 
 def github_comment_body(n: Notification) -> str:

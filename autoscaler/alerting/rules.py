@@ -28,7 +28,14 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from autoscaler.config import AlertRuleConfig, BuiltinAlertsConfig
-from autoscaler.domain import Cause, QueueSnapshot, QueueStats, ScalingProblem
+from autoscaler.domain import (
+    Cause,
+    ClockSkew,
+    PollBudget,
+    QueueSnapshot,
+    QueueStats,
+    ScalingProblem,
+)
 from autoscaler.observe.starts import FAST_BURN, SLOW_BURN, ObjectiveStatus
 from autoscaler.scale.diagnosis import UNMATCHED, cause_line
 
@@ -36,6 +43,8 @@ FLEET = "fleet"
 UNMATCHED_RULE = "Jobs no runner type serves"
 UNREACHABLE_RULE = "GitHub unreachable"
 PROVISIONING_RULE = "Runner pool provisioning failing"
+CLOCK_SKEW_RULE = "Controller clock skewed"
+BUDGET_RULE = "GitHub budget too small for this org"
 OBJECTIVE_RULE = "Queue-time objective burning"
 
 #: Runner type -> its causes this tick (:func:`autoscaler.scale.diagnosis.diagnose`).
@@ -367,16 +376,64 @@ def evaluate_provisioning(
     for runner_type, found in sorted(by_type.items()):
         kinds = [p.kind for p in found]
         values = {
-            "permanent_errors": kinds.count("permanent"),
+            "permanent_errors": kinds.count("permanent") + kinds.count("launch"),
             "out_of_capacity": int("out_of_capacity" in kinds),
             "missing_pools": kinds.count("missing"),
             "threshold_breached": 1,
         }
-        detail = "; ".join(
-            f"{p.pool or runner_type}: {p.code or p.kind.replace('_', ' ')}" for p in found
-        )
+        detail = "; ".join(_detail(p, runner_type) for p in found)
         evaluation = _builtin(
             b, PROVISIONING_RULE, f"Scaling {runner_type} failed ({detail})", values, all_receivers
         )
         out.append(replace(evaluation, scope=runner_type))
     return out
+
+
+def _detail(p: ScalingProblem, runner_type: str) -> str:
+    """``pool: code``; a refused launch also quotes the cloud's own words (what to fix)."""
+    text = f"{p.pool or runner_type}: {p.code or p.kind.replace('_', ' ')}"
+    return f"{text}: {p.message}" if p.kind == "launch" and p.message else text
+
+
+def evaluate_clock_skew(
+    b: BuiltinAlertsConfig, skew: ClockSkew, all_receivers: tuple[str, ...]
+) -> Evaluation:
+    """Built-in: GitHub's or AWS's clock (from their answers' ``Date``) is further than
+    ``clock_skew_max`` from ours. Ages, launch times and the orphan check compare our clock
+    with theirs; an unmeasured peer reads 0."""
+    github, aws = (round(s or 0.0) for s in (skew.github, skew.aws))
+    values = {
+        "github_clock_skew_seconds": github,
+        "aws_clock_skew_seconds": aws,
+        "clock_skew_threshold_seconds": int(b.clock_skew_max),
+        "threshold_breached": int(skew.worst > b.clock_skew_max),
+    }
+    return _builtin(
+        b,
+        CLOCK_SKEW_RULE,
+        "The controller's clock disagrees with GitHub's or AWS's (check NTP on its host)",
+        values,
+        all_receivers,
+    )
+
+
+def evaluate_budget(
+    b: BuiltinAlertsConfig, budget: PollBudget, all_receivers: tuple[str, ...]
+) -> Evaluation:
+    """Built-in: GitHub's rate limit (``github.rate_limit_share`` of it) cannot cover
+    re-listing the repositories with queued jobs every poll interval, so the controller
+    re-lists them less often: queued jobs are seen later. It resolves when the plan fits."""
+    values = {
+        "poll_interval_seconds": int(budget.poll_interval),
+        "busy_interval_seconds": int(budget.busy_interval),
+        "budget_requests_per_hour": int(budget.budget_per_hour),
+        "needed_requests_per_hour": int(budget.needed_per_hour),
+        "threshold_breached": int(budget.too_small),
+    }
+    description = (
+        "Polling every repository with queued jobs each poll interval would spend more "
+        "than github.rate_limit_share of the GitHub rate limit, so they are re-listed "
+        f"every {int(budget.busy_interval)}s: queued jobs are seen late. Deliver jobs by "
+        "webhook, use a GitHub App (a higher limit), or raise poll_interval."
+    )
+    return _builtin(b, BUDGET_RULE, description, values, all_receivers)

@@ -1,18 +1,35 @@
-"""SQLite state store: alert states, the outbox of undelivered notifications, and the
-GitHub issue numbers the ``github_issue`` receiver keeps. All of it survives a restart, so
-a new process neither pages again for a firing alert nor forgets to resolve it.
+"""SQLite state store: alert states, the outbox of undelivered notifications, the
+GitHub issue numbers the ``github_issue`` receiver keeps, and the GitHub poll's ETag cache
+(the :class:`~autoscaler.observe.github.cache.PollCacheStore` port). All of it survives a
+restart, so a new process neither pages again for a firing alert nor forgets to resolve
+it, and its first poll of GitHub is mostly 304s.
 
-Use from one thread (the controller's tick). ``path`` ``None`` or ``":memory:"`` keeps
-everything in memory.
+``path`` ``None`` or ``":memory:"`` keeps everything in memory.
+
+- **One controller per file.** The file is opened in SQLite's exclusive locking mode and
+  locked at open, for the life of the process: a second controller on the same file
+  cannot use it (:class:`StateLockedError` after ``lock_timeout``, saying that another
+  controller runs), instead of both paging for every transition.
+- **Opened lazily, reopened after a failure.** The constructor touches no file; every
+  operation opens it if needed. After an error the connection is dropped, so fixing the
+  file (moving a corrupt one aside, making it writable, stopping the other controller)
+  takes effect at the next tick without a restart.
+- **Errors are translated at this edge** (:mod:`autoscaler.alerting.store_errors`): a
+  corrupt, truncated, locked, read-only or unreachable file raises a
+  :class:`StateError` whose message names the file and what to do; never a sqlite3
+  traceback.
+
+Thread-safe: one lock serialises every use (the tick and the delivery workers share it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,7 +37,11 @@ from typing import Any, TypeVar
 
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
 from autoscaler.alerting.rules import Evaluation
+from autoscaler.alerting.store_errors import translate
 from autoscaler.config import StateConfig
+from autoscaler.errors import StateUnusableError
+
+MEMORY = ":memory:"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS alerts (
@@ -38,6 +59,10 @@ CREATE TABLE IF NOT EXISTS outbox (
     notification TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 0,
     last_error TEXT
+);
+CREATE TABLE IF NOT EXISTS poll_cache (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS issues (
     receiver TEXT NOT NULL,
@@ -62,13 +87,24 @@ class OutboxItem:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _locked(fn: F) -> F:
-    @functools.wraps(fn)
-    def wrapper(self: StateStore, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return fn(self, *args, **kwargs)
+def _operation(name: str) -> Callable[[F], F]:
+    """Run a store method under the lock with an open connection (``self._db``); translate
+    what SQLite raises into a StateError and drop the connection, so the next call reopens."""
 
-    return wrapper  # type: ignore[return-value]
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: StateStore, *args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self._open()
+                try:
+                    return fn(self, *args, **kwargs)
+                except (sqlite3.Error, OSError) as exc:
+                    self._drop()
+                    raise translate(exc, self.path, name) from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def _ts(t: datetime | None) -> str | None:
@@ -80,27 +116,73 @@ def _dt(s: str | None) -> datetime | None:
 
 
 class StateStore:
-    def __init__(self, path: str | Path | None = None) -> None:
-        target = ":memory:" if path is None else str(path)
-        if target != ":memory:":
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
-        # The controller may build the store on one thread and tick on another; a lock
-        # serialises every use instead of sqlite's same-thread check.
-        self._db = sqlite3.connect(target, check_same_thread=False)
+    def __init__(self, path: str | Path | None = None, *, lock_timeout: float = 1.0) -> None:
+        #: The state file (``":memory:"`` for none), as messages name it.
+        self.path = MEMORY if path is None else str(path)
+        self.lock_timeout = lock_timeout
+        # The tick and the delivery workers share one connection; a lock serialises every
+        # use instead of sqlite's same-thread check.
         self._lock = threading.RLock()
-        self._db.executescript(_SCHEMA)
-        self._db.commit()
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        if self.path == MEMORY:
+            self._open()  # nothing can fail, and a memory database lives in its connection
 
     @classmethod
     def from_config(cls, config: StateConfig) -> StateStore:
         return cls(config.path)
 
-    @_locked
+    @property
+    def _db(self) -> sqlite3.Connection:
+        assert self._conn is not None, "used outside _operation"
+        return self._conn
+
+    def _open(self) -> None:
+        if self._conn is not None:
+            return
+        if self._closed:
+            raise StateUnusableError(
+                f"state file {self.path} is closed (the controller is stopping)",
+                path=self.path,
+                code="closed",
+                operation="open",
+            )
+        conn: sqlite3.Connection | None = None
+        try:
+            if self.path != MEMORY:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # A lock held by another controller is held for its lifetime: waiting long
+            # helps nothing, so the busy timeout is short.
+            conn = sqlite3.connect(self.path, timeout=self.lock_timeout, check_same_thread=False)
+            # Exclusive locking mode keeps every lock taken until the connection closes;
+            # BEGIN EXCLUSIVE takes the write lock now. Another controller on this file
+            # fails here, instead of both sending every notification.
+            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+            conn.executescript("BEGIN EXCLUSIVE;\n" + _SCHEMA + "COMMIT;\n")
+        except (sqlite3.Error, OSError) as exc:
+            if conn is not None:
+                conn.close()
+            raise translate(exc, self.path, "open") from exc
+        self._conn = conn
+
+    def _drop(self) -> None:
+        """Forget a connection that failed (a memory database is kept: it is the data)."""
+        if self._conn is not None and self.path != MEMORY:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
     def close(self) -> None:
-        self._db.close()
+        """Release the file (and its lock). Later calls raise a StateError (code ``closed``)."""
+        with self._lock:
+            self._closed = True
+            if self._conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.close()
+                self._conn = None
 
     # --- alert states
-    @_locked
+    @_operation("load_states")
     def load_states(self) -> dict[str, AlertState]:
         rows = self._db.execute(
             "SELECT fingerprint, status, since, fired_at, last_notified, evaluation FROM alerts"
@@ -116,7 +198,7 @@ class StateStore:
             )
         return out
 
-    @_locked
+    @_operation("save")
     def save(
         self, states: Mapping[str, AlertState], outbox: Sequence[tuple[str, Notification]] = ()
     ) -> None:
@@ -143,7 +225,7 @@ class StateStore:
             )
 
     # --- outbox
-    @_locked
+    @_operation("pending")
     def pending(self, receiver: str | None = None) -> list[OutboxItem]:
         """Undelivered notifications, oldest first."""
         sql = "SELECT id, receiver, notification, attempts, last_error FROM outbox"
@@ -156,12 +238,12 @@ class StateStore:
             OutboxItem(i, r, Notification.from_dict(json.loads(n)), a, e) for i, r, n, a, e in rows
         ]
 
-    @_locked
+    @_operation("mark_delivered")
     def mark_delivered(self, item_id: int) -> None:
         with self._db:
             self._db.execute("DELETE FROM outbox WHERE id = ?", (item_id,))
 
-    @_locked
+    @_operation("mark_failed")
     def mark_failed(self, item_id: int, error: str) -> None:
         with self._db:
             self._db.execute(
@@ -170,7 +252,7 @@ class StateStore:
             )
 
     # --- github issue numbers
-    @_locked
+    @_operation("issue_number")
     def issue_number(self, receiver: str, fingerprint: str) -> int | None:
         row = self._db.execute(
             "SELECT number FROM issues WHERE receiver = ? AND fingerprint = ?",
@@ -178,7 +260,7 @@ class StateStore:
         ).fetchone()
         return None if row is None else int(row[0])
 
-    @_locked
+    @_operation("set_issue_number")
     def set_issue_number(self, receiver: str, fingerprint: str, number: int | None) -> None:
         with self._db:
             if number is None:
@@ -191,3 +273,16 @@ class StateStore:
                     "INSERT OR REPLACE INTO issues VALUES (?, ?, ?)",
                     (receiver, fingerprint, number),
                 )
+
+    # --- the GitHub poll's ETag cache (PollCacheStore)
+    @_operation("load_poll_cache")
+    def load_poll_cache(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM poll_cache").fetchall())
+
+    @_operation("save_poll_cache")
+    def save_poll_cache(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        with self._db:
+            self._db.executemany("DELETE FROM poll_cache WHERE key = ?", [(k,) for k in drop])
+            self._db.executemany(
+                "INSERT OR REPLACE INTO poll_cache (key, value) VALUES (?, ?)", list(put.items())
+            )

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from autoscaler import __version__
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import run_loop, stop_on_signals, utc_now
-from autoscaler.config import Config, load_config
+from autoscaler.config import Config, LoadedConfig, read_config
 from autoscaler.errors import ConfigError
 from autoscaler.telemetry import Metrics
 
@@ -32,14 +32,24 @@ def _setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(quiet)
 
 
-def _load(path: str) -> Config | None:
+def plural(count: int, noun: str) -> str:
+    """``1 problem``, ``2 problems``, ``0 alert rules``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _read(path: str, *, allow_unset_env: bool = False) -> LoadedConfig | None:
     try:
-        return load_config(path)
+        return read_config(path, allow_unset_env=allow_unset_env)
     except ConfigError as exc:
-        print(f"{path}: {len(exc.problems)} problem(s):", file=sys.stderr)
+        print(f"{path}: {plural(len(exc.problems), 'problem')}:", file=sys.stderr)
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return None
+
+
+def _load(path: str) -> Config | None:
+    loaded = _read(path)
+    return None if loaded is None else loaded.config
 
 
 def _configure(args: argparse.Namespace) -> Config | None:
@@ -51,13 +61,20 @@ def _configure(args: argparse.Namespace) -> Config | None:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = _load(args.file)
-    if config is None:
+    loaded = _read(args.file, allow_unset_env=args.allow_unset_env)
+    if loaded is None:
         return 1
-    print(
-        f"{args.file}: ok ({len(config.runner_types)} runner types, "
-        f"{len(config.alerts.rules)} alert rules, {len(config.alerts.receivers)} receivers)"
+    for warning in loaded.warnings:
+        print(f"{args.file}: warning: {warning} (allowed by --allow-unset-env)", file=sys.stderr)
+    config = loaded.config
+    counts = ", ".join(
+        (
+            plural(len(config.runner_types), "runner type"),
+            plural(len(config.alerts.rules), "alert rule"),
+            plural(len(config.alerts.receivers), "receiver"),
+        )
     )
+    print(f"{args.file}: ok ({counts})")
     return 0
 
 
@@ -117,7 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     runtime = build_runtime(config, metrics)
     controller = runtime.controller
-    server = StatusServer(controller, metrics.registry, config.listen_host, config.listen_port)
+    server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
     server.start()
     stop = threading.Event()
     stop_on_signals(stop)
@@ -161,8 +178,33 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from autoscaler.app.demo import run_demo  # noqa: PLC0415
 
-    _setup_logging(args.log_level or "warning")
-    return run_demo(duration=args.duration, listen=args.listen, tick=args.tick)
+    if args.log_level:  # asked for: to stderr as well as the demo's log panel
+        _setup_logging(args.log_level)
+    return run_demo(
+        duration=args.duration,
+        listen=args.listen,
+        tick=args.tick,
+        log_to_stderr=args.log_level is not None,
+    )
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from autoscaler.app.simulation import run_simulate  # noqa: PLC0415
+
+    config = _configure(args)
+    if config is None:
+        return 1
+    sweep = [item for group in args.sweep or [] for item in group]
+    return run_simulate(config, args.trace, args.policy, args.output, args.plot, sweep)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from autoscaler.app.record import run_record  # noqa: PLC0415
+
+    config = _configure(args)
+    if config is None:
+        return 1
+    return run_record(config, args.since, args.out, args.max_requests, utc_now())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 1 not)")
     p.add_argument("file")
+    p.add_argument(
+        "--allow-unset-env",
+        action="store_true",
+        help="report an unset ${VAR} as a warning, not a problem (check a file on a machine "
+        "without the deployment's secrets)",
+    )
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")
@@ -208,6 +256,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", default="127.0.0.1:9464", help="where to serve /metrics")
     p.add_argument("--tick", type=float, default=2.0, help="seconds between ticks")
     p.set_defaults(func=cmd_demo)
+
+    from autoscaler.sim.simulate import POLICIES  # noqa: PLC0415
+
+    p = sub.add_parser(
+        "simulate", help="replay a job trace through this policy and the peers' (virtual time)"
+    )
+    p.add_argument("--config", required=True)
+    p.add_argument("--trace", required=True, help="JSON lines: created_at, labels, duration")
+    p.add_argument(
+        "--policy",
+        action="append",
+        choices=POLICIES,
+        help="a policy to replay (repeatable; default: all of them)",
+    )
+    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument("--plot", metavar="FILE", help="draw the results (needs matplotlib)")
+    p.add_argument(
+        "--sweep",
+        action="append",
+        nargs="+",
+        metavar="KNOB=V1,V2",
+        help="this project's knobs over a grid (min_idle, idle_timeout, ...): the Pareto front",
+    )
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("record", help="write a trace of the owner's completed jobs")
+    p.add_argument("--config", required=True)
+    p.add_argument("--since", default="7d", help="7d, 36h, or an ISO date/time (UTC)")
+    p.add_argument("--out", required=True, help="the trace file ('-': standard output)")
+    p.add_argument(
+        "--max-requests",
+        type=int,
+        default=1000,
+        help="GitHub requests to spend at most (the hourly limit is shared with the controller)",
+    )
+    p.set_defaults(func=cmd_record)
     return parser
 
 

@@ -1,43 +1,53 @@
 """``ci-autoscaler demo``: the whole world on 127.0.0.1, no credentials, no network.
 
-A fake GitHub with a swinging synthetic workload over CPU and GPU runner types; moto's
-server with an Auto Scaling group per pool; a fleet emulator that turns launched instances
-into runners after a boot delay and runs queued jobs on them; a local webhook sink that
+A fake GitHub with a scripted workload over CPU and GPU runner types; moto's server with
+an Auto Scaling group per pool; a fleet emulator that turns launched instances into
+runners after a boot delay and runs queued jobs on them; a local webhook sink that
 receives the alerts. The real controller (GitHub adapter, alerting, scaler, AWS adapter)
-runs against all of it, serves ``/metrics`` and the terminal redraws each tick: queues
-rise, pools grow, queues drain, idle runners go, and an injected capacity error on the
-GPU spot pool (accepted scale-ups that launch nothing, with a Failed scaling
-activity, as real AWS reports it) makes the controller fail over to on-demand.
+runs against all of it and serves ``/metrics`` and the status page at ``/``.
+
+The script repeats every :data:`CYCLE` seconds, so the default 60 s shows each promise of
+the README once: a burst of jobs (queues rise, pools grow, alerts fire), the GPU spot pool
+running out of capacity :data:`CAPACITY_FAULT_AT` seconds in (accepted scale-ups that
+launch nothing, with a Failed scaling activity, as real AWS reports it) so GPU demand fails
+over to on-demand (a rush of GPU jobs then waits on on-demand alone, so the GPU queue
+alert fires with ``Cause: capacity_backoff``), then calm (queues drain, alerts resolve,
+idle runners are scaled in), and no busy runner is ever killed. A panel says why jobs
+wait (the causes ``explain`` gives), each alert shows its Cause line, and a closing
+summary counts it all (:mod:`autoscaler.app.demo_screen` draws the panels).
+
+On a terminal the screen is redrawn each tick; piped, a full screen is printed every
+:data:`SCREEN_EVERY` seconds and one line per tick in between. Log lines go to a panel,
+not between redraws (``--log-level`` sends them to stderr as well).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from autoscaler.app.explain import reports
+from autoscaler.app import demo_screen as ui
 from autoscaler.app.httpserver import StatusServer
-from autoscaler.app.report import format_table
 from autoscaler.app.service import stop_on_signals
 from autoscaler.config import Config, parse_config
-from autoscaler.controller import TickResult
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
 #: (runner type, labels, [(pool, max size)]) for the demo's world.
 WORLD: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
     ("linux.4xlarge", ("self-hosted", "linux.4xlarge"), (("ci-cpu", 8),)),
-    ("linux.2xlarge", ("self-hosted", "linux.2xlarge"), (("ci-cpu-small", 6),)),
+    ("linux.2xlarge", ("self-hosted", "linux.2xlarge"), (("ci-cpu-small", 5),)),
     (
         "linux.g5.4xlarge.nvidia.gpu",
         ("self-hosted", "linux.g5.4xlarge.nvidia.gpu"),
@@ -49,32 +59,55 @@ WORLD: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
         (("ci-gpu-multi", 3),),
     ),
 )
-CAPACITY_FAULT_AT = 15.0
-"""Seconds into the demo when the GPU spot pool runs out of capacity."""
-GPU_RUSH = ((CAPACITY_FAULT_AT, 3), (CAPACITY_FAULT_AT + 5.0, 16))
-"""(seconds into the demo, GPU jobs): spot is asked and fails, then a rush waits on the
-on-demand pool alone, so the GPU queue alert fires with ``Cause: capacity_backoff``."""
+CYCLE = 60.0
+"""Seconds of one round of the script (burst, then calm); it repeats in longer runs."""
+BURST = 12.0
+"""Seconds at the start of each cycle during which jobs arrive."""
+CANCEL_UNMATCHED_AT = BURST + 6.0
+"""Seconds into each cycle when someone cancels the jobs no runner type serves (so the
+built-in alert about them resolves too)."""
+CAPACITY_FAULT_AT = 2.0
+"""The GPU spot pool runs out of capacity (for good) at the first tick this many seconds
+in at which it has launched an instance: it worked, then it stops, whatever the load of
+the machine running the demo."""
+GPU_RUSH = ((0.0, 2), (4.0, 6))
+"""(seconds after the outage began, GPU jobs), once: spot is asked and fails, then a rush
+waits on the on-demand pool alone, so the GPU queue alert fires with
+``Cause: capacity_backoff`` naming the pool and AWS's message."""
+BOOT_DELAY = 3.0
+JOB_SECONDS = 8.0
+IDLE_TIMEOUT = "6s"
+SCREEN_EVERY = 10.0
+"""Piped output: seconds between full screens."""
+
+
+def burst_then_calm(t: float) -> float:
+    """The workload's rate multiplier: jobs arrive during :data:`BURST`, then none."""
+    return 1.0 if t % CYCLE < BURST else 0.0
 
 
 class WebhookSink:
-    """A local webhook receiver: keeps the last alert notifications it was sent."""
+    """A local webhook receiver: keeps every alert notification it was sent.
 
-    def __init__(self) -> None:
+    ``received``: ``"STATE: title | Cause: ..."`` lines (the Cause line when the alert has
+    one); ``notices``: the same, timed by ``clock``.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.received: list[str] = []
+        self.notices: list[ui.Notice] = []
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 try:
-                    doc = json.loads(body)
-                    cause = [
-                        ln for ln in str(doc.get("text", "")).splitlines() if ln[:7] == "Cause: "
-                    ]
-                    line = f"{doc.get('state')}: {doc.get('title')}"
-                    sink.received.append(line + (f" | {cause[0]}" if cause else ""))
+                    notice = ui.notice_from_payload(clock(), json.loads(body))
                 except ValueError:
                     sink.received.append("(unreadable notification)")
+                else:
+                    sink.notices.append(notice)
+                    sink.received.append(notice.line)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -82,7 +115,13 @@ class WebhookSink:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                log.debug("webhook sink: connection from %s ended early", client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -100,7 +139,7 @@ def demo_config(github_url: str, token: str, aws_url: str, sink_url: str, tick: 
             "min_idle": 1,
             "max": sum(size for _, size in pools),
             "priority": 10 if "gpu" in name else 5,
-            "idle_timeout": "20s",
+            "idle_timeout": IDLE_TIMEOUT,
             "boot_timeout": "30s",
         }
         for name, labels, pools in WORLD
@@ -129,8 +168,8 @@ def demo_config(github_url: str, token: str, aws_url: str, sink_url: str, tick: 
                         "name": "Jobs queueing too long",
                         "description": "Jobs wait too long for a runner",
                         "per_runner_type": True,
-                        "max_queue_size": 6,
-                        "max_queue_time": "45s",
+                        "max_queue_size": 4,
+                        "max_queue_time": "30s",
                     },
                 ],
                 "receivers": {"sink": {"type": "webhook", "url": sink_url, "timeout": "2s"}},
@@ -142,18 +181,23 @@ def demo_config(github_url: str, token: str, aws_url: str, sink_url: str, tick: 
 
 
 @contextmanager
-def demo_world(tick: float) -> Iterator[tuple[Config, FakeGitHub, Any, Any, WebhookSink]]:
-    """Start every fake; yield (config, github, moto endpoint, fleet, sink); stop them all."""
+def demo_world(
+    tick: float, clock: Callable[[], float] = time.monotonic
+) -> Iterator[tuple[Config, FakeGitHub, Any, Any, WebhookSink]]:
+    """Start every fake; yield (config, github, (workload, autoscaling), fleet, sink)."""
     from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, start_moto_server  # noqa: PLC0415
     from autoscaler.sim.workload import Workload  # noqa: PLC0415
 
     with ExitStack() as stack:
         github = FakeGitHub(owner="demo-org")
+        # The demo ticks every second, not every 30 s: a real token's hourly budget would
+        # (rightly) stretch its polls. Its GitHub has no rate limit, as GHES by default.
+        github.RATE_LIMIT = 1_000_000_000
         github.start()
         stack.callback(github.stop)
         moto, aws_url = start_moto_server()
         stack.callback(moto.stop)
-        sink = WebhookSink()
+        sink = WebhookSink(clock)
         stack.callback(sink.stop)
         autoscaling, ec2 = aws_clients(aws_url)
         specs = [
@@ -162,41 +206,99 @@ def demo_world(tick: float) -> Iterator[tuple[Config, FakeGitHub, Any, Any, Webh
             for pool, size in pools
         ]
         create_pools(autoscaling, ec2, specs)
-        fleet = Fleet(github, autoscaling, specs, boot_delay=4.0, job_duration=lambda _: 12.0)
+        fleet = Fleet(github, autoscaling, specs, boot_delay=BOOT_DELAY, job_duration=JOB_SECONDS)
         workload = Workload(
             github,
             [(name, labels) for name, labels, _ in WORLD],
             seed=7,
-            period=60.0,
-            rate_scale=12.0,
-            unmatched_per_minute=2.0,
+            rate_scale=30.0,
+            unmatched_per_minute=10.0,
+            shape=burst_then_calm,
+            # Enough GPU demand after the outage that the spot pool is asked for more.
+            type_scale={"linux.g5.4xlarge.nvidia.gpu": 2.0},
         )
         config = demo_config(github.url, github.token, aws_url, sink.url, tick)
         yield config, github, (workload, autoscaling), fleet, sink
 
 
-def causes_panel(result: TickResult, config: Config, width: int = 160) -> list[str]:
-    """Why jobs wait, per runner type with a queue: the same causes as ``explain``, the
-    page at ``/`` and the alerts' Cause line (one line each, cut to ``width``)."""
-    lines = ["why jobs wait (explain):"]
-    for t in reports(result, config):
-        if not t.queue_size:
-            continue
-        lines.append(f"  {t.name}: {t.queue_size} queued")
-        lines.extend(f"    {c.code}: {c.detail}"[:width] for c in t.causes or ())
-    return lines if len(lines) > 1 else [*lines, "  (no queue)"]
+class _LogLines(logging.Handler):
+    """Keeps the last log lines for the screen's log panel, stamped with demo time."""
+
+    def __init__(self, clock: Callable[[], float], keep: int = 5) -> None:
+        super().__init__(logging.INFO)
+        self.clock = clock
+        self.lines: deque[str] = deque(maxlen=keep)
+        self.seen = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        story = record.name.startswith(("autoscaler.scale", __name__))
+        return record.levelno >= logging.WARNING or story
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"t={self.clock():5.1f}s {record.levelname} {record.getMessage()}")
+        self.seen += 1
 
 
-def _redraw(text: str) -> None:
-    if sys.stdout.isatty():
-        sys.stdout.write("\x1b[H\x1b[2J" + text)
-    else:
-        sys.stdout.write(text + "\n" + "-" * 72 + "\n")
-    sys.stdout.flush()
+@contextmanager
+def _logs_on_screen(clock: Callable[[], float], also_stderr: bool) -> Iterator[_LogLines]:
+    """Route log records to the screen's panel for the demo's duration; restore after."""
+    root, scale, demo = (logging.getLogger(n) for n in ("", "autoscaler.scale", __name__))
+    saved = (list(root.handlers), root.level, scale.level, demo.level)
+    panel = _LogLines(clock)
+    root.handlers = [*(saved[0] if also_stderr else []), panel]
+    if not also_stderr:
+        root.setLevel(logging.WARNING)
+    scale.setLevel(logging.INFO)  # scale actions are the story
+    demo.setLevel(logging.INFO)
+    for noisy in ("werkzeug", "botocore", "urllib3"):  # moto's server and boto's wiring
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        yield panel
+    finally:
+        root.handlers = saved[0]
+        root.setLevel(saved[1])
+        scale.setLevel(saved[2])
+        demo.setLevel(saved[3])
 
 
-def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
-    """Run the demo until ``duration`` seconds pass or SIGINT/SIGTERM."""
+def _phase(t: float, outage_at: float | None) -> str:
+    when = t % CYCLE
+    text = "burst: jobs arriving" if when < BURST else "calm: no new jobs, queues drain"
+    if outage_at is not None:
+        text += f"; ci-gpu-spot out of capacity since t={outage_at:.0f}s (injected)"
+    return text
+
+
+def _tick_lines(t: float, result: Any, fleet: Any, events: Any, new: list[str]) -> str:
+    """Piped output between full screens: one line per tick, then what happened in it
+    (alert notifications, the controller's scale actions and warnings), one per line."""
+    snap = result.snapshot
+    queued = sum(s.queue_size for s in snap.per_type.values()) if snap else 0
+    lines = [
+        f"t={t:5.1f}s  queued {queued:3d}  instances {sum(fleet.live_instances.values()):3d}"
+        f"  +{len(events.registered)} booted, {len(events.assigned)} started, "
+        f"{len(events.completed)} finished, {len(events.deregistered)} scaled in"
+    ]
+    lines.extend(f"           {line}" for line in new)
+    return "\n".join(lines) + "\n"
+
+
+def _cancel_unmatched(github: FakeGitHub) -> None:
+    """Someone fixes the workflow that asked for a runner nobody has: its jobs go."""
+    from autoscaler.sim.workload import UNMATCHED_LABELS  # noqa: PLC0415
+
+    stuck = [j.id for j in github.queued_jobs() if tuple(j.labels) == UNMATCHED_LABELS]
+    for job_id in stuck:
+        github.complete_job(job_id)
+    if stuck:
+        log.info("demo: %d jobs no runner type serves were cancelled (labels fixed)", len(stuck))
+
+
+def run_demo(
+    duration: float | None, listen: str, tick: float = 2.0, *, log_to_stderr: bool = False
+) -> int:
+    """Run the demo until ``duration`` seconds pass or SIGINT/SIGTERM; 1 if a busy
+    runner was ever killed."""
     try:
         import moto  # noqa: F401, PLC0415
     except ImportError:
@@ -207,11 +309,21 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
     from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
     from autoscaler.sim.aws_faults import CapacityOutage  # noqa: PLC0415
+    from autoscaler.telemetry import Metrics  # noqa: PLC0415
 
     stop = threading.Event()
     stop_on_signals(stop)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every call
-    with demo_world(tick) as (config, _github, (workload, _asg), fleet, sink):
+    started = time.monotonic()
+
+    def clock() -> float:
+        return time.monotonic() - started
+
+    tty = sys.stdout.isatty()
+    story = ui.Story()
+    with (
+        _logs_on_screen(clock, log_to_stderr) as logs,
+        demo_world(tick, clock) as (config, github, (workload, _asg), fleet, sink),
+    ):
         metrics = Metrics()
         session = boto3.session.Session(
             aws_access_key_id="demo",
@@ -222,47 +334,64 @@ def run_demo(duration: float | None, listen: str, tick: float = 2.0) -> int:
         runtime = build_runtime(config, metrics, pool=pool)
         host, _, port = listen.rpartition(":")
         try:
-            server = StatusServer(runtime.controller, metrics.registry, host, int(port))
+            server = StatusServer(runtime.controller, metrics, host, int(port))
         except OSError:
-            server = StatusServer(runtime.controller, metrics.registry, host or "127.0.0.1", 0)
+            server = StatusServer(runtime.controller, metrics, host or "127.0.0.1", 0)
         server.start()
-        started = time.monotonic()
+        base_url = f"http://{host or '127.0.0.1'}:{server.port}"
+        started = time.monotonic()  # the story starts now, the world is up
         outage: CapacityOutage | None = None
-        rush = list(GPU_RUSH)
+        outage_at: float | None = None
+        rush: list[tuple[float, int]] = []
+        last_screen, seen_notices, seen_logs, cancelled = -SCREEN_EVERY, 0, 0, -1
         try:
             while not stop.is_set():
-                elapsed = time.monotonic() - started
-                if duration is not None and elapsed >= duration:
+                t = clock()
+                if duration is not None and t >= duration:
                     break
-                if outage is None and elapsed >= CAPACITY_FAULT_AT:
+                spot_up = fleet.live_instances.get("ci-gpu-spot", 0) > 0
+                if outage is None and t >= CAPACITY_FAULT_AT and spot_up:
                     outage = CapacityOutage("ci-gpu-spot").install(pool.autoscaling)
+                    outage_at = t
+                    rush = [(t + after, jobs) for after, jobs in GPU_RUSH]
+                    log.info("demo: ci-gpu-spot is out of capacity from now on (injected)")
+                if t % CYCLE >= CANCEL_UNMATCHED_AT and cancelled != t // CYCLE:
+                    cancelled = int(t // CYCLE)
+                    _cancel_unmatched(github)
                 now = datetime.now(UTC)
-                while rush and elapsed >= rush[0][0]:
+                while rush and t >= rush[0][0]:  # GPU jobs while spot is out
                     workload.burst(WORLD[2][1], rush.pop(0)[1], now)
                 workload.step(now)
                 events = fleet.tick(now)
                 result = runtime.controller.tick(now)
-                lines = [
-                    f"ci-autoscaler demo  t={elapsed:5.1f}s  page: "
-                    f"http://{host or '127.0.0.1'}:{server.port}/ (and /metrics)  (Ctrl-C stops)",
-                    format_table(result),
-                    f"fleet: +{len(events.registered)} runners booted, "
-                    f"{len(events.assigned)} jobs started, {len(events.completed)} finished, "
-                    f"{len(events.removed)} runners gone; busy runners killed: "
-                    f"{fleet.busy_terminations}",
+                notices = list(sink.notices)
+                story.update(t, result, events, metrics.registry, fleet.busy_terminations, notices)
+                panels = [
+                    ui.header_panel(t, base_url, _phase(t, outage_at)),
+                    ui.queue_panel(result),
+                    ui.pools_panel(result, fleet.live_instances),
+                    ui.causes_panel(result, config),
+                    ui.activity_panel(story, events),
+                    ui.alerts_panel(notices),
+                    ui.log_panel(list(logs.lines)),
                 ]
-                if outage is not None:
-                    lines.append(
-                        "injected: ci-gpu-spot accepts scale-ups but launches nothing (a Failed"
-                        " scaling activity, as AWS reports InsufficientInstanceCapacity)"
-                        " -> GPU demand fails over to ci-gpu-ondemand"
-                    )
-                lines.extend(causes_panel(result, config))
-                lines.append("alert notifications received by the webhook sink:")
-                lines.extend(f"  {n}" for n in sink.received[-6:] or ["  (none yet)"])
-                _redraw("\n".join(lines) + "\n")
-                stop.wait(max(0.0, tick - (time.monotonic() - started - elapsed)))
+                if tty:
+                    width = shutil.get_terminal_size().columns
+                    sys.stdout.write("\x1b[H\x1b[2J" + ui.screen(panels, width))
+                elif t - last_screen >= SCREEN_EVERY:
+                    last_screen = t
+                    sys.stdout.write(ui.screen(panels) + "-" * 72 + "\n")
+                else:
+                    new = [n.line for n in notices[seen_notices:]]
+                    fresh = min(logs.seen - seen_logs, len(logs.lines))
+                    new += list(logs.lines)[len(logs.lines) - fresh :]
+                    sys.stdout.write(_tick_lines(t, result, fleet, events, new))
+                seen_notices, seen_logs = len(notices), logs.seen
+                sys.stdout.flush()
+                stop.wait(max(0.0, tick - (clock() - t)))
         finally:
             server.stop()
             runtime.close()
+        sys.stdout.write("\n" + "\n".join(story.summary(clock())) + "\n")
+        sys.stdout.flush()
     return 0 if fleet.busy_terminations == 0 else 1

@@ -11,6 +11,7 @@ from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.store import StateStore
 from autoscaler.config import Config
 from autoscaler.controller import Controller
+from autoscaler.health import Health
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
@@ -42,22 +43,29 @@ def build_runtime(
     moto's credentials; tests may pass fakes). Scaling is wired only when enabled.
     """
     closers: list[Callable[[], None]] = []
+    health = Health()  # the alert stage reports an unwritable state store; readiness reads it
+    store = StateStore.from_config(config.state)
+    closers.append(store.close)
     if source is None:
         from autoscaler.observe.github.source import GitHubSource  # noqa: PLC0415 (light CLI start)
 
-        github = GitHubSource(config.github, metrics)
+        # The poll's ETag cache lives in the state store: a restart is not a cold start.
+        github = GitHubSource(
+            config.github,
+            metrics,
+            poll_interval=config.poll_interval,
+            cache_store=None if dry_run else store,
+        )
         closers.append(github.close)
         source = github
 
-    store = StateStore.from_config(config.state)
-    closers.append(store.close)
-    deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run)
+    deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run, health=health)
     closers.append(deliverer.close)
     sync = None
     if any(rc.type == "alertmanager" for rc in config.alerts.receivers.values()):
         sync = AlertmanagerSync.from_config(config, metrics)
         closers.append(sync.close)  # waits a moment for the last posts (``once`` exits)
-    alerts = AlertEngine(config.alerts, store, deliverer, metrics, alertmanager=sync)
+    alerts = AlertEngine(config.alerts, store, deliverer, metrics, health=health, alertmanager=sync)
 
     scaler = None
     if config.scaling.enabled and any(rt.pools for rt in config.runner_types):
@@ -67,5 +75,5 @@ def build_runtime(
             pool = AwsAsgPool(config.aws, metrics)
         scaler = Scaler(pool, source, config, metrics)
 
-    controller = Controller(config, source, metrics, alerts=alerts, scaler=scaler)
+    controller = Controller(config, source, metrics, alerts=alerts, scaler=scaler, health=health)
     return Runtime(controller, closers)

@@ -11,7 +11,7 @@ from autoscaler.config.alerts import (
     BuiltinAlertsConfig,
     ReceiverConfig,
 )
-from autoscaler.config.load import load_config, parse_config
+from autoscaler.config.load import LoadedConfig, load_config, parse_config, read_config
 from autoscaler.config.reader import Secret
 from autoscaler.config.schema import (
     DEFAULT_HOSTED_LABELS,
@@ -27,6 +27,7 @@ from autoscaler.config.schema import (
     ScalingConfig,
     StateConfig,
 )
+from autoscaler.config.secrets import SecretUrl, redact_url
 
 __all__ = [
     "DEFAULT_HOSTED_LABELS",
@@ -41,13 +42,17 @@ __all__ = [
     "Config",
     "GitHubAppConfig",
     "GitHubConfig",
+    "LoadedConfig",
     "QueueObjective",
     "ReceiverConfig",
     "RetryConfig",
     "RunnerTypeConfig",
     "ScalingConfig",
     "Secret",
+    "SecretUrl",
     "StateConfig",
     "load_config",
     "parse_config",
+    "read_config",
+    "redact_url",
 ]

@@ -8,11 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import yaml
-
-from autoscaler.config.reader import Reader, Secret, join_path, yaml_where
+from autoscaler.config.reader import Reader, Secret, SecretUrl, join_path
+from autoscaler.config.yamlfile import YamlFileError, read_yaml
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
 RECEIVER_TYPES = (
@@ -52,20 +50,24 @@ class AlertRuleConfig:
     for_: float = 0.0
     """Pending this long (seconds) before firing (YAML key ``for``)."""
     repeat_interval: float = 4 * 3600.0
-    """Re-notify while still firing."""
+    """Re-notify while still firing (more than zero)."""
 
 
 @dataclass(frozen=True)
 class ReceiverConfig:
     name: str
     type: str
-    url: str | None = None
+    url: SecretUrl | None = None
     """Where to POST (webhook, slack, alertmanager_webhook, pagerduty override);
     alertmanager: the first of ``urls``; github_issue: the REST API root override
-    (default: the github section's ``api_url``)."""
-    urls: tuple[str, ...] = ()
+    (default: the github section's ``api_url``). A secret (a Slack webhook's path is its
+    key; a URL may carry ``user:password@``): reprs, logs and errors show only
+    ``scheme://host``; ``url.reveal()`` is for the request alone. A plain ``str`` given
+    here is wrapped."""
+    urls: tuple[SecretUrl, ...] = ()
     """alertmanager: every Alertmanager of the cluster (an HA pair), base URL or the full
-    ``/api/v2/alerts`` path; each one gets every post (YAML ``url`` and/or ``urls``)."""
+    ``/api/v2/alerts`` path; each one gets every post (YAML ``url`` and/or ``urls``).
+    Secrets, like ``url``."""
     routing_key: Secret | None = field(default=None, repr=False)
     """PagerDuty Events API v2 integration key."""
     repo: str | None = None
@@ -75,9 +77,16 @@ class ReceiverConfig:
     labels: tuple[str, ...] = ()
     """github_issue: extra labels."""
     timeout: float = 5.0
-    """Per-attempt timeout in seconds."""
+    """Per-attempt timeout in seconds (more than zero)."""
     max_attempts: int = 3
     """Delivery attempts per tick."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.url, str):  # built in code (tests, the demo): still a secret
+            object.__setattr__(self, "url", SecretUrl(self.url))
+        if any(isinstance(u, str) for u in self.urls):
+            wrapped = tuple(SecretUrl(u) if isinstance(u, str) else u for u in self.urls)
+            object.__setattr__(self, "urls", wrapped)
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,13 @@ class BuiltinAlertsConfig:
     """Alert on jobs whose labels no runner type serves."""
     github_unreachable_after: float = 600.0
     """Alert when no poll of GitHub succeeded for this long."""
+    clock_skew_max: float = 60.0
+    """Alert when GitHub's or AWS's clock (their answers' ``Date``) is further than this
+    from ours; 0 turns the alert off (orphan cleanup still stops at a quarter of
+    ``boot_timeout``)."""
+    github_budget: bool = True
+    """Alert when GitHub's rate limit (``github.rate_limit_share`` of it) cannot cover
+    re-listing the repositories with queued jobs every poll interval."""
     queue_time_objective: bool = True
     """Alert when a runner type's queue-time objective (its ``slo``) burns too fast."""
     runbook_url: str = ""
@@ -151,7 +167,9 @@ def _rule(r: Reader, value: Any, p: str) -> AlertRuleConfig | None:
         match=r.choice(m.get("match"), f"{p}.match", ("any", "all"), "any"),
         min_job_age=r.duration(m.get("min_job_age"), f"{p}.min_job_age", 0.0),
         for_=r.duration(m.get("for"), f"{p}.for", 0.0),
-        repeat_interval=r.duration(m.get("repeat_interval"), f"{p}.repeat_interval", 4 * 3600.0),
+        repeat_interval=r.duration(
+            m.get("repeat_interval"), f"{p}.repeat_interval", 4 * 3600.0, positive=True
+        ),
     )
     if rule.max_queue_size is None and rule.max_queue_time is None:
         r.problem(p, "needs max_queue_size or max_queue_time (or both)")
@@ -167,10 +185,13 @@ def _rule_files(r: Reader, patterns: tuple[str, ...], base: Path) -> tuple[Alert
             r.problem(f"alerts.rule_files[{i}]", f"no file matches {pattern!r}")
         for file in matches:
             try:
-                doc = yaml.safe_load(Path(file).read_text(encoding="utf-8"))
-            except (OSError, yaml.YAMLError) as exc:
-                r.problem(file, f"cannot read rules: {yaml_where(exc)}")
+                parsed = read_yaml(file)
+            except YamlFileError as exc:
+                r.problem(file, f"cannot read rules: {exc}")
                 continue
+            for dup in parsed.duplicates:
+                r.problem(f"{file}: line {dup.line}: {dup.path}", dup.message)
+            doc = parsed.data
             if isinstance(doc, dict):
                 doc = r.mapping(doc, file, ("rules",)).get("rules")
             rules.extend(r.each(doc, f"{file}: rules", lambda v, p: _rule(r, v, p)))
@@ -197,26 +218,28 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     rtype = r.choice(m.get("type"), f"{p}.type", RECEIVER_TYPES, "webhook")
     if m.get("type") is None:
         r.problem(f"{p}.type", f"is required (one of {', '.join(RECEIVER_TYPES)})")
-    urls: tuple[str, ...] = ()
-    raw_url = m.get("url")
+    urls: tuple[SecretUrl, ...] = ()
     if rtype == "alertmanager":
-        urls = _alertmanager_urls(r, raw_url, m.get("urls"), p)
-        raw_url = urls[0] if urls else None
-    elif m.get("urls") is not None:
-        r.problem(f"{p}.urls", "is for alertmanager receivers only (use url)")
+        urls = _alertmanager_urls(r, m.get("url"), m.get("urls"), p)
+        url = urls[0] if urls else None
+    else:
+        if m.get("urls") is not None:
+            r.problem(f"{p}.urls", "is for alertmanager receivers only (use url)")
+        url = r.url(m.get("url"), f"{p}.url")
     rc = ReceiverConfig(
         name=name,
         type=rtype,
-        url=r.optional_string(raw_url, f"{p}.url"),
+        url=url,
         urls=urls,
         routing_key=r.secret(m.get("routing_key"), f"{p}.routing_key"),
         repo=r.optional_string(m.get("repo"), f"{p}.repo"),
         token=r.secret(m.get("token"), f"{p}.token"),
         labels=r.string_list(m.get("labels"), f"{p}.labels", default=()),
-        timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0),
+        timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0, positive=True),
         max_attempts=r.integer(m.get("max_attempts"), f"{p}.max_attempts", 3, minimum=1),
     )
-    if rtype in _URL_TYPES and rc.url is None:
+    given = m.get("url") is not None or m.get("urls") is not None  # if wrong: said already
+    if rtype in _URL_TYPES and not given:
         either = " (or urls)" if rtype == "alertmanager" else ""
         a = "an" if rtype.startswith("a") else "a"
         r.problem(f"{p}.url", f"is required{either} for {a} {rtype} receiver")
@@ -227,21 +250,22 @@ def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
     return rc
 
 
-def _alertmanager_urls(r: Reader, url: Any, urls: Any, p: str) -> tuple[str, ...]:
-    """``url`` (one, or a list) plus ``urls``: every Alertmanager, each http(s)://host."""
-    found: list[str] = []
-    if isinstance(url, list):
-        found += r.string_list(url, f"{p}.url")
-    elif url is not None:
-        found.append(r.string(url, f"{p}.url"))
-    if urls is not None:
-        found += r.string_list(urls, f"{p}.urls")
-    for i, u in enumerate(found):
-        parts = urlsplit(u)
-        if u and (parts.scheme not in ("http", "https") or not parts.netloc):
-            # the URL is not shown: it may carry credentials
-            r.problem(f"{p}.urls[{i}]", "must be an http(s)://host[:port][/path] URL")
-    return tuple(dict.fromkeys(u for u in found if u))
+def _alertmanager_urls(r: Reader, url: Any, urls: Any, p: str) -> tuple[SecretUrl, ...]:
+    """``url`` (one, or a list) plus ``urls``: every Alertmanager, each http(s)://host,
+    each a secret like any receiver URL (never echoed in a problem)."""
+    items: list[tuple[Any, str]] = []
+    for key, value in (("url", url), ("urls", urls)):
+        if isinstance(value, list):
+            if not value:
+                r.problem(f"{p}.{key}", "must be a non-empty list")
+            items += [(u, f"{p}.{key}[{i}]") for i, u in enumerate(value)]
+        elif value is not None and key == "url":
+            items.append((value, f"{p}.url"))
+        elif value is not None:
+            r.problem(f"{p}.urls", "must be a list of URLs")
+    found = [r.url(u, path) for u, path in items]
+    unique = {u.reveal(): u for u in found if u is not None}
+    return tuple(unique.values())
 
 
 def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
@@ -266,7 +290,9 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
             "priority",
             "receivers",
             "unmatched_jobs",
+            "github_budget",
             "github_unreachable_after",
+            "clock_skew_max",
             "queue_time_objective",
             "runbook_url",
             "dashboard_url",
@@ -277,9 +303,11 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         priority=r.choice(b.get("priority"), "alerts.builtin.priority", PRIORITIES, "P2"),
         receivers=r.string_list(b.get("receivers"), "alerts.builtin.receivers", default=()),
         unmatched_jobs=r.boolean(b.get("unmatched_jobs"), "alerts.builtin.unmatched_jobs", True),
+        github_budget=r.boolean(b.get("github_budget"), "alerts.builtin.github_budget", True),
         github_unreachable_after=r.duration(
             b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
         ),
+        clock_skew_max=r.duration(b.get("clock_skew_max"), "alerts.builtin.clock_skew_max", 60.0),
         queue_time_objective=r.boolean(
             b.get("queue_time_objective"), "alerts.builtin.queue_time_objective", True
         ),

@@ -1,24 +1,28 @@
 """YAML -> :class:`Config`, validated once at load with every problem reported.
 
-Durations are read from strings like ``30s``/``5m``/``4h`` and held as float seconds.
-The environment is read here and nowhere else (``${VAR}`` in any string value).
+Durations are read from strings like ``30s``/``5m``/``4h`` (one grammar, see
+:mod:`autoscaler.config.reader`) and held as float seconds. The environment is read here
+and nowhere else (``${VAR}`` in any string value). Problems come in the order of the file,
+each with its line when read from a file, and a value already found wrong is not blamed
+again by the checks that combine it with others.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from autoscaler.config.alerts import read_alerts
-from autoscaler.config.reader import Reader, Secret, join_path, yaml_where
+from autoscaler.config.checks import cross_check
+from autoscaler.config.reader import Reader, join_path
 from autoscaler.config.schedule import read_min_idle
 from autoscaler.config.schema import (
     DEFAULT_HOSTED_LABELS,
     DEFAULT_STATE_PATH,
+    MAX_POLL_INTERVAL,
     AwsConfig,
     BudgetConfig,
     Config,
@@ -30,50 +34,119 @@ from autoscaler.config.schema import (
     ScalingConfig,
     StateConfig,
 )
+from autoscaler.config.secrets import Secret, shown
+from autoscaler.config.simulation import read_simulation
+from autoscaler.config.yamlfile import YamlDocument, YamlFileError, read_yaml
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import ConfigError
+
+MIN_BOOT_TIMEOUT = 10.0
+"""The shortest ``boot_timeout`` accepted, in seconds. No EC2 instance boots and registers
+a runner faster; below it every new instance would be judged an orphan (``0s`` made each
+one a candidate the moment it launched). The orphan check's clock-skew guard, a quarter of
+``boot_timeout``, must also stay above the one-second resolution of the ``Date`` headers
+and launch times it compares."""
+
+_TOP_KEYS = (
+    "poll_interval",
+    "listen",
+    "log_level",
+    "github",
+    "runner_types",
+    "aws",
+    "budgets",
+    "scaling",
+    "state",
+    "alerts",
+    "simulation",
+)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A valid configuration and what was tolerated on the way (``--allow-unset-env``)."""
+
+    config: Config
+    warnings: tuple[str, ...] = ()
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
     """Read and validate a YAML file. Raises ConfigError listing every problem."""
+    return read_config(path, env).config
+
+
+def read_config(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    allow_unset_env: bool = False,
+) -> LoadedConfig:
+    """Read and validate a YAML file; ``allow_unset_env``: an unset ``${VAR}`` is a warning.
+
+    Raises ConfigError listing every problem, in file order, each with its line.
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"]) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {yaml_where(exc)}"]) from None
-    return parse_config(raw, env=env, base_dir=Path(path).parent)
+        doc = read_yaml(path)
+    except YamlFileError as exc:
+        raise ConfigError([f"{path}: {exc}"]) from None
+    return _parse(doc, env, Path(path).parent, allow_unset_env=allow_unset_env, lines=True)
 
 
 def parse_config(
     raw: Any, env: Mapping[str, str] | None = None, base_dir: Path | None = None
 ) -> Config:
     """Validate an already-parsed document. Raises ConfigError listing every problem."""
-    r = Reader(env)
-    base = base_dir or Path.cwd()
-    top = r.mapping(
-        raw,
-        "",
-        (
-            "poll_interval",
-            "listen",
-            "log_level",
-            "github",
-            "runner_types",
-            "aws",
-            "budgets",
-            "scaling",
-            "state",
-            "alerts",
-        ),
-    )
+    doc = YamlDocument(raw, _document_order(raw))
+    return _parse(doc, env, base_dir or Path.cwd(), allow_unset_env=False, lines=False).config
+
+
+def _document_order(raw: Any) -> dict[str, int]:
+    """Path -> rank in pre-order (a parent before its children, siblings in the file's
+    order: dicts keep it), each container visited once."""
+    order: dict[str, int] = {}
+    stack: list[tuple[str, Any]] = [("", raw)]
+    seen: set[int] = set()
+    while stack:
+        path, value = stack.pop()
+        if path:
+            order.setdefault(path, len(order) + 1)
+        if id(value) in seen:
+            continue
+        if isinstance(value, dict):
+            children = [(join_path(path, str(k)), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            continue
+        seen.add(id(value))
+        stack.extend(reversed(children))
+    return order
+
+
+def _parse(
+    doc: YamlDocument,
+    env: Mapping[str, str] | None,
+    base: Path,
+    *,
+    allow_unset_env: bool,
+    lines: bool,
+) -> LoadedConfig:
+    r = Reader(env, allow_unset_env=allow_unset_env)
+    for dup in doc.duplicates:
+        r.problem(dup.path, dup.message, line=dup.line if lines else None)
+    raw = doc.data
+    top = r.mapping(raw, "", _TOP_KEYS)
     if raw is not None and not isinstance(raw, dict):
         raise ConfigError(r.problems)
     host, port = _listen(r, top.get("listen"))
     config = Config(
-        poll_interval=r.duration(top.get("poll_interval"), "poll_interval", 30.0),
+        poll_interval=r.duration(
+            top.get("poll_interval"),
+            "poll_interval",
+            30.0,
+            positive=True,
+            maximum=MAX_POLL_INTERVAL,
+        ),
         listen_host=host,
         listen_port=port,
         log_level=r.choice(
@@ -92,13 +165,12 @@ def parse_config(
             )
         ),
         alerts=read_alerts(r, top.get("alerts"), base),
+        simulation=read_simulation(r, top.get("simulation")),
     )
-    if config.poll_interval <= 0 and "poll_interval" in top:
-        r.problem("poll_interval", "must be greater than zero")
-    _cross_check(r, config)
-    if r.problems:
-        raise ConfigError(r.problems)
-    return config
+    cross_check(r, config)
+    if r.found:
+        raise ConfigError(r.report(doc.lines, lines=lines))
+    return LoadedConfig(config, tuple(r.warnings))
 
 
 def _listen(r: Reader, value: Any) -> tuple[str, int]:
@@ -107,7 +179,7 @@ def _listen(r: Reader, value: Any) -> tuple[str, int]:
     text = str(value)
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        r.problem("listen", f"must be HOST:PORT, got {text!r}")
+        r.problem("listen", f"must be HOST:PORT, got {shown(text)}")
         return "0.0.0.0", 9464
     return host.strip("[]") or "0.0.0.0", int(port)
 
@@ -129,6 +201,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             "timeout",
             "max_concurrency",
             "hosted_labels",
+            "rate_limit_share",
         ),
     )
     app = None
@@ -141,6 +214,8 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
                 key = (base / key_path).read_text(encoding="utf-8")
             except OSError as exc:
                 r.problem("github.app.private_key_file", f"cannot read: {exc.strerror}")
+            except UnicodeDecodeError:
+                r.problem("github.app.private_key_file", "is not UTF-8 text (a PEM key is ASCII)")
         app = GitHubAppConfig(
             app_id=r.integer(a.get("app_id"), "github.app.app_id", minimum=1),
             installation_id=r.integer(
@@ -154,15 +229,18 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
     if token is not None and app is not None:
         r.problem(path, "set token or app, not both")
     api_url = r.string(m.get("api_url"), "github.api_url", "https://api.github.com")
-    if not api_url.startswith(("http://", "https://")):
-        r.problem("github.api_url", f"must be an http(s) URL, got {api_url!r}")
+    if r.ok("github.api_url") and not api_url.startswith(("http://", "https://")):
+        r.problem("github.api_url", f"must be an http(s) URL, got {shown(api_url)}")
+    share = r.number(m.get("rate_limit_share"), "github.rate_limit_share", 0.8)
+    if not 0 < share <= 1:  # a NaN fails this too
+        r.problem("github.rate_limit_share", f"must be above 0 and at most 1, got {share}")
     return GitHubConfig(
         owner=r.string(m.get("owner"), "github.owner"),
         api_url=api_url.rstrip("/"),
         repos=None if m.get("repos") is None else r.string_list(m["repos"], "github.repos"),
         token=token,
         app=app,
-        timeout=r.duration(m.get("timeout"), "github.timeout", 10.0),
+        timeout=r.duration(m.get("timeout"), "github.timeout", 10.0, positive=True),
         max_concurrency=r.integer(
             m.get("max_concurrency"), "github.max_concurrency", 16, minimum=1
         ),
@@ -172,6 +250,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
                 m.get("hosted_labels"), "github.hosted_labels", default=DEFAULT_HOSTED_LABELS
             )
         ),
+        rate_limit_share=share,
     )
 
 
@@ -200,6 +279,13 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 "slo",
             ),
         )
+        boot_timeout = r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0)
+        if boot_timeout < MIN_BOOT_TIMEOUT:
+            r.problem(
+                f"{p}.boot_timeout",
+                f"must be at least {MIN_BOOT_TIMEOUT:.0f}s: an instance needs that long to"
+                " boot and register its runner, or it is terminated as an orphan",
+            )
         out.append(
             RunnerTypeConfig(
                 name=str(name),
@@ -208,8 +294,10 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 min_idle=read_min_idle(r, m.get("min_idle"), f"{p}.min_idle"),
                 max=r.optional_integer(m.get("max"), f"{p}.max"),
                 priority=r.integer(m.get("priority"), f"{p}.priority", 0),
-                idle_timeout=r.duration(m.get("idle_timeout"), f"{p}.idle_timeout", 600.0),
-                boot_timeout=r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0),
+                idle_timeout=r.duration(
+                    m.get("idle_timeout"), f"{p}.idle_timeout", RunnerTypeConfig.idle_timeout
+                ),
+                boot_timeout=boot_timeout,
                 slo=_slo(r, m.get("slo"), f"{p}.slo"),
             )
         )
@@ -217,23 +305,25 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
 
 
 def _slo(r: Reader, value: Any, p: str) -> QueueObjective | None:
-    """``{queue_time: 5m, objective: 0.95}``; both keys required."""
+    """``{queue_time: 5m, objective: 0.95}``; both keys required. A value already reported
+    (not a mapping, not a number, an unset variable) gets no follow-on range problem."""
     if value is None:
         return None
+    if not isinstance(value, dict):
+        r.mapping(value, p, ())  # says what it got
+        return None
     m = r.mapping(value, p, ("queue_time", "objective"))
-    queue_time = r.duration(m.get("queue_time"), f"{p}.queue_time")
-    if "queue_time" in m and queue_time <= 0:
-        r.problem(f"{p}.queue_time", "must be greater than zero")
-    raw = r.expand(m.get("objective"), f"{p}.objective")
-    objective = 0.99
-    if raw is None:
-        r.problem(f"{p}.objective", "is required (a share such as 0.95)")
-    elif isinstance(raw, bool) or not isinstance(raw, int | float):
-        r.problem(f"{p}.objective", "must be a number between 0 and 1, such as 0.95")
-    elif not 0 < raw < 1:
-        r.problem(f"{p}.objective", f"must be between 0 and 1 (exclusive), got {raw}")
+    queue_time = r.duration(m.get("queue_time"), f"{p}.queue_time", positive=True)
+    path = f"{p}.objective"
+    objective = 0.99  # only where a problem refuses the file
+    if m.get("objective") is None:
+        r.problem(path, "is required (a share such as 0.95)")
     else:
-        objective = float(raw)
+        share = r.number(m["objective"], path, objective)
+        if r.ok(path) and not 0 < share < 1:
+            r.problem(path, f"must be between 0 and 1 (exclusive), got {share:g}")
+        elif r.ok(path):
+            objective = share
     return QueueObjective(queue_time=queue_time, objective=objective)
 
 
@@ -247,7 +337,7 @@ def _aws(r: Reader, value: Any) -> AwsConfig:
         endpoint_url=r.optional_string(m.get("endpoint_url"), "aws.endpoint_url"),
         retry=RetryConfig(
             max_attempts=r.integer(rt.get("max_attempts"), "aws.retry.max_attempts", 4, minimum=1),
-            deadline=r.duration(rt.get("deadline"), "aws.retry.deadline", 30.0),
+            deadline=r.duration(rt.get("deadline"), "aws.retry.deadline", 30.0, positive=True),
             initial_backoff=r.duration(rt.get("initial_backoff"), "aws.retry.initial_backoff", 0.5),
             max_backoff=r.duration(rt.get("max_backoff"), "aws.retry.max_backoff", 8.0),
         ),
@@ -293,7 +383,9 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
     return ScalingConfig(
         enabled=r.boolean(m.get("enabled"), f"{p}.enabled", True),
         max_scale_in_per_tick=r.integer(
-            m.get("max_scale_in_per_tick"), f"{p}.max_scale_in_per_tick", 5
+            m.get("max_scale_in_per_tick"),
+            f"{p}.max_scale_in_per_tick",
+            ScalingConfig.max_scale_in_per_tick,
         ),
         max_cleanup_per_tick=r.integer(
             m.get("max_cleanup_per_tick"), f"{p}.max_cleanup_per_tick", 5
@@ -305,26 +397,3 @@ def _scaling(r: Reader, value: Any) -> ScalingConfig:
             m.get("capacity_backoff_max"), f"{p}.capacity_backoff_max", 1800.0
         ),
     )
-
-
-def _cross_check(r: Reader, config: Config) -> None:
-    """Problems that span sections: references to names defined elsewhere."""
-    known = set(config.alerts.receivers)
-    for i, rule in enumerate(config.alerts.rules):
-        for name in rule.receivers:
-            if name not in known:
-                r.problem(f"alerts.rules[{i}].receivers", f"unknown receiver {name!r}")
-    for name in config.alerts.builtin.receivers:
-        if name not in known:
-            r.problem("alerts.builtin.receivers", f"unknown receiver {name!r}")
-    seen: dict[str, str] = {}
-    for rt in config.runner_types:
-        for pool in rt.pools:
-            if pool in seen:
-                r.problem(
-                    f"runner_types.{rt.name}.pools",
-                    f"pool {pool!r} is already used by runner type {seen[pool]!r}",
-                )
-            seen[pool] = rt.name
-        if rt.max is not None and rt.min_idle.maximum > rt.max:
-            r.problem(f"runner_types.{rt.name}.min_idle", f"must not exceed max ({rt.max})")

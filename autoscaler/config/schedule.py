@@ -1,4 +1,5 @@
-"""``min_idle`` as a number or a weekly UTC schedule: a frozen value and its config reader.
+"""``min_idle`` as a number, a weekly UTC schedule, or predicted from the arrival rate: a
+frozen value and its config reader.
 
 ```yaml
 min_idle: 2                       # always 2
@@ -7,7 +8,15 @@ min_idle:
   schedule:                       # first matching window wins; times are UTC
     - {days: [mon, tue, wed, thu, fri], from: "08:00", to: "18:00", min_idle: 4}
     - {from: "22:00", to: "02:00", min_idle: 2}   # every day; crosses midnight
+min_idle:
+  default: 0
+  predict: {window: 15m, lead: 1m, quantile: 0.9, max: 10}   # warm runners for the jobs
+                                  # the recent arrival rate expects within `lead`
 ```
+
+With ``predict`` the policy keeps at least the scheduled number and at least the Poisson
+``quantile`` of the arrivals expected within ``lead`` at the rate seen over ``window``
+(:mod:`autoscaler.scale.forecast`), at most ``max``.
 
 A window covers ``from`` (inclusive) to ``to`` (exclusive, ``"24:00"`` is the end of the
 day). When ``to`` is earlier than ``from`` the window crosses midnight, and ``days`` names
@@ -53,12 +62,27 @@ class IdleWindow:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """Warm runners from the recent arrival rate (an option: ``min_idle.predict``)."""
+
+    window: float = 900.0
+    """Arrivals are counted over this many seconds."""
+    lead: float = 60.0
+    """Keep warm runners for the jobs expected within this many seconds."""
+    quantile: float = 0.9
+    """Enough for this share of such periods (Poisson arrivals)."""
+    max: int = 10
+    """Never more predicted warm runners than this."""
+
+
+@dataclass(frozen=True)
 class MinIdle:
     """Warm idle runners to keep: ``default``, or the first window of ``schedule`` that
-    covers the time."""
+    covers the time; with ``predict``, at least what the arrival rate calls for."""
 
     default: int = 0
     schedule: tuple[IdleWindow, ...] = ()
+    predict: Prediction | None = None
 
     def at(self, now: datetime) -> int:
         for window in self.schedule:
@@ -69,7 +93,8 @@ class MinIdle:
     @property
     def maximum(self) -> int:
         """The most it ever asks for (checked against the type's ``max``)."""
-        return max([self.default, *(w.min_idle for w in self.schedule)])
+        predicted = self.predict.max if self.predict is not None else 0
+        return max([self.default, predicted, *(w.min_idle for w in self.schedule)])
 
 
 def _minute(r: Reader, value: Any, path: str, *, end: bool) -> int | None:
@@ -124,17 +149,37 @@ def _window(r: Reader, value: Any, path: str) -> IdleWindow | None:
     return IdleWindow(start, end, count, days)
 
 
+def _prediction(r: Reader, value: Any, path: str) -> Prediction | None:
+    if value is None:
+        return None
+    m = r.mapping(value, path, ("window", "lead", "quantile", "max"))
+    d = Prediction()
+    window = r.duration(m.get("window"), f"{path}.window", d.window)
+    lead = r.duration(m.get("lead"), f"{path}.lead", d.lead)
+    quantile = m.get("quantile", d.quantile)
+    if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0 < quantile < 1:
+        r.problem(f"{path}.quantile", f"must be a number between 0 and 1, got {quantile!r}")
+        quantile = d.quantile
+    if window <= 0 or lead <= 0:
+        r.problem(path, "window and lead must be greater than zero")
+    return Prediction(window, lead, float(quantile), r.integer(m.get("max"), f"{path}.max", d.max))
+
+
 def read_min_idle(r: Reader, value: Any, path: str) -> MinIdle:
-    """``min_idle`` from YAML: an integer, or ``{default, schedule: [window, ...]}``."""
+    """``min_idle`` from YAML: an integer, or ``{default, schedule: [window, ...], predict}``."""
     if not isinstance(value, dict):
         if isinstance(value, list):
-            r.problem(path, "must be an integer or a mapping {default, schedule}")
+            r.problem(path, "must be an integer or a mapping {default, schedule, predict}")
             return MinIdle()
         return MinIdle(r.integer(value, path, 0))
-    m = r.mapping(value, path, ("default", "schedule"))
+    m = r.mapping(value, path, ("default", "schedule", "predict"))
     default = r.integer(m.get("default"), f"{path}.default", 0)
+    predict = _prediction(r, m.get("predict"), f"{path}.predict")
     raw = m.get("schedule")
+    if raw is None and predict is not None:
+        return MinIdle(default, (), predict)
     if raw is None or (isinstance(raw, list) and not raw):
         r.problem(f"{path}.schedule", "must be a non-empty list of windows (or use an integer)")
-        return MinIdle(default)
-    return MinIdle(default, r.each(raw, f"{path}.schedule", lambda v, p: _window(r, v, p)))
+        return MinIdle(default, (), predict)
+    windows = r.each(raw, f"{path}.schedule", lambda v, p: _window(r, v, p))
+    return MinIdle(default, windows, predict)

@@ -11,11 +11,16 @@ from dataclasses import dataclass, field
 from autoscaler.config.alerts import AlertsConfig
 from autoscaler.config.reader import Secret
 from autoscaler.config.schedule import MinIdle
+from autoscaler.config.simulation import SimulationConfig
 from autoscaler.domain import RunnerType
 
 #: The alert state file when the config names none (the image's working directory is its
 #: state volume, /var/lib/ci-autoscaler).
 DEFAULT_STATE_PATH = "ci-autoscaler-state.db"
+
+#: The longest ``poll_interval`` accepted: a controller that looks less often than hourly
+#: no longer autoscales (and readiness would tolerate a picture three hours old).
+MAX_POLL_INTERVAL = 3600.0
 
 #: GitHub-hosted runner labels (ubuntu-latest, windows-2022, macos-14, ...).
 DEFAULT_HOSTED_LABELS = ("ubuntu-*", "windows-*", "macos-*")
@@ -44,11 +49,15 @@ class GitHubConfig:
     app: GitHubAppConfig | None = field(default=None, repr=False)
     """GitHub App credentials, instead of a token."""
     timeout: float = 10.0
-    """Per-request timeout in seconds (connect, read, write and pool)."""
+    """Per-request timeout in seconds (connect, read, write and pool); more than zero."""
     max_concurrency: int = 16
     """Requests in flight at once."""
     hosted_labels: tuple[str, ...] = DEFAULT_HOSTED_LABELS
     """Globs of GitHub-hosted runner labels: an unmatched job asking for one is not ours."""
+    rate_limit_share: float = 0.8
+    """Share of the primary rate limit (``x-ratelimit-limit`` per hour) the poll may spend;
+    the rest is left to other users of the same credentials. Over it, quiet repositories
+    are re-listed less often, then busy ones (the "GitHub budget too small" alert)."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +90,10 @@ class RunnerTypeConfig:
     """Never more instances than this across the type's pools (nor the ASG MaxSize)."""
     priority: int = 0
     """Higher gets capacity first under a shared budget."""
-    idle_timeout: float = 600.0
-    """An idle runner older than this may be scaled in."""
+    idle_timeout: float = 120.0
+    """An idle runner older than this may be scaled in. Two minutes, about one boot: the
+    replays of ``make bench`` (README "How good is the scaling?") show 10 minutes costing
+    15-35% more runner-hours for a few seconds of p95 queue time."""
     boot_timeout: float = 900.0
     """An instance with no registered runner after this long is an orphan."""
     slo: QueueObjective | None = None
@@ -109,9 +120,10 @@ class RetryConfig:
     max_attempts: int = 4
     """Attempts per cloud call, the first included."""
     deadline: float = 30.0
-    """No new attempt starts after this many seconds."""
+    """No new attempt starts after this many seconds (more than zero)."""
     initial_backoff: float = 0.5
-    """Upper bound of the first full-jitter wait, in seconds; doubles each attempt."""
+    """Upper bound of the first full-jitter wait, in seconds; doubles each attempt; at
+    most ``max_backoff``."""
     max_backoff: float = 8.0
     """Cap on one wait, in seconds."""
 
@@ -132,12 +144,14 @@ class AwsConfig:
 class ScalingConfig:
     enabled: bool = True
     """False: observe and alert only, never touch a pool."""
-    max_scale_in_per_tick: int = 5
-    """Idle runners removed per tick at most."""
+    max_scale_in_per_tick: int = 20
+    """Idle runners removed per tick at most (5 left runners idle for half an hour after a
+    300-job matrix push in the replays)."""
     max_cleanup_per_tick: int = 5
     """Orphan instances and stale runners cleaned up per tick at most."""
     capacity_backoff_initial: float = 300.0
-    """How long a pool out of capacity is skipped at first; doubles each time."""
+    """How long a pool out of capacity is skipped at first; doubles each time; at most
+    ``capacity_backoff_max``."""
     capacity_backoff_max: float = 1800.0
     """Cap on the capacity back-off."""
 
@@ -155,7 +169,7 @@ class Config:
     github: GitHubConfig
     runner_types: tuple[RunnerTypeConfig, ...]
     poll_interval: float = 30.0
-    """Seconds between ticks."""
+    """Seconds between ticks (more than zero, at most :data:`MAX_POLL_INTERVAL`)."""
     listen_host: str = "0.0.0.0"
     listen_port: int = 9464
     """Where /metrics, /healthz and /readyz are served."""
@@ -165,6 +179,9 @@ class Config:
     scaling: ScalingConfig = ScalingConfig()
     state: StateConfig = StateConfig()
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    """Only ``ci-autoscaler simulate`` reads it: the emulated fleet's boot times and
+    outages."""
 
     def runner_type(self, name: str) -> RunnerTypeConfig:
         for rt in self.runner_types:

@@ -1,31 +1,38 @@
 """A fake GitHub: a real HTTP server on 127.0.0.1 speaking the REST shapes the adapter uses.
 
-Endpoints: ``GET /orgs/{org}/repos`` (and ``/users/{owner}/repos``),
-``GET /repos/{o}/{r}/actions/runs?status=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
+Endpoints: ``GET /orgs/{org}/repos``, ``/users/{owner}/repos`` (public repositories only)
+and ``/installation/repositories`` (an App installation token's),
+``GET /repos/{o}/{r}/actions/runs?status=&created=``, ``GET /repos/{o}/{r}/actions/runs/{id}/jobs``,
 ``GET /orgs/{org}/actions/runners``, ``DELETE /orgs/{org}/actions/runners/{id}``,
-``GET /repos/{o}/{r}/actions/runners``, ``DELETE /repos/{o}/{r}/actions/runners/{id}``,
-``POST /app/installations/{id}/access_tokens``, ``GET /rate_limit``. An
-``owner_kind="user"`` owner is a user account: every ``/orgs/{owner}/...`` path answers 404
-and runners live on repositories.
+``GET /repos/{o}/{r}/actions/runners``, ``DELETE /repos/{o}/{r}/actions/runners/{id}``
+(both runner listings filter on the documented ``?name=``), ``GET /rate_limit`` (free,
+answered even when the budget is spent), ``POST /app/installations/{id}/access_tokens``,
+and the issue endpoints the ``github_issue`` receiver uses
+(:mod:`autoscaler.fakes.github_issues`: create, list, update, comment). An
+``owner_kind="user"`` owner is a user account: every ``/orgs/{owner}/...`` path answers
+404 and runners live on repositories.
 Behaviour as GitHub documents it: ``Link`` pagination (``per_page`` max 100, default 30),
 an ``ETag`` on every GET and ``304`` on a matching ``If-None-Match`` (a 304 costs no rate
-limit), ``x-ratelimit-*`` headers, 401 with GitHub's JSON body on a bad token, and
-injectable faults, latency and malformed bodies. Every body validates against GitHub's
-OpenAPI description (``tests/conformance`` checks it).
+limit), ``x-ratelimit-*`` headers, a ``Date`` header on the fake's clock, 401 with
+GitHub's JSON body on a bad token; runs filtered on the status they report or their
+conclusion, status-filtered listings capped at 1,000 runs (``total_count`` counts all),
+``created`` ranges, running jobs whose steps move on with the clock; injectable faults
+(primary and secondary rate limits, 5xx), latency and malformed or raw bodies
+(:mod:`autoscaler.fakes.github_listing` says how listings are filtered). Every body
+validates against GitHub's OpenAPI description (``tests/conformance`` checks it).
 
 What it does not model (a test that needs one of these must add it, docs first):
 
 - one workflow (``CI``, id 1) per repository, run by pushes to ``main``: no pull requests,
-  no re-runs (``run_attempt`` 1), every conclusion ``success``; a run's status derives
-  from its jobs unless :meth:`set_run_status` forces one (``waiting``, ``requested``);
-- ``?status=`` matches that derived status only (GitHub matches the status it reports or
-  the conclusion), no listing is capped at 1,000 runs, and the other run filters
-  (``created``, ``branch``, ``event``...) and the jobs' ``filter=`` are ignored;
-- repositories have no description, topics, counts or history, are all private, and
-  ``/users/{u}/repos`` lists them all (GitHub: public ones only);
-- a job has one step (``Set up job``); runners have no groups, versions, ephemeral mode
-  or JIT configuration; one App installation with fixed permissions;
-- the rate limit meters ``core`` only (no secondary limits unless injected), and there
+  no re-runs (``run_attempt`` 1), a completed run concludes ``success`` unless
+  :meth:`set_run_status` says otherwise; a run's status derives from its jobs unless
+  :meth:`set_run_status` forces one;
+- the run filters other than ``status`` and ``created`` (``branch``, ``event``...) and the
+  jobs' ``filter=`` are ignored;
+- repositories have no description, topics, counts or history;
+- runners have no groups, versions, ephemeral mode or JIT configuration; one App
+  installation with fixed permissions;
+- the rate limit meters ``core`` only (secondary limits only when injected), and there
   are no webhooks.
 
 Thread-safe: the emulator drives the state while the server answers requests.

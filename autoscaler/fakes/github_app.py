@@ -23,6 +23,14 @@ def authorized(fake: GitHubState, auth: str) -> bool:
     return expiry is not None and fake.clock() < expiry
 
 
+def installation_token(fake: GitHubState, auth: str) -> bool:
+    """The Authorization header carries a live installation token (a GitHub App's)."""
+    scheme, _, token = auth.partition(" ")
+    with fake.lock:
+        expiry = fake.installation_tokens.get(token)
+    return scheme.lower() in ("bearer", "token") and expiry is not None and fake.clock() < expiry
+
+
 def app_token(fake: GitHubState, auth: str) -> Reply:
     scheme, _, token = auth.partition(" ")
     bad = error_reply(401, "A JSON web token could not be decoded")

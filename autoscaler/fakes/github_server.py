@@ -3,47 +3,54 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import re
+import sys
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from autoscaler.fakes.github_app import app_token, authorized
-from autoscaler.fakes.github_shapes import (
-    FakeRequest,
-    Fault,
-    Reply,
-    error_reply,
-    job_json,
-    rate_limit_json,
-    repo_json,
-    run_json,
-    runner_json,
+from autoscaler.fakes.github_app import app_token, authorized, installation_token
+from autoscaler.fakes.github_listing import (
+    BadQuery,
+    Forbidden,
+    Listing,
+    listing,
+    owner_serves,
+    repo_of,
 )
+from autoscaler.fakes.github_shapes import FakeRequest, Fault, Reply, error_reply, rate_limit_json
 from autoscaler.fakes.github_state import GitHubState
 
-_REPOS = re.compile(r"^/(orgs|users)/([^/]+)/repos$")
-_RUNS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs$")
-_JOBS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/jobs$")
-_RUNNERS = re.compile(r"^/orgs/([^/]+)/actions/runners$")
 _RUNNER = re.compile(r"^/orgs/([^/]+)/actions/runners/(\d+)$")
-_REPO_RUNNERS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners$")
 _REPO_RUNNER = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners/(\d+)$")
 _APP_TOKEN = re.compile(r"^/app/installations/(\d+)/access_tokens$")
 _MALFORMED = b'{"total_count": 3, "items": [{"id": 1, "name": '
 _RATE_MESSAGE = "API rate limit exceeded. Check out the documentation for more information."
+#: GitHub's secondary-limit message (403 or 429; ``Retry-After`` optional).
+SECONDARY_MESSAGE = (
+    "You have exceeded a secondary rate limit. Please wait a few minutes before you try "
+    "again. If you reach out to GitHub Support for help, please include the request ID."
+)
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out in two writes
     server: FakeServer
+    body: bytes = b""
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the fake logs requests in ``fake.requests`` instead."""
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The ``Date`` header on the fake's own clock, as GitHub's shows GitHub's."""
+        if timestamp is None:
+            timestamp = self.server.fake.clock().timestamp()
+        return super().date_time_string(timestamp)
 
     def do_GET(self) -> None:
         self._serve("GET")
@@ -54,11 +61,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self._serve("DELETE")
 
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
     def _serve(self, method: str) -> None:
         fake = self.server.fake
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        self.body = self.rfile.read(length) if length else b""
         if fake.latency > 0:
             time.sleep(fake.latency)
         try:
@@ -67,8 +76,17 @@ class Handler(BaseHTTPRequestHandler):
             reply = error_reply(500, f"fake github error: {type(exc).__name__}")
         with fake.lock:
             fake.requests.append(FakeRequest(method, self.path, reply.status))
+        if fake.before_reply is not None and fake.before_reply(method, self.path, reply.status):
+            self.close_connection = True  # the response is lost
+            return
+        try:
+            self._write(reply)
+        except OSError:  # the client is gone (a test may have killed it on purpose)
+            self.close_connection = True
+
+    def _write(self, reply: Reply) -> None:
         self.send_response(reply.status)
-        reply.headers.setdefault("content-type", "application/json; charset=utf-8")
+        reply.headers.setdefault("content-type", reply.content_type)
         reply.headers.setdefault("x-github-api-version-selected", "2022-11-28")
         for name, value in reply.headers.items():
             self.send_header(name, value)
@@ -91,6 +109,7 @@ class Handler(BaseHTTPRequestHandler):
         if not authorized(fake, auth):
             return error_reply(401, "Bad credentials", _rate_headers(fake, count=False))
         if method == "GET" and path == "/rate_limit":
+            # "does not count against your REST API rate limit"
             return _rate_limit(fake, self.headers.get("If-None-Match"))
         with fake.lock:
             if _remaining(fake) <= 0:
@@ -99,13 +118,24 @@ class Handler(BaseHTTPRequestHandler):
                 return _delete_runner(fake, m.group(1), None, int(m.group(2)))
             if method == "DELETE" and (m := _REPO_RUNNER.match(path)):
                 return _delete_runner(fake, m.group(1), m.group(2), int(m.group(3)))
+            if method in ("POST", "PATCH") and repo_of(fake, path) is not None:
+                done = fake.issue_tracker.handle(
+                    fake.url, fake.owner, method, path, raw=self.body, now=fake.clock()
+                )
+                if done is not None:
+                    done.headers.update(_rate_headers(fake, count=True))
+                    return done
             if method != "GET":
                 return error_reply(404, "Not Found", _rate_headers(fake, count=True))
-            listing = _listing(fake, path, query)
-        if listing is None:
-            return error_reply(404, "Not Found", _rate_headers(fake, count=True))
-        key, items = listing
-        return _page(fake, self.path, key, items, query, self.headers.get("If-None-Match"))
+            try:
+                found = listing(fake, path, query, installation=installation_token(fake, auth))
+            except BadQuery as exc:
+                return error_reply(422, str(exc), _rate_headers(fake, count=True))
+            except Forbidden as exc:
+                return error_reply(403, str(exc), _rate_headers(fake, count=True))
+            if found is None:
+                return error_reply(404, "Not Found", _rate_headers(fake, count=True))
+            return _page(fake, self.path, found, query, self.headers.get("If-None-Match"))
 
 
 def _remaining(fake: GitHubState) -> int:
@@ -144,9 +174,15 @@ def _rate_limit(fake: GitHubState, if_none_match: str | None) -> Reply:
 def _fault_reply(fake: GitHubState, fault: Fault) -> Reply:
     if fault.status is None:
         return Reply(200, _MALFORMED, _rate_headers(fake, count=True))
+    if fault.body is not None:
+        reply = Reply(fault.status, fault.body, _rate_headers(fake, count=True))
+        reply.content_type = fault.content_type
+        return reply
     headers = _rate_headers(fake, count=False)
     if fault.retry_after is not None:
         headers["retry-after"] = str(math.ceil(fault.retry_after))
+    if fault.secondary:
+        return error_reply(fault.status, SECONDARY_MESSAGE, headers)
     if fault.ratelimit_reset is not None:
         reset = fault.ratelimit_reset
         if reset < 1e9:
@@ -166,7 +202,7 @@ def _delete_runner(fake: GitHubState, owner: str, repo: str | None, runner_id: i
     headers = _rate_headers(fake, count=True)
     runner = fake._runners.get(runner_id)
     if (
-        not _owner_serves(fake, owner, orgs=repo is None)
+        not owner_serves(fake, owner, orgs=repo is None)
         or runner is None
         or (bool(runner.repos) if repo is None else repo not in runner.repos)
     ):
@@ -179,65 +215,20 @@ def _delete_runner(fake: GitHubState, owner: str, repo: str | None, runner_id: i
     return Reply(204, None, headers)
 
 
-def _owner_serves(fake: GitHubState, owner: str, *, orgs: bool) -> bool:
-    """The path's owner is ours, and an ``/orgs/`` path names an organization."""
-    return owner.lower() == fake.owner.lower() and not (orgs and fake.owner_kind == "user")
-
-
-def _listing(
-    fake: GitHubState, path: str, query: dict[str, str]
-) -> tuple[str | None, list[dict[str, Any]]] | None:
-    """(wrapper key or None for a bare list, every item) for a GET, or None for a 404."""
-    base, owner = fake.url, fake.owner
-    if m := _REPOS.match(path):
-        if not _owner_serves(fake, m.group(2), orgs=m.group(1) == "orgs"):
-            return None
-        repos = sorted(fake._repos.values(), key=lambda r: r.id)
-        return None, [repo_json(base, owner, r, fake.owner_kind) for r in repos]
-    if m := _RUNNERS.match(path):
-        if not _owner_serves(fake, m.group(1), orgs=True):
-            return None
-        runners = sorted(fake._runners.values(), key=lambda r: r.id)
-        return "runners", [runner_json(r) for r in runners if not r.repos]
-    if m := _REPO_RUNNERS.match(path):
-        if m.group(1).lower() != owner.lower() or m.group(2) not in fake._repos:
-            return None
-        runners = sorted(fake._runners.values(), key=lambda r: r.id)
-        return "runners", [runner_json(r) for r in runners if m.group(2) in r.repos]
-    if m := _RUNS.match(path):
-        if m.group(1).lower() != owner.lower() or m.group(2) not in fake._repos:
-            return None
-        wanted = query.get("status")
-        items = []
-        for run in sorted(fake._runs.values(), key=lambda r: -r.id):
-            status = fake.run_status(run)
-            if run.repo == m.group(2) and (wanted is None or status == wanted):
-                reported = run.reported_status or status
-                items.append(
-                    run_json(base, owner, run, reported, fake._repos[run.repo], fake.owner_kind)
-                )
-        return "workflow_runs", items
-    if m := _JOBS.match(path):
-        job_run = fake._runs.get(int(m.group(3)))
-        if m.group(1).lower() != owner.lower() or job_run is None or job_run.repo != m.group(2):
-            return None
-        return "jobs", [job_json(base, owner, fake._jobs[j]) for j in job_run.job_ids]
-    return None
-
-
-def _page(  # noqa: PLR0917
+def _page(
     fake: GitHubState,
     raw_path: str,
-    key: str | None,
-    items: list[dict[str, Any]],
+    found: Listing,
     query: dict[str, str],
     if_none_match: str | None,
 ) -> Reply:
+    """One page of a listing: only its slice is rendered; ETag over the body; Link."""
     per_page = _int(query.get("per_page"), 30, 1, 100)
-    last = max(1, math.ceil(len(items) / per_page))
+    last = max(1, math.ceil(len(found.items) / per_page))
     page = _int(query.get("page"), 1, 1, 1_000_000)
-    chunk = items[(page - 1) * per_page : page * per_page]
-    body: Any = chunk if key is None else {"total_count": len(items), key: chunk}
+    chunk = [found.render(item) for item in found.items[(page - 1) * per_page : page * per_page]]
+    total = len(found.items) if found.total is None else found.total
+    body: Any = chunk if found.key is None else {"total_count": total, found.key: chunk}
     reply = Reply(200, body)
     etag = 'W/"' + hashlib.sha256(reply.raw).hexdigest()[:40] + '"'
     headers = {"etag": etag}
@@ -291,6 +282,14 @@ class FakeServer(ThreadingHTTPServer):
     def __init__(self, fake: GitHubState) -> None:
         super().__init__(("127.0.0.1", 0), Handler)
         self.fake = fake
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client closing its keep-alive connection mid-read is normal (httpx does on
+        close): not a traceback on stderr. Anything else is logged, not printed."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+            return
+        logging.getLogger(__name__).exception("fake GitHub: error serving %s", client_address)
 
 
 def make_server(fake: GitHubState) -> FakeServer:

@@ -12,10 +12,19 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 DOCS = "https://docs.github.com/rest"
+#: The steps a running job goes through (``FakeJob.steps`` of them, in this order).
+STEP_NAMES = (
+    "Set up job",
+    "Run actions/checkout@v4",
+    "Build",
+    "Test",
+    "Post Run actions/checkout@v4",
+    "Complete job",
+)
 _DEFAULT_LABELS = frozenset({"self-hosted", "linux", "x64", "windows", "macos", "arm64"})
 
 
@@ -40,6 +49,12 @@ class Fault:
     times: int
     retry_after: float | None = None
     ratelimit_reset: float | None = None
+    #: A secondary rate limit: GitHub's secondary-limit message, x-ratelimit-remaining
+    #: left as it is, ``Retry-After`` only when ``retry_after`` is set.
+    secondary: bool = False
+    #: A raw body served as is with ``status`` (HTML error pages, deeply nested JSON).
+    body: bytes | None = None
+    content_type: str = "application/json; charset=utf-8"
 
 
 @dataclass
@@ -57,6 +72,10 @@ class FakeJob:
     runner_name: str | None = None
     #: Raw JSON fields that replace the rendered ones (to serve bad data on purpose).
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: Steps a running job goes through, one every ``step_seconds`` of the fake's clock:
+    #: a running job's listing changes as it progresses, as on GitHub.
+    steps: int = len(STEP_NAMES)
+    step_seconds: float = 20.0
 
 
 @dataclass
@@ -66,8 +85,11 @@ class FakeRun:
     created_at: datetime
     job_ids: list[int] = field(default_factory=list)
     #: When set, the ``status`` the API reports instead of the one derived from its jobs
-    #: (GitHub sometimes reports a run completed while a job of it stays queued).
+    #: (GitHub sometimes reports a run completed while a job of it stays queued; a run
+    #: can be ``waiting``, ``requested`` or ``pending`` while jobs of it are queued).
     reported_status: str | None = None
+    #: The conclusion a completed run reports (``success`` when unset).
+    conclusion: str | None = None
 
 
 @dataclass
@@ -86,6 +108,8 @@ class FakeRunner:
 class FakeRepo:
     id: int
     name: str
+    #: Private repositories are absent from ``/users/{owner}/repos`` (public only).
+    private: bool = True
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
@@ -185,7 +209,7 @@ def repo_json(
         "node_id": f"R_{repo.id}",
         "name": repo.name,
         "full_name": full,
-        "private": True,
+        "private": repo.private,
         "owner": user_json(base, owner, _OWNER_ID, kind),
         "html_url": f"https://github.com/{full}",
         "description": None,
@@ -220,7 +244,7 @@ def repo_json(
         "has_discussions": False,
         "archived": False,
         "disabled": False,
-        "visibility": "private",
+        "visibility": "private" if repo.private else "public",
         "pushed_at": created,
         "created_at": created,
         "updated_at": created,
@@ -246,11 +270,13 @@ def run_json(  # noqa: PLR0917
     status: str,
     repo: FakeRepo | None = None,
     owner_kind: str = "org",
+    conclusion: str | None = None,
 ) -> dict[str, Any]:
     """A workflow run as "List workflow runs for a repository" shows it.
 
     ``repo`` is the run's repository record (its id); the fake has one workflow (CI, id 1)
     triggered by pushes to main, no pull requests and no re-runs (``run_attempt`` 1).
+    ``status`` and ``conclusion`` are what the run reports (GitHub's filter matches them).
     """
     full = f"{owner}/{run.repo}"
     url = f"{base}/repos/{full}/actions/runs/{run.id}"
@@ -271,7 +297,7 @@ def run_json(  # noqa: PLR0917
         "run_number": run.id,
         "event": "push",
         "status": status,
-        "conclusion": "success" if status == "completed" else None,
+        "conclusion": conclusion,
         "workflow_id": 1,
         "url": url,
         "html_url": f"https://github.com/{full}/actions/runs/{run.id}",
@@ -305,21 +331,39 @@ def run_json(  # noqa: PLR0917
     }
 
 
-def job_json(base: str, owner: str, job: FakeJob) -> dict[str, Any]:
-    full = f"{owner}/{job.repo}"
-    steps: list[dict[str, Any]] = []
-    if job.status != "queued":
-        done = job.status == "completed"
+def job_steps(job: FakeJob, now: datetime) -> list[dict[str, Any]]:
+    """A queued job has no steps; a running one completes one every ``step_seconds``."""
+    if job.status in ("queued", "waiting", "pending", "requested") or job.started_at is None:
+        return []
+    names = [STEP_NAMES[i % len(STEP_NAMES)] for i in range(max(1, job.steps))]
+    if job.status == "completed":
+        done = len(names)
+    else:
+        elapsed = (now - job.started_at).total_seconds()
+        done = min(len(names) - 1, max(0, int(elapsed // job.step_seconds)))
+    steps = []
+    for number, name in enumerate(names, start=1):
+        begun = job.started_at + timedelta(seconds=(number - 1) * job.step_seconds)
+        ended = job.started_at + timedelta(seconds=number * job.step_seconds)
+        if job.status == "completed" and number == len(names):
+            ended = job.completed_at or ended
+        state = "completed" if number <= done else "in_progress" if number == done + 1 else "queued"
         steps.append(
             {
-                "name": "Set up job",
-                "status": job.status,
-                "conclusion": "success" if done else None,
-                "number": 1,
-                "started_at": iso(job.started_at),
-                "completed_at": iso(job.completed_at),
+                "name": name,
+                "status": state,
+                "conclusion": "success" if state == "completed" else None,
+                "number": number,
+                "started_at": iso(begun) if state != "queued" else None,
+                "completed_at": iso(ended) if state == "completed" else None,
             }
         )
+    return steps
+
+
+def job_json(base: str, owner: str, job: FakeJob, now: datetime) -> dict[str, Any]:
+    full = f"{owner}/{job.repo}"
+    steps = job_steps(job, now)
     body: dict[str, Any] = {
         "id": job.id,
         "run_id": job.run_id,
@@ -394,6 +438,7 @@ class Reply:
     def __init__(self, status: int, body: Any = None, headers: dict[str, str] | None = None):
         self.status = status
         self.headers = dict(headers or {})
+        self.content_type = "application/json; charset=utf-8"
         if body is None:
             self.raw = b""
         elif isinstance(body, bytes):

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
 from autoscaler.fakes.github_shapes import (
     FakeJob,
     FakeRepo,
@@ -24,6 +25,24 @@ from autoscaler.fakes.github_shapes import (
 __all__ = ["GitHubState"]
 
 
+#: Job statuses a job can be created in (``waiting``: an environment approval).
+_WAITING_STATUSES = frozenset({"queued", "waiting", "pending", "requested"})
+#: Run statuses and conclusions GitHub documents for ``?status=`` (the OpenAPI enum).
+RUN_STATUSES = frozenset({"queued", "in_progress", "completed", "waiting", "requested", "pending"})
+RUN_CONCLUSIONS = frozenset(
+    {
+        "action_required",
+        "cancelled",
+        "failure",
+        "neutral",
+        "skipped",
+        "stale",
+        "success",
+        "timed_out",
+    }
+)
+
+
 class GitHubState:
     """The fake's state: repositories, runs, jobs, runners, tokens, faults, the rate limit.
 
@@ -31,6 +50,9 @@ class GitHubState:
     """
 
     RATE_LIMIT = 5000
+    #: A listing of runs filtered by ``status`` (or ``created``, ``branch``, ...) returns
+    #: at most this many runs, as GitHub documents; ``total_count`` still counts them all.
+    RUN_LISTING_CAP = 1000
 
     def __init__(
         self,
@@ -60,9 +82,18 @@ class GitHubState:
         self.lock = threading.RLock()
         self._repos: dict[str, FakeRepo] = {}
         self._runs: dict[int, FakeRun] = {}
+        #: Run ids per repository (the runs listing must not scan every run of the org).
+        self._runs_by_repo: dict[str, list[int]] = {}
         self._jobs: dict[int, FakeJob] = {}
         self._runners: dict[int, FakeRunner] = {}
         self._faults: list[Fault] = []
+        #: Issues per repository (the github_issue alert receiver's endpoints).
+        self.issue_tracker = IssueTracker()
+        #: Called with (method, path with query, status) once a reply is decided and its
+        #: effect applied, before it is sent: a test can act at the moment the fake has
+        #: done the work and the client has not heard back (kill the client, say). A true
+        #: return drops the connection unanswered: the response is lost.
+        self.before_reply: Callable[[str, str, int], bool | None] | None = None
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None
@@ -72,10 +103,12 @@ class GitHubState:
         self._next_id += 1
         return self._next_id
 
-    def add_repo(self, name: str) -> None:
+    def add_repo(self, name: str, *, private: bool = True) -> None:
+        """A repository (private unless told; ``/users/{owner}/repos`` lists public ones)."""
         with self.lock:
             if name not in self._repos:
-                self._repos[name] = FakeRepo(self._new_id(), name)
+                self._repos[name] = FakeRepo(self._new_id(), name, private)
+                self._runs_by_repo[name] = []
 
     def queue_job(
         self,
@@ -85,17 +118,25 @@ class GitHubState:
         created_at: datetime | None = None,
         name: str = "build",
         run_id: int | None = None,
+        status: str = "queued",
     ) -> int:
-        """A queued job; a new run of its own unless ``run_id`` names one. Returns its id."""
+        """A queued job; a new run of its own unless ``run_id`` names one. Returns its id.
+
+        ``status`` may also be ``waiting`` (an environment approval), ``pending`` or
+        ``requested``: jobs that wait, but not for a runner.
+        """
+        if status not in _WAITING_STATUSES:
+            raise ValueError(f"a new job's status is one of {sorted(_WAITING_STATUSES)}")
         with self.lock:
             self.add_repo(repo)
             now = created_at or self.clock()
             if run_id is None or run_id not in self._runs:
                 run = FakeRun(run_id or self._new_id(), repo, now)
                 self._runs[run.id] = run
+                self._runs_by_repo[repo].append(run.id)
             else:
                 run = self._runs[run_id]
-            job = FakeJob(self._new_id(), run.id, run.repo, name, tuple(labels), now)
+            job = FakeJob(self._new_id(), run.id, run.repo, name, tuple(labels), now, status)
             self._jobs[job.id] = job
             run.job_ids.append(job.id)
             return job.id
@@ -150,10 +191,27 @@ class GitHubState:
                 raise ValueError(f'Runner "{runner.name}" is still running a job')
             del self._runners[runner_id]
 
-    def set_run_status(self, run_id: int, status: str | None) -> None:
-        """Make the API report this run's status (e.g. completed over a queued job)."""
+    def set_run_status(
+        self, run_id: int, status: str | None, conclusion: str | None = None
+    ) -> None:
+        """Make the API report this run's status (``completed`` over a queued job;
+        ``waiting``, ``requested`` or ``pending`` with queued jobs) and, when completed,
+        its conclusion. ``None`` goes back to the status derived from the jobs."""
+        if status is not None and status not in RUN_STATUSES:
+            raise ValueError(f"GitHub documents no run status {status!r}")
+        if conclusion is not None and conclusion not in RUN_CONCLUSIONS:
+            raise ValueError(f"GitHub documents no run conclusion {conclusion!r}")
         with self.lock:
-            self._runs[run_id].reported_status = status
+            run = self._runs[run_id]
+            run.reported_status, run.conclusion = status, conclusion
+
+    def set_job_status(self, job_id: int, status: str) -> None:
+        """A job that waited (``waiting``, ``pending``, ``requested``) is queued now, or
+        the other way round."""
+        if status not in _WAITING_STATUSES:
+            raise ValueError(f"use assign_job/complete_job for {status!r}")
+        with self.lock:
+            self._jobs[job_id].status = status
 
     def override_job(self, job_id: int, **fields: Any) -> None:
         """Serve these raw JSON fields for the job (bad data on purpose)."""
@@ -180,18 +238,41 @@ class GitHubState:
         with self.lock:
             return list(self._runners.values())
 
+    def issues(self, repo: str) -> list[FakeIssue]:
+        """The repository's issues, oldest first."""
+        return self.issue_tracker.issues(repo)
+
     def repos(self) -> list[str]:
         with self.lock:
             return list(self._repos)
 
-    def run_status(self, run: FakeRun) -> str:
-        """The status derived from the run's jobs."""
+    def derived_status(self, run: FakeRun) -> str:
+        """The status the run's jobs give it: completed when all are; waiting when one
+        waits for an approval; queued when none started; else in progress."""
         statuses = {self._jobs[j].status for j in run.job_ids}
         if statuses == {"completed"}:
             return "completed"
-        if statuses <= {"queued"}:
+        if "waiting" in statuses:
+            return "waiting"
+        if statuses <= {"queued", "pending", "requested"}:
             return "queued"
         return "in_progress"
+
+    def run_status(self, run: FakeRun) -> str:
+        """The status the API reports for the run (set, or derived from its jobs)."""
+        return run.reported_status or self.derived_status(run)
+
+    def run_conclusion(self, run: FakeRun) -> str | None:
+        """The conclusion the API reports: only a completed run has one."""
+        if self.run_status(run) != "completed":
+            return None
+        return run.conclusion or "success"
+
+    def repo_runs(self, repo: str) -> list[FakeRun]:
+        """The repository's runs, newest first (the order GitHub lists them in)."""
+        runs = [self._runs[i] for i in self._runs_by_repo.get(repo, ())]
+        runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return runs
 
     # --- faults
     def inject_fault(
@@ -218,6 +299,38 @@ class GitHubState:
         """Answer the next ``times`` matching requests with 200 and an invalid JSON body."""
         with self.lock:
             self._faults.append(Fault(re.compile(path_regex), None, times))
+
+    def inject_secondary_limit(
+        self,
+        path_regex: str,
+        *,
+        status: int = 403,
+        retry_after: float | None = None,
+        times: int = 1,
+    ) -> None:
+        """A secondary rate limit: ``status`` (403 or 429) with GitHub's secondary-limit
+        message; ``x-ratelimit-remaining`` is not 0, ``Retry-After`` only when given
+        (GitHub documents both)."""
+        with self.lock:
+            self._faults.append(
+                Fault(re.compile(path_regex), status, times, retry_after, secondary=True)
+            )
+
+    def inject_body(
+        self,
+        path_regex: str,
+        body: bytes,
+        *,
+        status: int = 200,
+        content_type: str = "application/json; charset=utf-8",
+        times: int = 1,
+    ) -> None:
+        """Answer the next ``times`` matching requests with this raw body (an HTML error
+        page from a proxy, deeply nested JSON, a huge page)."""
+        with self.lock:
+            self._faults.append(
+                Fault(re.compile(path_regex), status, times, body=body, content_type=content_type)
+            )
 
     def take_fault(self, path: str) -> Fault | None:
         with self.lock:

@@ -39,7 +39,14 @@ from autoscaler.domain import (
 )
 from autoscaler.observe.queue import is_ghost, is_hosted, match_job
 from autoscaler.ports import instance_id_of
-from autoscaler.scale.plan import LAUNCH_FAILED, STUCK, Decision, Plan, ScalingState
+from autoscaler.scale.plan import (
+    LAUNCH_FAILED,
+    LAUNCH_REFUSED,
+    STUCK,
+    Decision,
+    Plan,
+    ScalingState,
+)
 
 #: Every cause code, most important first (a type's causes are listed in this order).
 CODES: tuple[str, ...] = (
@@ -102,9 +109,11 @@ class CapacityFailure:
     at: datetime
     reason: str = "capacity"
     """``capacity`` (SetDesiredCapacity refused), :data:`LAUNCH_FAILED` (a Failed scaling
-    activity) or :data:`STUCK` (no launch progress for ``boot_timeout``)."""
+    activity: capacity), :data:`LAUNCH_REFUSED` (a Failed activity a person must fix: a
+    quota, an image) or :data:`STUCK` (no launch progress for ``boot_timeout``)."""
     code: str = ""
-    """The AWS error code of a synchronous refusal (``InsufficientInstanceCapacity``)."""
+    """AWS's error code: of a synchronous refusal, or the one the adapter found in the
+    Failed activity (``InsufficientInstanceCapacity``, ``VcpuLimitExceeded``)."""
     message: str = ""
     """AWS's own words: the Failed activity's StatusMessage. Shown, never matched on."""
 
@@ -222,7 +231,8 @@ class _Tick:
         out += [
             Cause("permanent_error", _permanent(p))
             for p in self.problems
-            if p.kind == "permanent" and p.runner_type in (rt.name, "")
+            # "launch": a Failed activity a person must fix (quota, image), paged each tick
+            if p.kind in ("permanent", "launch") and p.runner_type in (rt.name, "")
         ]
         view = self.scaling
         if view is None or not rt.pools or view.plan is None:
@@ -317,6 +327,8 @@ class _Tick:
             return text
         if failure.reason == STUCK:
             return text + f"; no instance launched within boot_timeout {fmt_age(rt.boot_timeout)}"
+        if failure.reason == LAUNCH_REFUSED:  # its words are in the permanent_error cause
+            return text + f"; launch refused ({failure.code or 'no code'}): a person must act"
         words = ": ".join(w for w in (failure.code, failure.message) if w)
         if failure.reason == LAUNCH_FAILED:
             return text + "; Failed scaling activity" + (f", AWS: {words}" if words else "")

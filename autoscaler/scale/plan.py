@@ -24,10 +24,20 @@ SCALE_UP, SCALE_IN, RELEASE, ORPHAN, STALE, HOLD, MISSING = (
     "missing",
 )
 RANK = {SCALE_UP: 0, SCALE_IN: 1, RELEASE: 2, ORPHAN: 3, STALE: 4, HOLD: 5, MISSING: 6}
-LAUNCH_FAILED, STUCK = "launch_failed", "stuck"
+LAUNCH_FAILED, LAUNCH_REFUSED, STUCK = "launch_failed", "launch_refused", "stuck"
 """Why a pool could not provide the capacity it was asked for (``provisioning_failures``
-reasons): a Failed scaling activity since our last scale-up, or desired above live
-instances with no progress for ``boot_timeout``."""
+reasons): a Failed scaling activity since our last scale-up (out of capacity, or
+``launch_refused``: a reason a person must fix, such as a quota, an image, a launch
+template or permissions), or desired above live instances with no progress for
+``boot_timeout``."""
+
+SKEW_FRACTION = 0.25
+"""No orphan is terminated while a peer's clock is further from ours than this fraction of
+the type's ``boot_timeout``. An orphan is judged by comparing the cloud's launch time with
+our clock; a skew of ``f * boot_timeout`` shortens the boot window a runner really gets to
+``(1 - f) * boot_timeout``. A quarter keeps at least three quarters of the window the
+operator chose (15m -> at least 11m15s) and leaves a wide margin over the built-in 60 s
+skew alert, so on-call hears about the clock long before cleanup stops."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +100,40 @@ class ScaleIn:
 
 @dataclass(frozen=True)
 class TerminateOrphan:
+    """Terminate ``instance_id``: past ``boot_timeout`` with no runner in the poll's list.
+    The scaler asks GitHub for :attr:`runner_name` once more first."""
+
     runner_type: str
     pool: str
     instance_id: str
+
+    @property
+    def runner_name(self) -> str:
+        """The name its runner registers under (``f"{pool}-{instance_id}"``)."""
+        return f"{self.pool}-{self.instance_id}"
+
+
+@dataclass(frozen=True)
+class PendingTermination:
+    """An instance whose runner was deregistered but whose termination failed (throttled,
+    say). Nothing can run on it any more; it is terminated first thing next tick."""
+
+    runner_type: str
+    pool: str
+    instance_id: str
+    runner_name: str
+    since: datetime
+
+
+@dataclass(frozen=True)
+class LaunchRefused:
+    """A pool whose launches fail for a reason a person must fix (quota, image, launch
+    template, permissions): paged every tick until the pool launches again."""
+
+    runner_type: str
+    pool: str
+    code: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -114,9 +155,13 @@ class Release:
     current: int
     desired: int
     reason: str
-    """:data:`LAUNCH_FAILED` or :data:`STUCK`."""
+    """:data:`LAUNCH_FAILED`, :data:`LAUNCH_REFUSED` or :data:`STUCK`."""
     failover: bool
     """Another pool of the type is not in back-off and takes the need."""
+    code: str = ""
+    """The cloud's code for a failed launch ("" when none was found, or stuck)."""
+    message: str = ""
+    """The cloud's own words for a failed launch (the activity's StatusMessage)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +187,16 @@ class ScalingState:
     short_since: Mapping[str, tuple[datetime, int]] = field(default_factory=dict)
     """Pool -> (since when its desired capacity exceeds its live instances, live count
     then). Restarts when an instance appears: only a pool making no progress is stuck."""
+    pending_terminations: Mapping[str, PendingTermination] = field(default_factory=dict)
+    """Instance id -> a termination that failed after its runner was deregistered."""
+    refused: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Pool -> (code, message) of the launch failure a person must fix; cleared once the
+    pool delivers what it was asked for."""
+    observed_at: datetime | None = None
+    """The last fresh observation (``min_idle.predict`` counts arrivals since)."""
+    arrivals: Mapping[str, tuple[tuple[datetime, int], ...]] = field(default_factory=dict)
+    """Runner type -> (observation, jobs that arrived since the one before) within its
+    ``min_idle.predict.window``; only types that predict."""
 
     def in_backoff(self, pool: str, now: datetime) -> bool:
         until = self.backoff_until.get(pool)
@@ -158,17 +213,45 @@ class ScalingState:
             scaled_up_at={k: v for k, v in self.scaled_up_at.items() if k != pool},
         )
 
+    def launch_refused(
+        self, pool: str, now: datetime, scaling: ScalingConfig, code: str, message: str
+    ) -> ScalingState:
+        """Back the pool off for the longest back-off at once (retrying sooner cannot help
+        until a person acts; the next try after it shows whether they did) and remember
+        why, so the page stays up."""
+        seconds = scaling.capacity_backoff_max
+        return replace(
+            self,
+            backoff_until={**self.backoff_until, pool: now + timedelta(seconds=seconds)},
+            backoff_seconds={**self.backoff_seconds, pool: seconds},
+            scaled_up_at={k: v for k, v in self.scaled_up_at.items() if k != pool},
+            refused={**self.refused, pool: (code, message)},
+        )
+
     def scaled_up(self, pool: str, now: datetime) -> ScalingState:
         return replace(self, scaled_up_at={**self.scaled_up_at, pool: now})
 
     def capacity_ok(self, pool: str) -> ScalingState:
-        if pool not in self.backoff_seconds and pool not in self.backoff_until:
+        if all(pool not in m for m in (self.backoff_seconds, self.backoff_until, self.refused)):
             return self
         return replace(
             self,
             backoff_until={k: v for k, v in self.backoff_until.items() if k != pool},
             backoff_seconds={k: v for k, v in self.backoff_seconds.items() if k != pool},
+            refused={k: v for k, v in self.refused.items() if k != pool},
         )
+
+    def termination_pending(self, pending: PendingTermination) -> ScalingState:
+        return replace(
+            self,
+            pending_terminations={**self.pending_terminations, pending.instance_id: pending},
+        )
+
+    def termination_done(self, instance_id: str) -> ScalingState:
+        if instance_id not in self.pending_terminations:
+            return self
+        left = {k: v for k, v in self.pending_terminations.items() if k != instance_id}
+        return replace(self, pending_terminations=left)
 
 
 @dataclass(frozen=True)
@@ -187,3 +270,10 @@ class Plan:
     """Runner types that need instances while every pool is in capacity back-off."""
     releases: tuple[Release, ...] = ()
     """Pools whose launches failed: backed off in :attr:`state`, desired lowered."""
+    pending_terminations: tuple[PendingTermination, ...] = ()
+    """Remembered terminations whose instance still lives: executed before anything else."""
+    orphans_held: tuple[TerminateOrphan, ...] = ()
+    """Orphans not terminated because a peer's clock is too far from ours
+    (:data:`SKEW_FRACTION`)."""
+    refused: tuple[LaunchRefused, ...] = ()
+    """Pools of configured types whose launches a person must fix (paged every tick)."""

@@ -3,7 +3,8 @@
 Per runner type:
 
 - demand = fresh queued jobs + busy runners on the type's instances + ``min_idle`` at
-  ``now`` (a number, or a weekly UTC schedule);
+  ``now`` (a number, or a weekly UTC schedule; with ``predict``, at least the warm runners
+  the recent arrival rate calls for, :mod:`autoscaler.scale.forecast`);
 - supply = instances in service or pending in the type's pools (booting ones count, so a
   queued job is not provisioned twice);
 - desired = demand clamped to the type's ``max``, to the pools' MaxSize and to the budgets.
@@ -17,9 +18,15 @@ pool P". Stale observations never scale: every pool is held.
 A pool whose launches failed after it accepted a scale-up (a Failed scaling activity, or
 stuck short of its desired capacity past ``boot_timeout``; :mod:`autoscaler.scale.capacity`) is
 backed off and released like one that refused synchronously, and the need fails over.
-Orphans (an instance with no registered runner ``boot_timeout`` after launch) are
-terminated; an offline runner whose instance is gone is deregistered. Caps per tick come
-from :class:`ScalingConfig`.
+Orphans (an instance with no registered runner ``boot_timeout`` after launch, its age
+read on the cloud's clock: our clock corrected by the measured skew) are terminated, but
+never while a peer's clock is off by more than :data:`SKEW_FRACTION` of ``boot_timeout``;
+the scaler asks GitHub for the runner once more before it terminates one. An offline
+runner whose instance is gone is deregistered. Terminations that failed after their runner
+was deregistered are retried first (:attr:`Plan.pending_terminations`) and count against
+``max_scale_in_per_tick``. Only instances ``InService`` are protected from scale-in: AWS
+refuses SetInstanceProtection for a ``Pending`` one, and fails the whole call with it.
+Caps per tick come from :class:`ScalingConfig`.
 
 Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"`` (:func:`instance_id_of`).
 """
@@ -32,12 +39,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
-from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
+from autoscaler.domain import ClockSkew, InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.capacity import launch_failures, track_short
+from autoscaler.scale.forecast import count_arrivals, warm_runners
 from autoscaler.scale.plan import (
     HOLD,
     LAUNCH_FAILED,
+    LAUNCH_REFUSED,
     MISSING,
     ORPHAN,
     PROTECT_PER_POOL,
@@ -45,9 +54,12 @@ from autoscaler.scale.plan import (
     RELEASE,
     SCALE_IN,
     SCALE_UP,
+    SKEW_FRACTION,
     STALE,
     Decision,
     DeregisterStale,
+    LaunchRefused,
+    PendingTermination,
     Plan,
     PoolSlot,
     Protect,
@@ -104,6 +116,7 @@ class _Builder:
     scale_ups: list[ScaleUp] = field(default_factory=list)
     scale_ins: list[ScaleIn] = field(default_factory=list)
     orphans: list[TerminateOrphan] = field(default_factory=list)
+    held: list[TerminateOrphan] = field(default_factory=list)
     stale: list[DeregisterStale] = field(default_factory=list)
     protect: list[Protect] = field(default_factory=list)
     out_of_capacity: list[str] = field(default_factory=list)
@@ -141,6 +154,8 @@ def _types(
     pools: Mapping[str, PoolState],
     config: Config,
     now: datetime,
+    *,
+    state: ScalingState,
 ) -> list[_Type]:
     out = []
     for rt in config.runner_types:
@@ -150,7 +165,7 @@ def _types(
         stats = snapshot.per_type.get(rt.name)
         queued = stats.queue_size if stats is not None else 0
         busy = sum(1 for r, _ in mine if r.online and r.busy)
-        demand = queued + busy + rt.min_idle.at(now)
+        demand = queued + busy + warm_runners(rt, state, now)
         cap = sum(p.max_size for p in present)
         if rt.max is not None:
             cap = min(cap, rt.max)
@@ -245,32 +260,71 @@ def _cleanup(
     *,
     left: int,
     out: _Builder,
+    skew: ClockSkew,
+    pending: Mapping[str, PendingTermination],
     orphans: bool = True,
 ) -> int:
     """Plan orphan terminations (when ``orphans``), then stale runner removals; return how
-    many were planned."""
+    many were planned.
+
+    An instance's age is read on the cloud's clock (``launched_at`` is the cloud's): the
+    poll's time plus the measured cloud skew. With any peer's clock further off than
+    :data:`SKEW_FRACTION` of ``boot_timeout`` the orphans are held, not terminated."""
     name, used = t.rt.name, 0
     registered = {instance_id_of(r.name) for r in runners}
-    boot_cutoff = snapshot.observed_at - timedelta(seconds=t.rt.boot_timeout)
+    cloud_now = snapshot.observed_at + timedelta(seconds=skew.aws or 0.0)
+    boot_cutoff = cloud_now - timedelta(seconds=t.rt.boot_timeout)
+    skew_limit = SKEW_FRACTION * t.rt.boot_timeout
     for p in t.pools:
         for i in p.instances:
-            if (
+            if not (
                 orphans
                 and used < left
                 and i.lifecycle in _LIVE
                 and i.launched_at is not None
-                and (i.launched_at <= boot_cutoff and i.id not in registered)
+                and i.launched_at <= boot_cutoff
+                and i.id not in registered
+                and i.id not in pending
             ):
-                out.orphans.append(TerminateOrphan(name, p.name, i.id))
-                text = f"instance {i.id} not registered after {t.rt.boot_timeout:.0f}s: terminate"
-                out.note(name, p.name, text, ORPHAN, -1)
-                used += 1
+                continue
+            orphan = TerminateOrphan(name, p.name, i.id)
+            if skew.worst > skew_limit:
+                out.held.append(orphan)
+                text = (
+                    f"instance {i.id} looks unregistered, but clocks are {skew.worst:.0f}s"
+                    f" apart (over {skew_limit:.0f}s, a quarter of boot_timeout): kept"
+                )
+                out.note(name, p.name, text)
+                continue
+            out.orphans.append(orphan)
+            text = f"instance {i.id} not registered after {t.rt.boot_timeout:.0f}s: terminate"
+            out.note(name, p.name, text, ORPHAN, -1)
+            used += 1
     for r, pool in t.runners:
         if used < left and not r.online and instance_id_of(r.name) not in live_ids:
             out.stale.append(DeregisterStale(name, pool, r.id, r.name))
             out.note(name, pool, f"offline runner {r.name} has no instance: deregister", STALE)
             used += 1
     return used
+
+
+def _pending(
+    pools: Mapping[str, PoolState], state: ScalingState, limit: int, out: _Builder
+) -> tuple[ScalingState, list[PendingTermination]]:
+    """The remembered terminations to retry now, oldest first and at most ``limit`` (they
+    share ``max_scale_in_per_tick``, which bounds the AWS calls of a tick). Forget those
+    whose instance is gone (the group replaced it, or someone terminated it: done)."""
+    live = {i.id for p in pools.values() for i in p.instances if i.lifecycle in _LIVE}
+    keep = sorted(
+        (pt for pt in state.pending_terminations.values() if pt.instance_id in live),
+        key=lambda pt: (pt.since, pt.instance_id),
+    )
+    now = [pt for pt in keep if pt.pool in pools][:limit]
+    for pt in now:
+        text = f"runner {pt.runner_name} deregistered earlier: terminate its instance now"
+        out.note(pt.runner_type, pt.pool, text, SCALE_IN, -1)
+    state = replace(state, pending_terminations={pt.instance_id: pt for pt in keep})
+    return state, now
 
 
 def decide(  # noqa: PLR0917 (the signature the callers share)
@@ -283,14 +337,20 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     *,
     observation_fresh: bool,
     runners_complete: bool = True,
+    clock_skew: ClockSkew | None = None,
 ) -> Plan:
     """The plan for this tick. Pure: the same arguments give the same plan.
 
     ``runners_complete`` False (the source skipped a malformed runner) plans no orphan
     termination: the skipped runner's instance would look unregistered, and it may be busy.
+    ``clock_skew`` is how far GitHub's and the cloud's clocks are from ours (measured by the
+    adapters from their answers): orphan ages are read on the cloud's clock, and no orphan
+    is terminated while either skew exceeds :data:`SKEW_FRACTION` of ``boot_timeout``.
     """
+    skew = clock_skew or ClockSkew()
     scaling = config.scaling
     if observation_fresh:
+        state = count_arrivals(config, snapshot, runners, state)
         idle_since = {
             r.id: state.idle_since.get(r.id, snapshot.observed_at)
             for r in runners
@@ -298,13 +358,16 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         }
         state = replace(state, idle_since=idle_since)
     state = track_short(pools, state, now)
-    types = _types(snapshot, runners, pools, config, now)
+    types = _types(snapshot, runners, pools, config, now, state=state)
     budget_use = _grant_budgets(types, config.budgets, now)
     out = _Builder(pools)
     releases: list[Release] = []
+    pending: list[PendingTermination] = []
     if observation_fresh and scaling.enabled:
         state, releases = launch_failures(((t.rt, t.pools) for t in types), state, now, scaling)
-    scale_in_left = scaling.max_scale_in_per_tick
+    if scaling.enabled:
+        state, pending = _pending(pools, state, scaling.max_scale_in_per_tick, out)
+    scale_in_left = max(0, scaling.max_scale_in_per_tick - len(pending))
     cleanup_left = scaling.max_cleanup_per_tick
     live_ids = {i.id for p in pools.values() for i in p.instances if i.lifecycle in _LIVE}
     for t in types:
@@ -320,7 +383,9 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
                 _note_release(r, state, out)
         for p in t.pools:
             unprotected = [
-                i.id for i in p.instances if i.lifecycle in _LIVE and not i.protected_from_scale_in
+                i.id
+                for i in p.instances
+                if i.lifecycle is InstanceLifecycle.IN_SERVICE and not i.protected_from_scale_in
             ]
             if unprotected and scaling.enabled:
                 ids = tuple(unprotected[:PROTECT_PER_POOL])
@@ -333,8 +398,22 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         _scale_up(t, state, now, out)
         scale_in_left -= _scale_in(t, state, now, scale_in_left, out)
         cleanup_left -= _cleanup(
-            t, runners, snapshot, live_ids, left=cleanup_left, out=out, orphans=runners_complete
+            t,
+            runners,
+            snapshot,
+            live_ids,
+            left=cleanup_left,
+            out=out,
+            skew=skew,
+            pending=state.pending_terminations,
+            orphans=runners_complete,
         )
+    refused = tuple(
+        LaunchRefused(t.rt.name, p.name, *state.refused[p.name])
+        for t in types
+        for p in t.pools
+        if p.name in state.refused
+    )
     return Plan(
         decisions=out.decisions(config),
         scale_ups=tuple(out.scale_ups),
@@ -346,11 +425,17 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         budget_use=budget_use,
         out_of_capacity=tuple(out.out_of_capacity),
         releases=tuple(releases),
+        pending_terminations=tuple(pending),
+        orphans_held=tuple(out.held),
+        refused=refused,
     )
 
 
 def _note_release(r: Release, state: ScalingState, out: _Builder) -> None:
-    why = "a scaling activity Failed" if r.reason == LAUNCH_FAILED else "no launch progress"
+    why = {
+        LAUNCH_FAILED: "a scaling activity Failed",
+        LAUNCH_REFUSED: f"refused: {r.code}, a person must fix it",
+    }.get(r.reason, "no launch progress")
     text = f"launches failing ({why}): backed off {state.backoff_seconds[r.pool]:.0f}s"
     if r.failover:
         text += ", failing over"

@@ -12,7 +12,13 @@ for a plan and executes it, every cloud call through one :class:`RetryPolicy`:
   their desired capacity goes back to the instances they have, the need fails over;
 - scale in: deregister the runner first, and only when that succeeds terminate its
   instance; a runner that turned busy in between (:class:`RejectedError`) is left alone;
-- terminate orphan instances, deregister runners whose instance is gone.
+  a runner GitHub no longer knows (:class:`NotFoundError`) is gone, so its instance is an
+  orphan candidate, left to the orphan sweep and its checks; a termination that fails
+  after the runner was deregistered is remembered and retried first next tick;
+- terminate orphan instances, each only after GitHub, asked once more by the runner's
+  name, says no runner registered since the poll (the poll's list can be seconds old: a
+  runner that registered in between may already run a job). Deregister runners whose
+  instance is gone.
 
 What on-call must hear about (permanent errors with their code, every pool of a type out
 of capacity, a configured pool that does not exist) is in :attr:`Scaler.last_problems`.
@@ -31,19 +37,26 @@ from functools import partial
 
 from autoscaler.config import Config
 from autoscaler.domain import (
-    ActivityStatus,
+    ClockSkew,
     InstanceLifecycle,
     Observation,
     PoolState,
     QueueSnapshot,
     ScalingProblem,
 )
-from autoscaler.errors import AutoscalerError, CapacityError, PermanentError, RejectedError
+from autoscaler.errors import (
+    AutoscalerError,
+    CapacityError,
+    NotFoundError,
+    PermanentError,
+    RejectedError,
+)
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.diagnosis import CapacityFailure, ScalingView
 from autoscaler.scale.plan import (
     HOLD,
+    LAUNCH_REFUSED,
     MISSING,
     ORPHAN,
     RANK,
@@ -52,10 +65,13 @@ from autoscaler.scale.plan import (
     SCALE_UP,
     STALE,
     Decision,
+    PendingTermination,
     Plan,
     Release,
+    ScaleIn,
     ScaleUp,
     ScalingState,
+    TerminateOrphan,
     slot_target,
 )
 from autoscaler.scale.policy import decide, pool_of_runner
@@ -63,6 +79,9 @@ from autoscaler.scale.provisioning import ProvisioningClock
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
+
+#: What deregistering a runner came to.
+REMOVED, BUSY, GONE, FAILED = "removed", "busy", "gone", "failed"
 
 
 class Scaler:
@@ -89,6 +108,8 @@ class Scaler:
         self.state = ScalingState()
         self.last_problems: list[ScalingProblem] = []
         self.last_plan: Plan | None = None
+        #: The peers' clock skew the last step decided with (the alert stage reads it).
+        self.last_clock_skew = ClockSkew()
         #: What this tick saw, decided and did, for diagnosis, ``explain`` and the page.
         self.last_view: ScalingView | None = None
         #: Pool -> its last capacity failure (code, AWS's message), while backed off.
@@ -121,6 +142,7 @@ class Scaler:
                 lambda: self.pool.describe(names), pool="all", operation="describe"
             )
         except AutoscalerError as exc:
+            self._measure_skew(observation)
             self._problem(exc, "", "", "describe")
             reason = f"cannot describe pools ({exc.kind} {exc.code}): hold"
             held = [Decision(self._type_of[n], n, 0, 0, reason, HOLD) for n in names]
@@ -143,11 +165,17 @@ class Scaler:
             now,
             observation_fresh=fresh,
             runners_complete=observation is None or observation.skipped_runners == 0,
+            clock_skew=self._measure_skew(observation),
         )
         self.last_plan = plan
+        for lr in plan.refused:  # a pool a person must fix is paged every tick until it works
+            msg = f"{lr.pool} cannot launch instances ({lr.code}): {lr.message}"
+            self.last_problems.append(
+                ScalingProblem("launch", lr.runner_type, lr.pool, lr.code, msg)
+            )
         if observation is not None:
             self._provisioned(observation, names)
-        failures = {**self.failures, **_release_failures(plan, pools, now)}
+        failures = {**self.failures, **_release_failures(plan, now)}
         if dry_run:  # remember what was observed, not the failures acted on
             self.state = replace(
                 self.state, idle_since=plan.state.idle_since, short_since=plan.state.short_since
@@ -165,6 +193,11 @@ class Scaler:
         self._record(pools, decisions, plan, now)
         return decisions
 
+    def _measure_skew(self, observation: Observation | None) -> ClockSkew:
+        github = observation.clock_skew_seconds if observation is not None else None
+        self.last_clock_skew = ClockSkew(github=github, aws=self.pool.clock_skew())
+        return self.last_clock_skew
+
     def _provisioned(self, observation: Observation, names: list[str]) -> None:
         """Observe how long each runner newly online took since its pool was asked."""
         online = [
@@ -176,6 +209,8 @@ class Scaler:
             self.metrics.provisioning_seconds.labels(self._type_of[pool], pool).observe(seconds)
 
     def _execute(self, plan: Plan, now: datetime) -> None:
+        for pt in plan.pending_terminations:
+            self._retry_termination(pt)
         for r in plan.releases:
             self._release(r)
         for p in plan.protect:
@@ -190,49 +225,114 @@ class Scaler:
         for rt in plan.out_of_capacity:
             self._out_of_capacity(rt)
         for si in plan.scale_ins:
-            key = (si.runner_type, si.pool)
-            if not self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name):
-                self._note(key, f"runner {si.runner_name} kept")
-                continue
-            if self._cloud(
-                si.runner_type,
-                si.pool,
-                "terminate",
-                partial(self.pool.terminate_instance, si.pool, si.instance_id),
-            ):
-                self.metrics.scale_actions.labels(si.runner_type, si.pool, "scale_in").inc()
-                self._done(key, -1, SCALE_IN)
-                log.info(
-                    "scaled in %s: runner %s deregistered, instance %s terminated",
-                    si.pool,
-                    si.runner_name,
-                    si.instance_id,
-                )
-            else:
-                self._note(key, f"terminate {si.instance_id} failed")
+            self._scale_in(si, now)
         for o in plan.orphans:
-            key = (o.runner_type, o.pool)
-            if self._cloud(
-                o.runner_type,
-                o.pool,
-                "terminate",
-                partial(self.pool.terminate_instance, o.pool, o.instance_id),
-            ):
-                self.metrics.scale_actions.labels(o.runner_type, o.pool, "terminate_orphan").inc()
-                self.metrics.provisioning_failures.labels(
-                    o.runner_type, o.pool, "boot_timeout"
-                ).inc()
-                self._done(key, -1, ORPHAN)
-                log.warning(
-                    "terminated orphan instance %s in %s (never registered)", o.instance_id, o.pool
-                )
-            else:
-                self._note(key, f"terminate {o.instance_id} failed")
+            self._orphan(o)
+        for o in plan.orphans_held:
+            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "clock_skew").inc()
+        if plan.orphans_held:
+            log.warning(
+                "%d orphan instance(s) kept: clocks disagree by %.0fs (github %s, aws %s)",
+                len(plan.orphans_held),
+                self.last_clock_skew.worst,
+                self.last_clock_skew.github,
+                self.last_clock_skew.aws,
+            )
         for st in plan.stale_runners:
-            if self._deregister(st.runner_type, st.pool, st.runner_id, st.runner_name):
+            outcome = self._deregister(st.runner_type, st.pool, st.runner_id, st.runner_name)
+            if outcome == REMOVED:
                 self.metrics.scale_actions.labels(st.runner_type, st.pool, "deregister_stale").inc()
                 self._done((st.runner_type, st.pool), 0, STALE)
                 log.info("deregistered offline runner %s (instance gone)", st.runner_name)
+
+    def _scale_in(self, si: ScaleIn, now: datetime) -> None:
+        key = (si.runner_type, si.pool)
+        outcome = self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name)
+        if outcome == GONE:
+            self._note(key, f"runner {si.runner_name} already gone: instance left to orphan sweep")
+            return
+        if outcome != REMOVED:
+            self._note(key, f"runner {si.runner_name} kept")
+            return
+        if self._terminate(si.runner_type, si.pool, si.instance_id):
+            log.info(
+                "scaled in %s: runner %s deregistered, instance %s terminated",
+                si.pool,
+                si.runner_name,
+                si.instance_id,
+            )
+            return
+        pending = PendingTermination(si.runner_type, si.pool, si.instance_id, si.runner_name, now)
+        self.state = self.state.termination_pending(pending)
+        self.metrics.deferred_terminations.labels(si.runner_type, si.pool).inc()
+        self._note(key, f"terminate {si.instance_id} failed: retried first next tick")
+        log.warning(
+            "runner %s deregistered but instance %s not terminated; retried first next tick",
+            si.runner_name,
+            si.instance_id,
+        )
+
+    def _retry_termination(self, pt: PendingTermination) -> None:
+        """A termination that failed after its runner was deregistered, tried again."""
+        key = (pt.runner_type, pt.pool)
+        if self._terminate(pt.runner_type, pt.pool, pt.instance_id):
+            self.state = self.state.termination_done(pt.instance_id)
+            log.info(
+                "terminated instance %s of runner %s (deregistered %s)",
+                pt.instance_id,
+                pt.runner_name,
+                pt.since.isoformat(),
+            )
+        else:
+            self.metrics.deferred_terminations.labels(pt.runner_type, pt.pool).inc()
+            self._note(key, f"terminate {pt.instance_id} failed again: retried next tick")
+
+    def _terminate(self, runner_type: str, pool: str, instance_id: str) -> bool:
+        """Terminate the instance of a deregistered runner (a scale-in)."""
+        if not self._cloud(
+            runner_type,
+            pool,
+            "terminate",
+            partial(self.pool.terminate_instance, pool, instance_id),
+        ):
+            return False
+        self.metrics.scale_actions.labels(runner_type, pool, "scale_in").inc()
+        self._done((runner_type, pool), -1, SCALE_IN)
+        return True
+
+    def _orphan(self, o: TerminateOrphan) -> None:
+        """Terminate an orphan, unless GitHub knows its runner by now (or cannot say)."""
+        key = (o.runner_type, o.pool)
+        try:
+            runner = self.source.find_runner(o.runner_name)
+        except AutoscalerError as exc:
+            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "lookup_failed").inc()
+            self._problem(exc, o.runner_type, o.pool, "find_runner")
+            self._note(key, f"cannot ask GitHub about {o.runner_name}: {o.instance_id} kept")
+            return
+        if runner is not None:
+            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "registered").inc()
+            self._note(key, f"runner {o.runner_name} registered since the poll: kept")
+            log.info(
+                "instance %s registered its runner after the poll (%s); not an orphan",
+                o.instance_id,
+                runner.state.value,
+            )
+            return
+        if self._cloud(
+            o.runner_type,
+            o.pool,
+            "terminate",
+            partial(self.pool.terminate_instance, o.pool, o.instance_id),
+        ):
+            self.metrics.scale_actions.labels(o.runner_type, o.pool, "terminate_orphan").inc()
+            self.metrics.provisioning_failures.labels(o.runner_type, o.pool, "boot_timeout").inc()
+            self._done(key, -1, ORPHAN)
+            log.warning(
+                "terminated orphan instance %s in %s (never registered)", o.instance_id, o.pool
+            )
+        else:
+            self._note(key, f"terminate {o.instance_id} failed")
 
     def _scale_up(self, up: ScaleUp, now: datetime) -> None:
         need, failed_over = up.need, False
@@ -290,11 +390,14 @@ class Scaler:
         self.metrics.provisioning_failures.labels(r.runner_type, r.pool, r.reason).inc()
         if r.failover:
             self.metrics.pool_failovers.labels(r.runner_type, r.pool).inc()
-        log.warning(
-            "pool %s failed to launch (%s); backed off %.0fs",
+        log.log(
+            logging.ERROR if r.reason == LAUNCH_REFUSED else logging.WARNING,
+            "pool %s failed to launch (%s %s); backed off %.0fs%s",
             r.pool,
             r.reason,
+            r.code or "-",
             self.state.backoff_seconds.get(r.pool, 0.0),
+            f": {r.message}" if r.message else "",
         )
         if r.desired >= r.current:
             self._done(key, 0, RELEASE)
@@ -328,16 +431,22 @@ class Scaler:
             return False
         return True
 
-    def _deregister(self, runner_type: str, pool: str, runner_id: int, name: str) -> bool:
+    def _deregister(self, runner_type: str, pool: str, runner_id: int, name: str) -> str:
+        """Deregister a runner: :data:`REMOVED`, :data:`BUSY` (GitHub's 422: it took a job;
+        leave it), :data:`GONE` (GitHub's 404: it no longer exists, nothing to remove) or
+        :data:`FAILED` (anything else; a permanent error is a problem)."""
         try:
             self.source.remove_runner(runner_id)
         except RejectedError:
             log.info("runner %s turned busy before removal; left alone", name)
-            return False
+            return BUSY
+        except NotFoundError:
+            log.info("runner %s is already gone at GitHub", name)
+            return GONE
         except AutoscalerError as exc:
             self._problem(exc, runner_type, pool, "remove_runner")
-            return False
-        return True
+            return FAILED
+        return REMOVED
 
     def _problem(self, exc: AutoscalerError, runner_type: str, pool: str, operation: str) -> None:
         if isinstance(exc, PermanentError):
@@ -395,20 +504,17 @@ class Scaler:
             m.pool_backoff_remaining.labels(name).set(
                 max(0.0, (until - now).total_seconds()) if until else 0.0
             )
+            pending = self.state.pending_terminations.values()
+            m.pending_terminations.labels(rt, name).set(sum(1 for p in pending if p.pool == name))
         for b in self.config.budgets:
             m.budget_instances.labels(b.name).set(plan.budget_use.get(b.name, 0))
             m.budget_max_instances.labels(b.name).set(b.max_instances)
 
 
-def _release_failures(
-    plan: Plan, pools: dict[str, PoolState], now: datetime
-) -> dict[str, CapacityFailure]:
-    """The pools the policy found failing to launch this tick, with AWS's last words."""
-    out = {}
-    for r in plan.releases:
-        failed = [
-            a for a in pools[r.pool].activities if a.status is ActivityStatus.FAILED and a.message
-        ]
-        message = failed[0].message if failed else ""
-        out[r.pool] = CapacityFailure(r.pool, now, r.reason, message=message)
-    return out
+def _release_failures(plan: Plan, now: datetime) -> dict[str, CapacityFailure]:
+    """The pools the policy found failing to launch this tick, with AWS's code and last
+    words (the Failed activity's, as the adapter classified it)."""
+    return {
+        r.pool: CapacityFailure(r.pool, now, r.reason, code=r.code, message=r.message)
+        for r in plan.releases
+    }

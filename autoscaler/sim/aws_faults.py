@@ -5,7 +5,9 @@ sees every HTTP attempt, and the error it returns goes through botocore's retry 
 error parsing exactly like a real response. Used by the adapter tests and by the demo
 (an injected capacity error makes a pool fail over). :class:`CapacityOutage` answers
 instead of failing: it plays a group that accepts a scale-up and then fails to launch,
-the way EC2 Auto Scaling reports capacity problems.
+the way EC2 Auto Scaling reports capacity problems (or, with another ``status_message``,
+a quota, image or launch template problem). :class:`BootingInstances` plays what moto
+skips: instances that are ``Pending`` for a while, on which SetInstanceProtection fails.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from xml.sax.saxutils import escape
 
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ReadTimeoutError
@@ -32,6 +35,18 @@ _EC2_ERROR = (
 TIMEOUT = "__timeout__"
 """Pass as ``code`` to raise a read timeout instead of returning an error response."""
 
+PROXY_BAD_GATEWAY = (
+    '<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">\n'
+    "<html><head>\n<title>502 Proxy Error</title>\n</head><body>\n<h1>Proxy Error</h1>\n"
+    "<p>The proxy server received an invalid\nresponse from an upstream server.<br />\n"
+    "The proxy server could not handle the request<p>Reason: <strong>Error reading from "
+    "remote server</strong></p></p>\n<hr>\n<address>Apache/2.4.57 (Debian) Server at "
+    "autoscaling.us-east-1.amazonaws.com Port 443</address>\n</body></html>\n"
+)
+"""Apache mod_proxy's 502 page, as an egress proxy answers when AWS's endpoint misbehaves.
+Pass as :attr:`Fault.body` (with ``status=502``): botocore cannot parse it as XML and
+raises ``ResponseParserError``, which is not a ``BotoCoreError``."""
+
 
 class _Raw:
     def __init__(self, body: bytes) -> None:
@@ -47,6 +62,10 @@ class Fault:
 
     ``match`` restricts it to requests whose body contains that text (e.g. a group name);
     ``times=None`` fails forever. ``attempts`` counts every attempt the handler saw.
+    ``body`` answers with that raw text (``text/html``) instead of AWS's error XML: what a
+    proxy or load balancer in front of the endpoint sends (``code`` is then unused).
+    ``raises`` raises that exception from the HTTP layer instead of answering (a
+    connection, proxy or TLS failure), as ``code=TIMEOUT`` does for a read timeout.
     """
 
     operation: str
@@ -54,6 +73,8 @@ class Fault:
     status: int = 400
     times: int | None = 1
     match: str | None = None
+    body: str | None = None
+    raises: Exception | None = None
     attempts: int = 0
     injected: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -79,9 +100,15 @@ class Fault:
         url = request.url
         if self.code == TIMEOUT:
             raise ReadTimeoutError(endpoint_url=url)
+        if self.raises is not None:
+            raise self.raises
         # botocore calls every before-send handler; moto's in-process one (registered after
         # this) would still apply the request. Point it nowhere so nothing else serves it.
         request.url = "http://fault-injected.invalid/"
+        if self.body is not None:
+            headers = HTTPHeaders()
+            headers["Content-Type"] = "text/html; charset=iso-8859-1"
+            return AWSResponse(url, self.status, headers, _Raw(self.body.encode()))
         ec2 = "ec2." in url or "Version=2016-11-15" in body_text
         template = _EC2_ERROR if ec2 else _QUERY_ERROR
         kind = "Receiver" if self.status >= 500 else "Sender"
@@ -106,11 +133,17 @@ _META = (
 )
 _ACTIVITY = (
     "<member><ActivityId>{id}</ActivityId><AutoScalingGroupName>{group}</AutoScalingGroupName>"
-    "<Description>Launching a new EC2 instance.  Status Reason: injected capacity outage"
-    "</Description><Cause>injected capacity outage</Cause><StartTime>{start}</StartTime>"
+    "<Description>Launching a new EC2 instance.  Status Reason: {message}"
+    "</Description><Cause>At {start} an instance was started in response to a difference"
+    " between desired and actual capacity.</Cause><StartTime>{start}</StartTime>"
     "<EndTime>{start}</EndTime><StatusCode>Failed</StatusCode>"
-    "<StatusMessage>injected capacity outage</StatusMessage><Progress>100</Progress></member>"
+    "<StatusMessage>{message}</StatusMessage><Progress>100</Progress></member>"
 )
+SPOT_CAPACITY_MESSAGE = (
+    "Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot"
+    " capacity available that matches your request. Launching EC2 instance failed."
+)
+"""A real StatusMessage of a spot group out of capacity (cortexlabs/cortex#1258)."""
 
 
 def _operation(request: Any, kwargs: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
@@ -134,6 +167,8 @@ class CapacityOutage:
     group: str
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     active: bool = True
+    status_message: str = SPOT_CAPACITY_MESSAGE
+    """The Failed activities' StatusMessage (AWS's words, with its error code)."""
     pending: int = 0
     """Desired capacity asked for and never launched."""
     failed_at: list[datetime] = field(default_factory=list)
@@ -177,6 +212,7 @@ class CapacityOutage:
                     id=f"00000000-0000-0000-0000-{n:012d}",
                     group=self.group,
                     start=at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    message=escape(self.status_message),
                 )
                 for n, at in enumerate(self.failed_at[:limit])
             )
@@ -197,3 +233,63 @@ class CapacityOutage:
                     self._described = int(group["DesiredCapacity"])
                     if self.active:
                         group["DesiredCapacity"] = self._described + self.pending
+
+
+@dataclass
+class BootingInstances:
+    """Instances that are ``Pending`` for a while, as on real AWS (moto puts them in
+    service at once), and SetInstanceProtection refusing them as AWS does.
+
+    While an instance id is in :attr:`pending`, DescribeAutoScalingGroups reports it
+    ``Pending``, and a SetInstanceProtection call naming it fails whole with
+    ``ValidationError`` ("The instance i-... is not in InService or EnteringStandby or
+    Standby.", the text AWS returns: infrahouse/infrahouse-toolkit#223,
+    guardian/riff-raff#510): no instance of that batch is protected. With
+    ``new_instances_pending`` every instance first seen is pending until :meth:`boot`.
+    :meth:`install` it on the autoscaling client.
+    """
+
+    pending: set[str] = field(default_factory=set)
+    new_instances_pending: bool = False
+    rejected: int = 0
+    """SetInstanceProtection calls refused."""
+    _seen_ids: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def install(self, client: Any) -> BootingInstances:
+        client.meta.events.register_first("before-send", self._before_send)
+        client.meta.events.register(
+            "after-call.autoscaling.DescribeAutoScalingGroups", self._describe
+        )
+        return self
+
+    def boot(self, *instance_ids: str) -> None:
+        """These instances are in service now."""
+        with self._lock:
+            self.pending.difference_update(instance_ids)
+
+    def _before_send(self, request: Any, **kwargs: Any) -> AWSResponse | None:
+        name, params = _operation(request, kwargs)
+        if name != "SetInstanceProtection":
+            return None
+        ids = [v for k, v in params.items() if k.startswith("InstanceIds.member.")]
+        with self._lock:
+            booting = next((i for i in ids if i in self.pending), None)
+            if booting is None:
+                return None
+            self.rejected += 1
+        request.url = "http://fault-injected.invalid/"  # nothing else serves it (see Fault)
+        message = f"The instance {booting} is not in InService or EnteringStandby or Standby."
+        payload = _QUERY_ERROR.format(kind="Sender", code="ValidationError", message=message)
+        return AWSResponse(request.url, 400, HTTPHeaders(), _Raw(payload.encode()))
+
+    def _describe(self, parsed: dict[str, Any], **_: Any) -> None:
+        with self._lock:
+            for group in parsed.get("AutoScalingGroups", []):
+                for inst in group.get("Instances", []):
+                    iid = inst.get("InstanceId")
+                    if self.new_instances_pending and iid not in self._seen_ids:
+                        self.pending.add(iid)
+                    self._seen_ids.add(iid)
+                    if iid in self.pending and inst.get("LifecycleState") == "InService":
+                        inst["LifecycleState"] = "Pending"

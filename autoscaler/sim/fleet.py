@@ -9,7 +9,9 @@ a boto3 client (moto's server, usually) and:
 - hands each idle runner of ours a queued job it can run (its labels cover the job's),
   and completes the job ``job_duration`` seconds later;
 - removes the runner of an instance that is gone. A runner that was still busy then is
-  counted in :attr:`Fleet.busy_terminations` (the controller must keep that at 0).
+  counted in :attr:`Fleet.busy_terminations` (the controller must keep that at 0);
+- notices runners the controller deregistered (a scale-in): their instance never
+  registers again.
 
 Also here: :func:`start_moto_server` (moto on 127.0.0.1) and :func:`create_pools` (a
 launch template and an Auto Scaling group per pool), for the demo and the tests.
@@ -118,8 +120,13 @@ class FleetEvents:
 
     registered: list[str] = field(default_factory=list)
     assigned: list[int] = field(default_factory=list)
+    waited: list[float] = field(default_factory=list)
+    """Queue time in seconds of each job in :attr:`assigned` (``now - created_at``)."""
     completed: list[int] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    """Runners whose instance went away while they were still registered."""
+    deregistered: list[str] = field(default_factory=list)
+    """Runners the controller deregistered (a scale-in); their instance goes next."""
 
 
 class Fleet:
@@ -142,6 +149,8 @@ class Fleet:
         self.never_boot: set[str] = set()
         """Instance ids that never register (to make orphans on purpose)."""
         self.busy_terminations = 0
+        self.live_instances: dict[str, int] = {}
+        """Pool -> instances in service or booting, as of the last tick."""
         self._first_seen: dict[str, datetime] = {}
         self._booted: dict[str, _Booted] = {}  # instance id -> its runner
         self._retired: set[str] = set()  # instances whose runner was deregistered
@@ -167,12 +176,16 @@ class Fleet:
     def tick(self, now: datetime) -> FleetEvents:
         events = FleetEvents()
         live = self._instances()
+        self.live_instances = {pool: 0 for pool in self.specs}
+        for pool in live.values():
+            self.live_instances[pool] += 1
         runners = {r.id: r for r in self.github.runners()}
         # Instances gone: remove their runners.
         for iid in [i for i in self._booted if i not in live]:
             booted = self._booted.pop(iid)
             runner = runners.get(booted.runner_id)
-            if runner is None:
+            if runner is None:  # deregistered first, then terminated: a clean scale-in
+                events.deregistered.append(f"{booted.pool}-{iid}")
                 continue
             if runner.busy:
                 self.busy_terminations += 1
@@ -186,6 +199,7 @@ class Fleet:
             if booted.runner_id not in runners:
                 self._retired.add(iid)
                 del self._booted[iid]
+                events.deregistered.append(f"{booted.pool}-{iid}")  # instance goes next
         # Jobs that are done.
         for booted in self._booted.values():
             if (
@@ -220,4 +234,5 @@ class Fleet:
             booted.job_id = job.id
             booted.job_done_at = now + timedelta(seconds=self._duration(job.id))
             events.assigned.append(job.id)
+            events.waited.append(max(0.0, (now - job.created_at).total_seconds()))
         return events

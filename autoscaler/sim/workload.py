@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -81,6 +81,8 @@ class Workload:
         swing: float = 0.9,
         unmatched_per_minute: float = 0.1,
         rate_scale: float = 1.0,
+        shape: Callable[[float], float] | None = None,
+        type_scale: Mapping[str, float] | None = None,
     ) -> None:
         self.fake = fake
         self.profiles = profiles(runner_types)
@@ -91,6 +93,12 @@ class Workload:
         self.unmatched_per_minute = unmatched_per_minute
         #: Multiplies every type's arrival rate (the demo compresses time with it).
         self.rate_scale = rate_scale
+        #: Seconds since the first step -> multiplier of every type's mean rate (and of
+        #: the unmatched rate), instead of the phase-spread sine: a scripted story, all
+        #: types at once (the demo's burst, then calm).
+        self.shape = shape
+        #: Runner type -> an extra multiplier of its rate (1 when absent).
+        self.type_scale = dict(type_scale or {})
         self._start: datetime | None = None
         self._last: datetime | None = None
         for repo in self.repos:
@@ -98,9 +106,16 @@ class Workload:
 
     def rate(self, profile: TypeProfile, now: datetime) -> float:
         """Jobs per minute for this type at ``now``."""
-        t = 0.0 if self._start is None else (now - self._start).total_seconds()
+        t = self.elapsed(now)
+        mean = self.rate_scale * self.type_scale.get(profile.name, 1.0) * profile.per_minute
+        if self.shape is not None:
+            return max(0.0, mean * self.shape(t))
         wave = math.sin(2 * math.pi * t / self.period + profile.phase)
-        return max(0.0, self.rate_scale * profile.per_minute * (1 + self.swing * wave))
+        return max(0.0, mean * (1 + self.swing * wave))
+
+    def elapsed(self, now: datetime) -> float:
+        """Seconds since the first step (0 before it)."""
+        return 0.0 if self._start is None else (now - self._start).total_seconds()
 
     def step(self, now: datetime) -> list[int]:
         """Enqueue the arrivals since the last step; returns the new job ids."""
@@ -116,7 +131,10 @@ class Workload:
                 size = min(arrivals, self.rng.choice((1, 1, 2, 3)))
                 arrivals -= size
                 new.extend(self._enqueue(profile.labels, size, now))
-        for _ in range(poisson(self.rng, self.unmatched_per_minute * minutes)):
+        unmatched = self.unmatched_per_minute * minutes
+        if self.shape is not None:
+            unmatched *= max(0.0, self.shape(self.elapsed(now)))
+        for _ in range(poisson(self.rng, unmatched)):
             new.extend(self._enqueue(UNMATCHED_LABELS, 1, now))
         return new
 

@@ -23,7 +23,13 @@ from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.alerting.store import StateStore
-from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import (
+    AlertRuleConfig,
+    AlertsConfig,
+    BuiltinAlertsConfig,
+    ReceiverConfig,
+    SecretUrl,
+)
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.telemetry import Metrics
 
@@ -110,8 +116,9 @@ def setup(
         hooks.append(json.loads(request.content))
         return httpx.Response(200)
 
-    am = ReceiverConfig("am", "alertmanager", url=urls[0], urls=urls, timeout=1.0)
-    web = ReceiverConfig("hook", "webhook", url="http://hook.example/x")
+    secret_urls = tuple(SecretUrl(u) for u in urls)
+    am = ReceiverConfig("am", "alertmanager", url=secret_urls[0], urls=secret_urls, timeout=1.0)
+    web = ReceiverConfig("hook", "webhook", url=SecretUrl("http://hook.example/x"))
     config = AlertsConfig(
         rules=(rule(("am", "hook")),),
         receivers={"am": am, "hook": web},
@@ -237,7 +244,7 @@ def test_dry_run_posts_nothing() -> None:
 
 def test_alerts_test_posts_a_firing_then_a_resolved_postable_alert() -> None:
     fake = FakeAlertmanagers()
-    rc = ReceiverConfig("am", "alertmanager", url=A, urls=(A, B))
+    rc = ReceiverConfig("am", "alertmanager", url=SecretUrl(A), urls=(SecretUrl(A), SecretUrl(B)))
     deliverer = Deliverer(
         {"am": rc}, Metrics(CollectorRegistry()), transport=fake.transport(), sleep=lambda _: None
     )

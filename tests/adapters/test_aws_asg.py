@@ -31,7 +31,14 @@ from autoscaler.errors import (
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
 from autoscaler.scale.scaler import Scaler
-from autoscaler.sim.aws_faults import TIMEOUT, CapacityOutage, Fault, inject
+from autoscaler.sim.aws_faults import (
+    SPOT_CAPACITY_MESSAGE,
+    TIMEOUT,
+    BootingInstances,
+    CapacityOutage,
+    Fault,
+    inject,
+)
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import GPU, FakeSource, config, observation, rtype, snapshot
@@ -363,9 +370,11 @@ def test_describe_reads_the_failed_activities_of_a_short_group_only(world: World
     pools = world.pool.describe(["gpu-spot", "gpu-od"])
     spot = pools["gpu-spot"]
     assert (spot.desired_capacity, spot.live_instances) == (2, 0)
-    # the StatusMessage comes along, for people (the outage fake's own words)
+    # the StatusMessage comes along, for people, with its classification by AWS's code
     assert spot.activities == (
-        ScalingActivity(at, ActivityStatus.FAILED, "injected capacity outage"),
+        ScalingActivity(
+            at, ActivityStatus.FAILED, SPOT_CAPACITY_MESSAGE, "InsufficientInstanceCapacity"
+        ),
     )
     assert pools["gpu-od"].activities == ()  # not short: not asked
     calls = "ci_autoscaler_aws_calls_total"
@@ -413,3 +422,71 @@ def test_throttled_activities_stay_within_the_call_bound() -> None:
         assert fault.attempts == 3 * 2  # one page per short pool per attempt, bounded
         calls = "ci_autoscaler_aws_calls_total"
         assert sample(pool.metrics, calls, operation="DescribeAutoScalingGroups", code="") == 3
+
+
+# --- AWS facts moto does not enforce
+
+
+def test_protecting_a_pending_instance_fails_the_whole_batch_so_only_in_service_is_asked(
+    world: World,
+) -> None:
+    """Regression (issue 11, item 3): SetInstanceProtection naming a Pending instance is a
+    ValidationError on real AWS (moto accepts it) and fails the whole batch: the booting
+    instance's batch-mates stayed unprotected and on-call was paged every tick. The policy
+    now asks only for InService instances; the booting one is protected once in service."""
+    world.pool.set_desired_capacity("gpu-spot", 2)
+    ids = [i.id for i in world.pool.describe(["gpu-spot"])["gpu-spot"].instances]
+    world.raw_asg.set_instance_protection(
+        AutoScalingGroupName="gpu-spot", InstanceIds=ids, ProtectedFromScaleIn=False
+    )
+    booting = BootingInstances(pending={ids[0]}).install(world.pool.autoscaling)
+
+    with pytest.raises(PermanentError) as info:  # what the old policy's call did
+        world.pool.protect_instances("gpu-spot", ids)
+    assert info.value.code == "ValidationError" and booting.rejected == 1
+    described = world.pool.describe(["gpu-spot"])["gpu-spot"].instances
+    assert [i.protected_from_scale_in for i in described] == [False, False]  # none of it
+
+    s = scaler_for(world.pool, CFG)
+    tick(s, 2, datetime.now(UTC))
+    assert s.last_problems == [] and booting.rejected == 1
+    instances = world.pool.describe(["gpu-spot"])["gpu-spot"].instances
+    assert {i.id: i.protected_from_scale_in for i in instances} == {ids[0]: False, ids[1]: True}
+
+    booting.boot(ids[0])
+    tick(s, 2, datetime.now(UTC) + timedelta(seconds=30))
+    instances = world.pool.describe(["gpu-spot"])["gpu-spot"].instances
+    assert all(i.protected_from_scale_in for i in instances)
+
+
+VCPU_QUOTA = (
+    "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more vCPU"
+    " capacity than your current vCPU limit of 0 allows for the instance bucket that the"
+    " specified instance type belongs to. Launching EC2 instance failed."
+)
+
+
+def test_launch_refused_for_a_quota_pages_with_awss_message(world: World) -> None:
+    """A Failed activity whose StatusMessage names VcpuLimitExceeded is read, classified
+    and paged through the real adapter; the need still fails over to the next pool."""
+    s = scaler_for(world.pool, config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=900)))
+    clock = [datetime.now(UTC)]
+    outage = CapacityOutage(
+        "gpu-spot", clock=lambda: clock[0] + timedelta(seconds=2), status_message=VCPU_QUOTA
+    )
+    outage.install(world.pool.autoscaling)
+    now = clock[0]
+    assert tick(s, 2, now) == {"gpu-spot": 2, "gpu-od": 0}
+    [activity] = world.pool.describe(["gpu-spot"])["gpu-spot"].activities
+    assert (activity.code, activity.permanent, activity.message) == (
+        "VcpuLimitExceeded",
+        True,
+        VCPU_QUOTA,
+    )
+    clock[0] = now + timedelta(seconds=30)
+    assert tick(s, 2, clock[0]) == {"gpu-spot": 0, "gpu-od": 2}
+    assert [(p.kind, p.pool, p.code) for p in s.last_problems] == [
+        ("launch", "gpu-spot", "VcpuLimitExceeded")
+    ]
+    assert "vCPU limit of 0" in s.last_problems[0].message
+    assert s.state.backoff_seconds == {"gpu-spot": 1800.0}

@@ -246,10 +246,12 @@ def test_repo_runners_are_listed_by_their_repos_only(
 
 
 def test_user_repos_say_user_and_org_runners_need_a_repo(user_fake: FakeGitHub) -> None:
-    user_fake.add_repo("app")
+    user_fake.add_repo("app", private=False)
+    user_fake.add_repo("secret")  # /users/{u}/repos lists public repositories only
     response = httpx.get(
         f"{user_fake.url}/users/demo-user/repos", headers={"Authorization": "Bearer fake-token"}
     )
+    assert [r["name"] for r in response.json()] == ["app"]
     owner = response.json()[0]["owner"]
     assert (owner["login"], owner["id"], owner["type"]) == ("demo-user", 1, "User")
     with pytest.raises(ValueError, match="repo="):

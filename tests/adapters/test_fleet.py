@@ -15,7 +15,6 @@ from autoscaler.sim.fleet import (
     aws_clients,
     create_pools,
     reset_moto_server,
-    start_moto_server,
 )
 
 LABELS = ("self-hosted", "linux.4xlarge")
@@ -23,15 +22,12 @@ T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def asg() -> Iterator[Any]:
-    server, url = start_moto_server()
-    reset_moto_server(url)
-    try:
-        autoscaling, ec2 = aws_clients(url)
-        create_pools(autoscaling, ec2, [PoolSpec("cpu", "linux.4xlarge", LABELS, max_size=4)])
-        yield autoscaling
-    finally:
-        server.stop()
+def asg(moto_endpoint: str) -> Iterator[Any]:
+    """A fresh group "cpu" in the module's moto server (state reset per test)."""
+    reset_moto_server(moto_endpoint)
+    autoscaling, ec2 = aws_clients(moto_endpoint)
+    create_pools(autoscaling, ec2, [PoolSpec("cpu", "linux.4xlarge", LABELS, max_size=4)])
+    yield autoscaling
 
 
 def test_instances_boot_into_runners_run_jobs_and_go(asg: Any) -> None:
@@ -72,3 +68,39 @@ def test_deregistered_runner_is_not_registered_again_and_never_boot_makes_orphan
     gh.remove_runner(gh.runners()[0].id)  # the controller deregistered it
     assert fleet.tick(T0 + timedelta(seconds=5)).registered == []
     assert gh.runners() == []
+
+
+@pytest.mark.parametrize("terminated_before_next_tick", [True, False], ids=["gone", "still-up"])
+def test_a_controller_scale_in_is_counted_once(asg: Any, terminated_before_next_tick: bool) -> None:
+    """Story: the demo's "runners gone" counter stayed 0 through every scale-in. The
+    controller deregisters the runner first and then terminates its instance; the fleet
+    saw "runner missing, instance gone" and counted nothing."""
+    gh = FakeGitHub()
+    fleet = Fleet(gh, asg, [PoolSpec("cpu", "linux.4xlarge", LABELS)], boot_delay=0)
+    asg.set_desired_capacity(AutoScalingGroupName="cpu", DesiredCapacity=1)
+    (name,) = fleet.tick(T0).registered
+    assert fleet.live_instances == {"cpu": 1}
+    runner = gh.runners()[0]
+    gh.remove_runner(runner.id)  # the controller's scale-in: deregister first...
+    if terminated_before_next_tick:  # ...then terminate, before the fleet looks again
+        asg.terminate_instance_in_auto_scaling_group(
+            InstanceId=name.removeprefix("cpu-"), ShouldDecrementDesiredCapacity=True
+        )
+    events = fleet.tick(T0 + timedelta(seconds=5))
+    assert (events.deregistered, events.removed) == ([name], [])
+    if not terminated_before_next_tick:
+        asg.terminate_instance_in_auto_scaling_group(
+            InstanceId=name.removeprefix("cpu-"), ShouldDecrementDesiredCapacity=True
+        )
+    later = fleet.tick(T0 + timedelta(seconds=10))
+    assert (later.deregistered, later.removed) == ([], [])
+    assert fleet.busy_terminations == 0
+
+
+def test_a_started_job_reports_how_long_it_waited(asg: Any) -> None:
+    gh = FakeGitHub()
+    fleet = Fleet(gh, asg, [PoolSpec("cpu", "linux.4xlarge", LABELS)], boot_delay=0)
+    gh.queue_job("app", LABELS, created_at=T0)
+    asg.set_desired_capacity(AutoScalingGroupName="cpu", DesiredCapacity=1)
+    events = fleet.tick(T0 + timedelta(seconds=42))
+    assert len(events.assigned) == 1 and events.waited == [42.0]

@@ -45,9 +45,11 @@ class AppWorld:
         return self.fake.count(201, r"/app/installations/77/access_tokens")
 
 
-def _world(fake: FakeGitHub, pem: str, now: list[datetime]) -> AppWorld:
+def _world(fake: FakeGitHub, pem: str, now: list[datetime], max_concurrency: int = 16) -> AppWorld:
     app = GitHubAppConfig(app_id=42, installation_id=77, private_key=Secret(pem))
-    config = GitHubConfig(owner="demo-org", api_url=fake.url, app=app)
+    config = GitHubConfig(
+        owner="demo-org", api_url=fake.url, app=app, max_concurrency=max_concurrency
+    )
     metrics = Metrics()
     source = GitHubSource(
         config,
@@ -102,12 +104,18 @@ def test_token_is_refreshed_five_minutes_before_expiry(
     assert world.fake.count(401) == 0
 
 
-def test_a_revoked_token_is_replaced_after_one_401(world: AppWorld) -> None:
-    world.source.observe(T0)
-    world.fake.installation_tokens.clear()  # GitHub revoked it
-    world.source.observe(T0)
-    assert world.token_requests() == 2
-    assert world.fake.count(401) >= 1  # the requests in flight at the time
+def test_a_revoked_token_is_replaced_after_one_401(
+    world: AppWorld, app_key: rsa.RSAPrivateKey
+) -> None:
+    one = _world(world.fake, _pem(app_key), world.now, max_concurrency=1)  # one in flight
+    try:
+        one.source.observe(T0)
+        world.fake.installation_tokens.clear()  # GitHub revoked it
+        one.source.observe(T0 + timedelta(seconds=30))
+    finally:
+        one.source.close()
+    assert one.token_requests() == 2
+    assert world.fake.count(401) == 1  # the one request in flight; then a fresh token
 
 
 def test_a_key_github_does_not_know_is_an_authentication_error(
@@ -129,3 +137,17 @@ def test_an_unusable_key_says_so_without_showing_it() -> None:
         auth.authorization()
     assert "not a pem" not in str(caught.value)
     assert "not a pem" not in repr(auth)
+
+
+def test_an_app_lists_the_installations_repositories_private_ones_included(
+    world: AppWorld,
+) -> None:
+    """/users/{u}/repos lists public repositories only and /orgs/{o}/repos needs an org;
+    a GitHub App's installation token lists what the installation can see."""
+    private = world.fake.queue_job("private-app", ["self-hosted"])
+    public = world.fake.queue_job("public-app", ["self-hosted"])
+    world.fake.add_repo("public-app", private=False)
+    observation = world.source.observe(T0)
+    assert sorted(j.id for j in observation.jobs) == [private, public]
+    assert world.fake.count(200, r"^/installation/repositories\?per_page=100$") == 1
+    assert world.fake.count(path_regex=r"^/(orgs|users)/[^/]+/repos") == 0

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from autoscaler.domain import JobStatus
-from autoscaler.observe.github.parse import BadItem, RunRef, parse_job
+from autoscaler.observe.github.parse import BadItem, parse_job
+from autoscaler.observe.github.records import RunRef
 
 RUN = RunRef(7, "app", completed=False)
 

@@ -45,6 +45,9 @@ class World:
 
 def _world(owner: str, kind: str) -> Iterator[World]:
     with FakeGitHub(owner, clock=lambda: T0, owner_kind=kind) as fake:
+        if kind == "user":  # /users/{u}/repos lists public repositories only
+            for name in ("app", "infra"):
+                fake.add_repo(name, private=False)
         yield World(fake, Metrics())
 
 
@@ -82,7 +85,8 @@ def test_user_owner_lists_runners_per_repo_once_each(
     assert user.fake.count(404, ORG_RUNNERS) == 1
     assert user.fake.count(200, REPO_RUNNERS) == 2
     assert all(r.status == 304 for r in user.fake.requests[sent:])
-    assert len(user.fake.requests) - sent == user.fake.count(304) > 0
+    # 2 runner lists, 5 run listings x 2 repos, 1 jobs listing (+ the repo list if listed)
+    assert len(user.fake.requests) - sent == user.fake.count(304) == (13 if repos else 14)
     assert second.runners == first.runners
     assert second.jobs == first.jobs
 
@@ -174,3 +178,21 @@ def test_a_page_added_after_an_exactly_full_304_page_is_seen(org: World) -> None
     first_page = r"^/orgs/demo-org/repos\?per_page=100$"
     assert org.fake.count(304, first_page) == 1  # page 1's body did not change
     assert [job.id for job in observation.jobs] == [added]
+
+
+def test_a_users_private_repositories_are_not_listed_and_the_log_says_so(
+    user: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/users/{u}/repos lists public repositories only: a token cannot see a user's
+    private ones that way (github.repos, or a GitHub App, can)."""
+    seen = user.fake.queue_job("app", CPU)
+    user.fake.queue_job("private", CPU)
+    src = user.source()
+    try:
+        observation = src.observe(T0)
+        src.observe(T0 + timedelta(seconds=30))
+    finally:
+        src.close()
+    assert [job.id for job in observation.jobs] == [seen]
+    warnings = [r.message for r in caplog.records if "public repositories only" in r.message]
+    assert len(warnings) == 1

@@ -90,9 +90,11 @@ def test_second_observe_reuses_bodies_on_304(world: World, source: GitHubSource)
     world.fake.register_runner("cpu-1", CPU)
     first = source.observe(T0)
     sent = len(world.fake.requests)
+    assert world.fake.count(path_regex="^/rate_limit$") == 1  # the first tick learns the limit
     second = source.observe(T0 + timedelta(seconds=30))
     answered = world.fake.requests[sent:]
-    assert len(answered) == sent
+    # runners, repos, 5 run statuses x 2 repos, 2 jobs listings; GET /rate_limit only once
+    assert len(answered) == sent - 1 == 14
     assert all(r.status == 304 for r in answered)
     assert second.jobs == first.jobs
     assert second.runners == first.runners
@@ -107,9 +109,8 @@ def test_jobs_map_status_steps_runner_and_ghosts(world: World, source: GitHubSou
     queued = world.fake.queue_job(
         "app", ["self-hosted", "GPU"], created_at=T0 - timedelta(minutes=9)
     )
-    ghost = world.fake.queue_job("app", CPU)
-    ghost_run = next(j.run_id for j in world.fake.jobs() if j.id == ghost)
-    world.fake.set_run_status(ghost_run, "completed")
+    ghost = world.fake.queue_job("app", CPU, run_id=world.fake.job(running).run_id)
+    world.fake.override_job(ghost, steps=[{"name": "Set up job", "status": "completed"}])
     observation = source.observe(T0)
     jobs = {job.id: job for job in observation.jobs}
     assert jobs[running].status is JobStatus.IN_PROGRESS
@@ -122,9 +123,24 @@ def test_jobs_map_status_steps_runner_and_ghosts(world: World, source: GitHubSou
     assert jobs[queued].labels == frozenset({"self-hosted", "gpu"})
     assert not jobs[queued].has_steps
     assert not jobs[queued].run_completed
-    assert jobs[ghost].run_completed
+    assert jobs[ghost].status is JobStatus.QUEUED
+    assert jobs[ghost].has_steps
     (seen,) = observation.runners
     assert (seen.online, seen.busy, seen.name) == (True, True, "cpu-i-0abc12345678")
+
+
+def test_a_queued_job_of_a_run_github_reports_completed_is_not_listed(
+    world: World, source: GitHubSource
+) -> None:
+    """The fake once listed a run it reported `completed` under `?status=queued`, so the
+    client saw its queued job as a ghost. GitHub filters on the status it reports: such a
+    job is in no listing the controller reads, so it is neither demand nor counted."""
+    kept = world.fake.queue_job("app", CPU)
+    ghost = world.fake.queue_job("app", CPU)
+    world.fake.set_run_status(world.fake.job(ghost).run_id, "completed")
+    observation = source.observe(T0)
+    assert [job.id for job in observation.jobs] == [kept]
+    assert world.fake.count(path_regex=rf"/runs/{world.fake.job(ghost).run_id}/jobs") == 0
 
 
 def test_malformed_items_are_skipped_counted_and_the_rest_goes_on(
@@ -169,12 +185,11 @@ def test_malformed_runner_list_fails_the_poll(world: World, source: GitHubSource
     [
         pytest.param(429, 7, None, 7.0, id="429-retry-after"),
         pytest.param(403, 3, None, 3.0, id="403-secondary-retry-after"),
-        pytest.param(403, None, 42, 42.0, id="403-remaining-0-reset"),
-        pytest.param(429, None, 12, 12.0, id="429-reset"),
-        pytest.param(403, 5, 50, 5.0, id="retry-after-wins-over-reset"),
+        pytest.param(429, None, 12, 12.0, id="429-remaining-0-reset"),
+        pytest.param(403, None, 20, 20.0, id="403-remaining-0-reset"),
     ],
 )
-def test_rate_limits_wait_then_succeed(
+def test_a_rate_limit_that_ends_within_the_deadline_is_waited_out(
     world: World,
     source: GitHubSource,
     status: int,
@@ -188,29 +203,67 @@ def test_rate_limits_wait_then_succeed(
     )
     observation = source.observe(T0)
     assert observation.jobs == ()
-    assert world.sleeps == [expected_sleep]
+    assert world.sleeps == [expected_sleep]  # one pause, shared by every worker
     requests = world.sample(
         "ci_autoscaler_github_requests_total", endpoint="repos", status=str(status)
     )
     assert requests == 1
+    kind = "primary" if reset is not None else "secondary"
+    assert world.sample("ci_autoscaler_github_rate_limit_pauses_total", kind=kind) == 1
 
 
-def test_rate_limit_longer_than_the_cap_raises_with_retry_after(
-    world: World, source: GitHubSource
+@pytest.mark.parametrize(
+    ("status", "retry_after", "reset", "expected_wait"),
+    [
+        pytest.param(403, None, 900, 900.0, id="primary-past-the-deadline"),
+        pytest.param(403, 5, 100, 100.0, id="primary-reset-wins-over-a-shorter-retry-after"),
+        pytest.param(429, 60, None, 60.0, id="secondary-retry-after-past-the-deadline"),
+    ],
+)
+def test_a_rate_limit_past_the_deadline_ends_the_poll_without_sleeping(
+    world: World,
+    request: pytest.FixtureRequest,
+    status: int,
+    retry_after: float | None,
+    reset: float | None,
+    expected_wait: float,
 ) -> None:
-    world.fake.inject_fault(r"/orgs/demo-org/repos", 403, ratelimit_reset=900)
+    """No sleep inside a tick is longer than the tick's deadline (24 s of a 30 s
+    interval): the poll ends at once with RateLimitedError, and after a primary limit
+    (x-ratelimit-remaining: 0) no request goes out before x-ratelimit-reset, however
+    short a Retry-After."""
+    world.fake.inject_fault(
+        r"/orgs/demo-org/repos", status, retry_after=retry_after, ratelimit_reset=reset
+    )
+    # one request in flight at a time: none of this tick's is still on its way below
+    source = world.source(max_concurrency=1)
+    request.addfinalizer(source.close)
     with pytest.raises(RateLimitedError) as caught:
         source.observe(T0)
-    assert caught.value.retry_after == pytest.approx(900)
+    assert caught.value.retry_after == pytest.approx(expected_wait)
     assert world.sleeps == []
+    sent = len(world.fake.requests)
+    world.now = T0 + timedelta(seconds=30)  # the next tick: still more than 24 s to wait
+    with pytest.raises(RateLimitedError):
+        source.observe(world.now)
+    assert len(world.fake.requests) == sent  # not one request before the pause ends
+    world.now = T0 + timedelta(seconds=expected_wait)
+    assert source.observe(world.now).jobs == ()
 
 
-def test_rate_limit_headers_are_exported(world: World, source: GitHubSource) -> None:
+def test_rate_limit_headers_are_exported(world: World) -> None:
     world.fake.add_repo("app")
-    source.observe(T0)
+    source = world.source(max_concurrency=1)  # the gauge shows the last answer's headers
+    try:
+        source.observe(T0)
+    finally:
+        source.close()
+    # /rate_limit is free; runners, repos and 5 run listings spent 7 of 5,000
     remaining = world.sample("ci_autoscaler_github_rate_limit_remaining", resource="core")
-    assert 0 < remaining < 5000
+    assert remaining == 5000 - 7
     assert world.sample("ci_autoscaler_github_rate_limit_limit", resource="core") == 5000
+    reset = world.sample("ci_autoscaler_github_rate_limit_reset_timestamp_seconds", resource="core")
+    assert reset == T0.timestamp() + 3600
 
 
 def test_5xx_is_retried_with_backoff(world: World, source: GitHubSource) -> None:
@@ -219,7 +272,9 @@ def test_5xx_is_retried_with_backoff(world: World, source: GitHubSource) -> None
     observation = source.observe(T0)
     assert len(observation.jobs) == 1
     assert len(world.sleeps) == 2
-    assert all(0 <= s <= 8 for s in world.sleeps)
+    first, second = world.sleeps  # full jitter: uniform(0, 0.5), then uniform(0, 1.0)
+    assert 0 <= first <= 0.5
+    assert 0 <= second <= 1.0
 
 
 def test_persistent_5xx_becomes_transient_error(world: World, source: GitHubSource) -> None:
@@ -299,12 +354,18 @@ def test_remove_runner(
 
 def test_an_exhausted_rate_limit_raises_until_the_reset(world: World) -> None:
     world.fake.RATE_LIMIT = 1  # one request per hour
-    src = world.source()
+    src = world.source(max_concurrency=1)  # nothing still in flight when observe raises
     try:
         with pytest.raises(RateLimitedError) as caught:
             src.observe(T0)
+        sent = len(world.fake.requests)
+        with pytest.raises(RateLimitedError):
+            src.observe(T0 + timedelta(seconds=30))
     finally:
         src.close()
     assert caught.value.retry_after == pytest.approx(3600, abs=1)
-    assert world.fake.count(403) >= 1
+    # the runner list takes the last request, the repository list gets the 403
+    assert world.fake.count(200, "^/(orgs/demo-org/actions/runners|rate_limit)") == 2
+    assert world.fake.count(403) == 1
+    assert len(world.fake.requests) == sent  # nothing is sent before the reset
     assert world.sleeps == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -37,7 +37,9 @@ def _empty_lists(request: httpx.Request) -> httpx.Response:
 
 def test_timeouts_are_retried_then_transient() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("slow", request=request)
+        if request.url.path.endswith("/actions/runners"):
+            raise httpx.ReadTimeout("slow", request=request)
+        return _empty_lists(request)
 
     sleeps: list[float] = []
     source, metrics = _source(handler, sleeps, repos=("app",))
@@ -49,7 +51,9 @@ def test_timeouts_are_retried_then_transient() -> None:
         "ci_autoscaler_github_requests_total", {"endpoint": "runners", "status": "error"}
     )
     assert errors == 3
-    assert sleeps
+    first, second = sleeps  # full-jitter backoff between the three attempts
+    assert 0 <= first <= 0.5
+    assert 0 <= second <= 1.0
 
 
 def test_user_owner_falls_back_to_users_repos_and_remembers_it() -> None:
@@ -66,7 +70,7 @@ def test_user_owner_falls_back_to_users_repos_and_remembers_it() -> None:
 
     source, _ = _source(handler, [])
     source.observe(T0)
-    source.observe(T0)
+    source.observe(T0 + timedelta(seconds=30))
     source.close()
     assert seen.count("/api/v3/orgs/acme/repos") == 1
     assert seen.count("/api/v3/users/acme/repos") == 2

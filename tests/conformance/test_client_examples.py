@@ -23,12 +23,12 @@ from autoscaler.config.reader import Secret
 from autoscaler.domain import Observation
 from autoscaler.observe.github.parse import (
     BadItem,
-    RunRef,
     parse_job,
     parse_repo,
     parse_run,
     parse_runner,
 )
+from autoscaler.observe.github.records import RunRef
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics
 from tests.conformance.openapi import Description

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -69,12 +69,15 @@ def cli(
 
 
 @contextmanager
-def running_controller(config: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`ci-autoscaler run` in a subprocess; yields (process, base url) once /healthz answers."""
+def running_controller(
+    config: Path, *, wrapper: Sequence[str] = ()
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`ci-autoscaler run` in a subprocess; yields (process, base url) once /healthz answers.
+    ``wrapper`` prefixes the command (e.g. ``setpriv`` dropping capabilities)."""
     port = yaml.safe_load(config.read_text())["listen"].rsplit(":", 1)[1]
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "autoscaler", "run", "--config", str(config)],
+        [*wrapper, sys.executable, "-m", "autoscaler", "run", "--config", str(config)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,4 +1,12 @@
-"""`ci-autoscaler demo` end to end: the whole world on 127.0.0.1, as a newcomer runs it."""
+"""`ci-autoscaler demo` end to end: the whole world on 127.0.0.1, as a newcomer runs it.
+
+Story (issue 11 item 18, issue 8): the demo promised queues rising and draining, pools
+growing, idle runners scaled in, alerts FIRING then RESOLVED, a GPU spot failover and no
+busy runner killed, but its test asserted neither a RESOLVED nor a scale-in, and in 60 s
+the demo never showed a scale-in at all. Piped (as here), the output must be plain text
+a person can read: no terminal escapes, no log lines or tracebacks on stderr. Issue 12:
+it also says why jobs wait, in a panel and on each queue alert's Cause line.
+"""
 
 from __future__ import annotations
 
@@ -6,50 +14,75 @@ import re
 import subprocess
 import sys
 
+PROMISES = (
+    "queues rose",
+    "pools grew",
+    "queues drained",
+    "idle runners scaled in",
+    "alerts FIRING then RESOLVED",
+    "GPU spot out of capacity -> on-demand",
+    "no busy runner killed",
+    "why jobs wait named (capacity_backoff, at_max, no_runner_type)",
+)
 
-def test_demo_scales_alerts_fails_over_and_never_kills_a_busy_runner() -> None:
+
+def test_demo_shows_every_promise_of_the_readme_and_sums_it_up() -> None:
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "autoscaler",
-            "demo",
-            "--duration",
-            "45",
-            "--tick",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-        ],
+        [sys.executable, "-m", "autoscaler", "demo", "--duration", "45", "--listen", "127.0.0.1:0"],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
         check=False,
     )
     out = result.stdout
     assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == "", "log lines or tracebacks leaked to stderr:\n" + result.stderr
+    assert "\x1b[" not in out, "terminal escapes in piped output"
+
+    summary = out.rsplit("summary after", 1)[1]
+    for promise in PROMISES:
+        assert re.search(rf"^    \[x\] {re.escape(promise)}", summary, re.MULTILINE), (
+            f"not shown: {promise}\n{summary}"
+        )
+    numbers = re.search(
+        r"jobs run: (\d+) finished .*p95 queue time: ([\d.]+)s\n"
+        r"  scale-ups: (\d+); scale-ins: (\d+); orphans cleaned: \d+; failovers: (\d+)\n"
+        r"  alerts: (\d+) fired, (\d+) resolved; busy runners killed: 0",
+        summary,
+    )
+    assert numbers, summary
+    jobs, _p95, ups, ins, failovers, fired, resolved = map(float, numbers.groups())
+    assert jobs > 0 and ups > 0 and ins > 0 and failovers > 0 and fired > 0 and resolved > 0
+
+    # The story as it scrolled by: the tables, the failover, FIRING then RESOLVED of the
+    # same alert, and scale-ins as the controller logged them.
     assert "RUNNER TYPE" in out and "linux.g5.4xlarge.nvidia.gpu" in out
-    # Pools grew: some decision scaled up.
-    assert "scale up" in out
-    # The injected capacity outage on the spot pool (scale-ups accepted, nothing launched,
-    # a Failed scaling activity) was seen, the pool backed off and GPU demand went on-demand.
-    assert re.search(r"ci-gpu-spot .*launches failing.*failing over", out), "no failover seen"
-    ondemand = [int(m.group(2)) for m in re.finditer(r"ci-gpu-ondemand\s+(\d+)\s+(\d+)", out)]
-    assert ondemand and max(ondemand) > 0, "GPU demand never failed over to on-demand"
-    # Alerts reached the webhook sink.
-    assert "FIRING: [P2]" in out
-    # Why jobs wait, in the explain panel and on the alert (issue 12's "done when"): spot
-    # out of capacity with AWS's message, CPU at its max, a label nobody serves.
+    assert "POOL" in out and "INSTANCES" in out and "DESIRED" in out
+    assert "pool ci-gpu-spot failed to launch" in out
+    assert re.search(r"scaled up ci-gpu-ondemand \(linux\.g5\.4xlarge\.nvidia\.gpu\)", out)
+    title = r"(\[P2\] [^|\n]+?)(?: \| Cause: .*)?$"  # a queue alert's line ends with its cause
+    fired_titles = set(re.findall("FIRING: " + title, out, re.MULTILINE))
+    resolved_titles = set(re.findall("RESOLVED: " + title, out, re.MULTILINE))
+    assert fired_titles & resolved_titles, (fired_titles, resolved_titles)
+    assert re.search(r"scaled in ci-\S+: runner \S+ deregistered, instance i-\S+ terminated", out)
+
+    # Why jobs wait, in the causes panel and on the alert (issue 12's "done when"): spot
+    # out of capacity with the pool and AWS's message, CPU at its max, a label nobody
+    # serves. The outage is AWS's real capacity StatusMessage: classified as capacity
+    # (backed off, failed over), not as a launch a person must fix.
     gpu = r"linux\.g5\.4xlarge\.nvidia\.gpu"
-    assert re.search(
-        gpu + r": \d+ queued\n    capacity_backoff: ci-gpu-spot since .*AWS: injected capacity", out
+    aws_said = r"AWS: InsufficientInstanceCapacity: Could not launch Spot Instances"
+    assert re.search(  # the panel's lines are cut at 160 characters: AWS's code shows
+        gpu + r": \d+ queued\n    capacity_backoff: ci-gpu-spot since [^\n]*"
+        r"Failed scaling activity, AWS: InsufficientInstanceCapacity",
+        out,
     ), "no capacity_backoff for the GPU type"
     assert re.search(r"    at_max: linux\.(4|2)xlarge \d+/\d+ instances", out), "no at_max"
-    assert "no_runner_type: 1 queued job no runner type serves, by labels:" in out
+    assert re.search(r"no_runner_type: \d+ queued jobs? no runner type serves, by labels:", out)
     assert "[linux.arm64.nobody-serves-this, self-hosted]" in out
     assert re.search(
-        r"FIRING: \[P2\] Jobs queueing too long \(" + gpu + r"\) \| Cause: capacity_backoff"
-        r" \(ci-gpu-spot since [^;]*; Failed scaling activity, AWS: injected capacity outage\)",
+        r"\[P2\] Jobs queueing too long \(" + gpu + r"\)[^\n]*\n?[ ]*\| Cause: capacity_backoff"
+        r" \(ci-gpu-spot since [^;]*; Failed scaling activity, " + aws_said,
         out,
     ), "the GPU queue alert does not say capacity_backoff"
-    assert "busy runners killed: 0" in out.rsplit("fleet:", 1)[1]
+    assert "permanent_error" not in out and "launch refused" not in out

@@ -26,7 +26,7 @@ from autoscaler.domain import (
     RunnerCounts,
     ScalingActivity,
 )
-from autoscaler.errors import AutoscalerError, RejectedError
+from autoscaler.errors import AutoscalerError, NotFoundError, RejectedError
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 GPU, CPU = "linux.g5.4xlarge.nvidia.gpu", "linux.4xlarge"
@@ -119,18 +119,27 @@ class FakePool:
 
     A pool in ``outage`` fails like real AWS: a raise of its desired capacity succeeds,
     launches nothing, and adds a Failed scaling activity (dated ``now``) that ``describe``
-    reports while the pool is short of its desired capacity.
+    reports while the pool is short of its desired capacity. A pool in ``refusal`` fails the
+    same way for a reason a person must fix: its activity carries (code, message) and is
+    classified permanent, as the AWS adapter classifies AWS's StatusMessage.
     """
 
     pools: dict[str, PoolState]
     errors: dict[tuple[str, str], list[AutoscalerError]] = field(default_factory=dict)
     outage: set[str] = field(default_factory=set)
+    refusal: dict[str, tuple[str, str]] = field(default_factory=dict)
     activities: dict[str, list[ScalingActivity]] = field(default_factory=dict)
     outage_message: str = "We currently do not have sufficient capacity in the zone requested."
-    """The StatusMessage of the Failed activities an outage adds (AWS's words)."""
+    """The StatusMessage of the Failed activities an outage adds (AWS's words; no code
+    found in it: a capacity failure, as the adapter classifies an unknown one)."""
     calls: list[tuple[str, str, object]] = field(default_factory=list)
     next_id: int = 1000
     now: datetime = T0
+    skew: float | None = None
+    """What :meth:`clock_skew` reports: the cloud's clock minus ours."""
+
+    def clock_skew(self) -> float | None:
+        return self.skew
 
     def fail(self, op: str, pool: str, *errors: AutoscalerError) -> None:
         self.errors.setdefault((op, pool), []).extend(errors)
@@ -156,9 +165,12 @@ class FakePool:
         if not p.min_size <= desired <= p.max_size:
             raise AssertionError(f"{pool}: desired {desired} outside [{p.min_size}, {p.max_size}]")
         instances = list(p.instances)
-        if pool in self.outage:
+        if pool in self.outage or pool in self.refusal:
             if desired > p.live_instances:
-                failed = ScalingActivity(self.now, ActivityStatus.FAILED, self.outage_message)
+                code, message = self.refusal.get(pool, ("", self.outage_message))
+                failed = ScalingActivity(
+                    self.now, ActivityStatus.FAILED, message, code, permanent=bool(code)
+                )
                 self.activities.setdefault(pool, []).insert(0, failed)
             self.pools[pool] = replace(p, desired_capacity=desired)
             return
@@ -182,11 +194,14 @@ class FakePool:
 
 @dataclass
 class FakeSource:
-    """An in-memory JobSource: remove_runner refuses a busy runner (GitHub's 422)."""
+    """An in-memory JobSource, GitHub's rules: remove_runner refuses a busy runner (422)
+    and one it does not know (404); find_runner answers by exact name."""
 
     runners: dict[int, Runner] = field(default_factory=dict)
     removed: list[int] = field(default_factory=list)
     errors: list[AutoscalerError] = field(default_factory=list)
+    lookups: list[str] = field(default_factory=list)
+    lookup_errors: list[AutoscalerError] = field(default_factory=list)
 
     def observe(self, now: datetime) -> Observation:
         return Observation(now, (), tuple(self.runners.values()))
@@ -195,7 +210,15 @@ class FakeSource:
         if self.errors:
             raise self.errors.pop(0)
         r = self.runners.get(runner_id)
-        if r is not None and r.busy:
+        if r is None:
+            raise NotFoundError("no such runner", code="404")
+        if r.busy:
             raise RejectedError("runner is busy", code="422")
-        self.runners.pop(runner_id, None)
+        del self.runners[runner_id]
         self.removed.append(runner_id)
+
+    def find_runner(self, name: str) -> Runner | None:
+        self.lookups.append(name)
+        if self.lookup_errors:
+            raise self.lookup_errors.pop(0)
+        return next((r for r in self.runners.values() if r.name == name), None)

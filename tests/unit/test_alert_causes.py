@@ -31,6 +31,7 @@ from autoscaler.config import (
     BuiltinAlertsConfig,
     QueueObjective,
     ReceiverConfig,
+    SecretUrl,
 )
 from autoscaler.domain import Cause, QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.observe.starts import ObjectiveStatus
@@ -130,8 +131,16 @@ def test_without_causes_the_text_is_exactly_as_before() -> None:
 
 
 def test_every_receiver_payload_carries_the_causes() -> None:
+    """The causes ride beside the event id (issue 11: receivers drop a redelivery by it)
+    on every payload: neither merge side's field displaces the other's."""
     [ev] = evaluate_rule(rule(per_runner_type=True), snapshot(cpu=(7, 62.5)), CAUSES)
     n = firing(ev)
+    assert n.event_id and render.webhook_payload(n)["event_id"] == n.event_id
+    assert render.slack_payload(n)["metadata"]["event_payload"]["event_id"] == n.event_id
+    details = render.pagerduty_payload(n, "key")["payload"]["custom_details"]
+    assert details["event_id"] == n.event_id and details["causes"]
+    am_annotations = render.alertmanager_payload(n, "am")["alerts"][0]["annotations"]
+    assert am_annotations["event_id"] == n.event_id and am_annotations["cause"] == ev.cause
     expected = [
         {"runner_type": CPU, "code": "at_max", "detail": AT_MAX.detail},
         {"runner_type": CPU, "code": "booting", "detail": BOOTING.detail},
@@ -232,7 +241,9 @@ def test_engine_puts_causes_on_alerts_views_and_the_store() -> None:
     store = StateStore()
     config = AlertsConfig(
         rules=(rule(per_runner_type=True, max_queue_time=1800.0),),
-        receivers={"oncall": ReceiverConfig("oncall", "webhook", url="http://127.0.0.1:9/")},
+        receivers={
+            "oncall": ReceiverConfig("oncall", "webhook", url=SecretUrl("http://127.0.0.1:9/"))
+        },
         builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
     )
     engine = AlertEngine(config, store, None, Metrics())

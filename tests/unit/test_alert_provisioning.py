@@ -13,7 +13,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import PROVISIONING_RULE, evaluate_provisioning
 from autoscaler.alerting.store import StateStore
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import ScalingProblem
 from autoscaler.telemetry import Metrics
 
@@ -37,6 +37,12 @@ OUT = ScalingProblem("out_of_capacity", "gpu", "", "", "every pool of gpu is out
             {"permanent_errors": 0, "out_of_capacity": 1, "missing_pools": 0},
             "gpu: out of capacity",
             id="every-pool-out",
+        ),
+        pytest.param(
+            [ScalingProblem("launch", "gpu", "ci-gpu-od", "VcpuLimitExceeded", "limit of 0")],
+            {"permanent_errors": 1, "out_of_capacity": 0, "missing_pools": 0},
+            "ci-gpu-od: VcpuLimitExceeded: limit of 0",
+            id="refused-launch-quotes-aws",
         ),
         pytest.param(
             [ScalingProblem("missing", "gpu", "ci-gpu-typo", "", "no such group")],
@@ -67,19 +73,26 @@ def test_pages_once_then_resolves_and_holds_while_scaling_did_not_run() -> None:
         sent.append((doc["state"], doc["description"]))
         return httpx.Response(200)
 
-    receivers = {"oncall": ReceiverConfig(name="oncall", type="webhook", url="http://127.0.0.1:9")}
+    receivers = {
+        "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
+    }
     config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
     engine = AlertEngine(config, StateStore(None), deliverer, metrics)
+
+    def step(at: datetime, problems: list[ScalingProblem] | None) -> None:
+        engine.step(None, T0, at, problems=problems)
+        assert deliverer.flush(10.0), "delivery did not finish"  # it runs off the tick
+
     try:
         tick = [T0 + timedelta(seconds=30 * i) for i in range(4)]
-        engine.step(None, T0, tick[0], problems=[DENIED])
-        engine.step(None, T0, tick[1], problems=[DENIED])  # still failing: no second page
-        engine.step(None, T0, tick[2], problems=None)  # scaling did not run: unknown, held
+        step(tick[0], [DENIED])
+        step(tick[1], [DENIED])  # still failing: no second page
+        step(tick[2], None)  # scaling did not run: unknown, held
         assert [s for s, _ in sent] == ["FIRING"]
         assert "AccessDenied" in sent[0][1]
-        engine.step(None, T0, tick[3], problems=[])  # a clean scaling tick
+        step(tick[3], [])  # a clean scaling tick
         assert [s for s, _ in sent] == ["FIRING", "RESOLVED"]
     finally:
         deliverer.close()

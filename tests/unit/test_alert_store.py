@@ -13,7 +13,13 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.store import StateStore
-from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import (
+    AlertRuleConfig,
+    AlertsConfig,
+    BuiltinAlertsConfig,
+    ReceiverConfig,
+    SecretUrl,
+)
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.telemetry import Metrics
 
@@ -31,7 +37,7 @@ CONFIG = AlertsConfig(
     rules=(RULE,),
     receivers={
         "oncall": ReceiverConfig(
-            name="oncall", type="webhook", url="http://127.0.0.1:9/hook", max_attempts=1
+            name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9/hook"), max_attempts=1
         )
     },
     builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
@@ -67,18 +73,32 @@ def engine(path: Path, capture: Capture) -> AlertEngine:
     return AlertEngine(CONFIG, StateStore(path), deliverer, metrics)
 
 
+def stop(e: AlertEngine) -> None:
+    """Shut down as the CLI does: delivery first (bounded), then the store."""
+    assert e.deliverer is not None
+    e.deliverer.close()
+    e.store.close()
+
+
+def step(e: AlertEngine, snapshot: QueueSnapshot, now: datetime) -> list[str]:
+    """One tick, waiting (bounded) for its delivery rounds; the views' states."""
+    views = e.step(snapshot, T0, now)
+    assert e.deliverer is not None and e.deliverer.flush(10.0)
+    return [v.state for v in views]
+
+
 def test_restart_sends_no_second_firing_and_still_resolves(tmp_path: Path) -> None:
     db = tmp_path / "state.db"
     capture = Capture()
     first = engine(db, capture)
-    views = first.step(snap(T0, 62), T0, T0)
-    assert [v.state for v in views] == ["firing"]
-    first.store.close()
+    assert step(first, snap(T0, 62), T0) == ["firing"]
+    stop(first)
 
     second = engine(db, capture)
-    views = second.step(snap(T0 + timedelta(minutes=1), 63), T0, T0 + timedelta(minutes=1))
-    assert [v.state for v in views] == ["firing"]
-    second.step(snap(T0 + timedelta(minutes=2), 1), T0, T0 + timedelta(minutes=2))
+    assert step(second, snap(T0 + timedelta(minutes=1), 63), T0 + timedelta(minutes=1)) == [
+        "firing"
+    ]
+    step(second, snap(T0 + timedelta(minutes=2), 1), T0 + timedelta(minutes=2))
     assert capture.states == ["FIRING", "RESOLVED"]
 
 
@@ -87,13 +107,13 @@ def test_undelivered_notification_survives_restart(tmp_path: Path) -> None:
     capture = Capture()
     capture.down = True
     first = engine(db, capture)
-    first.step(snap(T0, 62), T0, T0)
+    step(first, snap(T0, 62), T0)
     assert [i.notification.status for i in first.store.pending()] == ["FIRING"]
-    first.store.close()
+    stop(first)
 
     capture.down = False
     second = engine(db, capture)
-    second.step(snap(T0 + timedelta(minutes=1), 62), T0, T0 + timedelta(minutes=1))
+    step(second, snap(T0 + timedelta(minutes=1), 62), T0 + timedelta(minutes=1))
     assert capture.states == ["FIRING"]
     assert second.store.pending() == []
 
@@ -105,7 +125,7 @@ def test_dry_run_persists_and_sends_nothing(tmp_path: Path) -> None:
     assert [v.state for v in views] == ["firing"]
     assert "State: FIRING" in views[0].text
     assert e.store.load_states() == {} and e.store.pending() == []
-    e.step(snap(T0, 62), T0, T0)
+    step(e, snap(T0, 62), T0)
     assert capture.states == ["FIRING"]
 
 

@@ -12,7 +12,7 @@ import pytest
 from autoscaler.alerting import alertmanager as am
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import FLEET, Evaluation
-from autoscaler.config import ReceiverConfig
+from autoscaler.config import ReceiverConfig, SecretUrl
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 GPU = "linux.g5.4xlarge.nvidia.gpu"
@@ -66,11 +66,11 @@ def test_api_urls_are_every_member_of_the_cluster() -> None:
     rc = ReceiverConfig(
         "am",
         "alertmanager",
-        url="http://a:9093",
-        urls=("http://a:9093", "http://b:9093/api/v2/alerts"),
+        url=SecretUrl("http://a:9093"),
+        urls=(SecretUrl("http://a:9093"), SecretUrl("http://b:9093/api/v2/alerts")),
     )
     assert am.api_urls(rc) == ("http://a:9093/api/v2/alerts", "http://b:9093/api/v2/alerts")
-    single = ReceiverConfig("am", "alertmanager", url="http://a:9093")
+    single = ReceiverConfig("am", "alertmanager", url=SecretUrl("http://a:9093"))
     assert am.api_urls(single) == ("http://a:9093/api/v2/alerts",)
 
 

@@ -25,22 +25,45 @@ PURE = [
     "autoscaler.ports",
     "autoscaler.controller",
     "autoscaler.observe.queue",
+    "autoscaler.observe.github.budget",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",
     "autoscaler.scale.diagnosis",
     "autoscaler.scale.provisioning",
     "autoscaler.observe.starts",
+    "autoscaler.scale.aws.activities",
     "autoscaler.config.schedule",
+    "autoscaler.health",
+    "autoscaler.config.secrets",
     "autoscaler.alerting.rules",
     "autoscaler.alerting.lifecycle",
+    "autoscaler.config.simulation",
+    "autoscaler.sim.trace",
+    "autoscaler.sim.clock",
+    "autoscaler.sim.emulator",
+    "autoscaler.sim.project",
+    "autoscaler.sim.peers",
+    "autoscaler.sim.drivers",
+    "autoscaler.sim.metrics",
+    "autoscaler.sim.sweep",
+    "autoscaler.sim.simulate",
+    "autoscaler.sim.shapes",
     "autoscaler.alerting.alertmanager",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
 LAYERED = ["observe", "scale", "alerting", "config"]
-SHARED = ["domain.py", "errors.py", "ports.py", "retrying.py", "controller.py", "telemetry.py"]
+SHARED = [
+    "domain.py",
+    "errors.py",
+    "health.py",
+    "ports.py",
+    "retrying.py",
+    "controller.py",
+    "telemetry.py",
+]
 
 
 @pytest.mark.parametrize("module", PURE)

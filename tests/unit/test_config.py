@@ -55,6 +55,8 @@ def test_minimal_config_gets_defaults() -> None:
     assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9464)
     assert config.github.api_url == "https://api.github.com"
     assert config.github.repos is None
+    assert config.github.rate_limit_share == 0.8
+    assert config.alerts.builtin.github_budget is True
     assert config.runner_types[0].labels == frozenset({"self-hosted", "linux.4xlarge"})
 
 
@@ -115,6 +117,21 @@ def test_issue_example_keys_work() -> None:
             id="bad-api-url",
         ),
         pytest.param(
+            minimal(github={"owner": "x", "token": "t", "rate_limit_share": 0}),
+            "github.rate_limit_share: must be above 0 and at most 1, got 0.0",
+            id="rate-limit-share-zero",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "rate_limit_share": 1.5}),
+            "github.rate_limit_share: must be above 0 and at most 1, got 1.5",
+            id="rate-limit-share-over-one",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "rate_limit_share": "most"}),
+            "github.rate_limit_share: must be a number, got a string",
+            id="rate-limit-share-not-a-number",
+        ),
+        pytest.param(
             minimal(github={"owner": "x", "token": "${NOPE}"}),
             "github.token: environment variable NOPE is not set",
             id="missing-env",
@@ -173,6 +190,8 @@ def test_each_problem_has_its_path(doc: Any, expected: str) -> None:
 
 
 def test_all_problems_reported_together() -> None:
+    """Every problem at once, each named, in the order of the document (a count alone
+    would pass with five wrong messages)."""
     found = problems(
         {
             "github": {"owner": "x", "tokn": "a"},
@@ -180,7 +199,13 @@ def test_all_problems_reported_together() -> None:
             "poll_interval": "never",
         }
     )
-    assert len(found) == 5, found
+    assert found == [
+        "github: needs either token or app",
+        "github.tokn: unknown key (did you mean 'token'?)",
+        "runner_types.gpu.labels: must be a non-empty list",
+        "runner_types.cpu.max: must be >= 0, got -1",
+        "poll_interval: must be a duration like 30s, 5m or 4h, got 'never'",
+    ]
 
 
 def test_secrets_never_appear_in_messages_or_reprs() -> None:
@@ -344,8 +369,23 @@ def test_slo_is_optional_and_read_as_seconds_and_a_share() -> None:
         ),
         pytest.param(
             {"queue_time": "5m", "objective": "ghp_x"},
-            "runner_types.cpu.slo.objective: must be a number between 0 and 1, such as 0.95",
+            "runner_types.cpu.slo.objective: must be a number, got a string",
             id="objective-not-a-number-never-echoed",
+        ),
+        pytest.param(
+            {"queue_time": 300, "objective": 0.9},
+            "runner_types.cpu.slo.queue_time: must be a duration like 30s, 5m or 4h, got 300",
+            id="bare-number-time-refused",
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": "${NOPE}"},
+            "runner_types.cpu.slo.objective: environment variable NOPE is not set",
+            id="unset-variable-said-once",
+        ),
+        pytest.param(
+            "5m at 95%",
+            "runner_types.cpu.slo: must be a mapping, got a string",
+            id="not-a-mapping",
         ),
         pytest.param(
             {"queue_time": "0s", "objective": 0.9},
@@ -360,5 +400,9 @@ def test_slo_is_optional_and_read_as_seconds_and_a_share() -> None:
     ],
 )
 def test_slo_problems_have_their_path(slo: Any, expected: str) -> None:
+    """Each mistake is one problem with its path (no follow-on: a word where the share
+    goes is not also 'out of range'; a string where the mapping goes is not also two
+    missing keys), and a value is never echoed where it could be a credential."""
     found = problems(with_slo(slo))
-    assert any(p.startswith(expected) for p in found), found
+    assert len(found) == 1 and found[0].startswith(expected), found
+    assert "ghp_x" not in found[0]

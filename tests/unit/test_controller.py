@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.rules import UNREACHABLE_RULE
 from autoscaler.alerting.store import StateStore
 from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
 from autoscaler.domain import (
     Cause,
+    ClockSkew,
     Job,
     JobStatus,
     Observation,
+    PollBudget,
     QueueSnapshot,
+    Runner,
     ScalingProblem,
     normalize_labels,
 )
@@ -58,6 +62,9 @@ class FakeSource:
     def remove_runner(self, runner_id: int) -> None:
         raise AssertionError("not used here")
 
+    def find_runner(self, name: str) -> Runner | None:
+        raise AssertionError("not used here")
+
 
 def observation(queued: int, at: datetime) -> Observation:
     jobs = tuple(
@@ -80,6 +87,7 @@ class RecordingScaler:
     calls: list[tuple[int, bool]]
     last_problems: tuple[ScalingProblem, ...] = ()
     last_view: ScalingView | None = None
+    last_clock_skew: ClockSkew = field(default_factory=ClockSkew)
     returned: list[Sequence[Any]] = field(default_factory=list)
 
     def step(
@@ -171,6 +179,7 @@ def test_loop_survives_failing_ticks_and_stops_on_event() -> None:
 @dataclass
 class RecordingAlerts:
     problems: list[Sequence[ScalingProblem] | None]
+    skews: list[ClockSkew | None] = field(default_factory=list)
 
     def step(
         self,
@@ -180,10 +189,13 @@ class RecordingAlerts:
         *,
         dry_run: bool = False,
         problems: Sequence[ScalingProblem] | None = None,
+        clock_skew: ClockSkew | None = None,
+        budget: PollBudget | None = None,
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
+        self.skews.append(clock_skew)
         return []
 
 
@@ -326,3 +338,51 @@ def test_a_late_rush_fires_the_queue_time_objective_alert_with_its_cause() -> No
         value("ci_autoscaler_jobs_within_queue_time_objective_total", {"runner_type": "cpu"}) == 0
     )
     assert value("ci_autoscaler_queue_time_objective_attained_ratio", {"runner_type": "cpu"}) == 0
+
+
+def test_alerting_hears_the_clock_skew_measured_this_tick() -> None:
+    """The skew alert reads what the adapters measured: GitHub's from the poll when no
+    scaler runs, both peers' from the scaler (which decided with them) when one does."""
+    skewed = replace(observation(0, T0), clock_skew_seconds=-75.0)
+    alerts = RecordingAlerts(problems=[])
+    Controller(config(), FakeSource([skewed]), Metrics(), alerts=alerts).tick(T0)
+    assert alerts.skews == [ClockSkew(github=-75.0)]
+
+    measured = ClockSkew(github=-75.0, aws=3.0)
+    scaler = RecordingScaler(calls=[], last_clock_skew=measured)
+    alerts = RecordingAlerts(problems=[])
+    Controller(config(), FakeSource([skewed]), Metrics(), alerts=alerts, scaler=scaler).tick(T0)
+    assert alerts.skews == [measured]
+
+
+class DeepJsonSource:
+    """A source whose adapter let an exception escape (deeply nested JSON once did)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def observe(self, now: datetime) -> Observation:
+        self.calls += 1
+        raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+
+    def remove_runner(self, runner_id: int) -> None:
+        raise AssertionError("not used here")
+
+    def find_runner(self, name: str) -> Runner | None:
+        raise AssertionError("not used here")
+
+
+def test_an_exception_escaping_the_source_is_a_failed_poll_and_alerting_still_runs() -> None:
+    """Deeply nested JSON from GitHub raised RecursionError out of observe(): the tick
+    aborted, and with it the alerting stage, so "GitHub unreachable" never fired."""
+    cfg = config()
+    metrics = Metrics()
+    engine = AlertEngine(cfg.alerts, StateStore(None), None, metrics)
+    controller = Controller(cfg, DeepJsonSource(), metrics, alerts=engine)
+    first = controller.tick(T0)
+    later = controller.tick(T0 + timedelta(minutes=11))
+    assert first.poll_error == "RecursionError: unexpected error in the CI source"
+    value = metrics.registry.get_sample_value
+    assert value("ci_autoscaler_polls_total", {"result": "error"}) == 2.0
+    assert value("ci_autoscaler_stage_failures_total", {"stage": "alerting"}) is None
+    assert [(a.rule, a.state) for a in later.alerts] == [(UNREACHABLE_RULE, "firing")]

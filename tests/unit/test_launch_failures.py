@@ -263,3 +263,67 @@ def test_dry_run_acts_on_no_launch_failure() -> None:
     assert {d.pool: d.action for d in ds} == {"gpu-spot": "release", "gpu-od": "scale_up"}
     assert s.state.backoff_seconds == {} and "gpu-spot" in s.state.scaled_up_at
     assert fake.calls[-1][0] == "describe"
+
+
+# --- launches a person must fix (quota, image, launch template, permissions)
+
+VCPU = (
+    "VcpuLimitExceeded",
+    "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more vCPU"
+    " capacity than your current vCPU limit of 0 allows. Launching EC2 instance failed.",
+)
+
+
+def refused(seconds_ago: float) -> ScalingActivity:
+    return ScalingActivity(ago(seconds_ago), ActivityStatus.FAILED, VCPU[1], VCPU[0], True)
+
+
+def test_refused_launch_backs_off_to_the_max_at_once_and_is_remembered() -> None:
+    plan = plan_for(short_spot(failed(20), refused(30)), UP_60S_AGO)
+    assert summary(plan) == {
+        "release": [("gpu-spot", "launch_refused", 0, True)],
+        "up": {"gpu-od": 2},
+    }
+    assert plan.state.backoff_seconds == {"gpu-spot": 1800.0}  # capacity_backoff_max
+    assert plan.state.refused == {"gpu-spot": VCPU}
+    assert [(r.pool, r.code, r.message) for r in plan.refused] == [("gpu-spot", *VCPU)]
+    spot = next(d for d in plan.decisions if d.pool == "gpu-spot")
+    assert "refused: VcpuLimitExceeded, a person must fix it" in spot.reason
+
+
+def test_refusal_is_reported_every_tick_until_the_pool_delivers() -> None:
+    blocked = replace(
+        ScalingState(),
+        backoff_until={"gpu-spot": T0 + timedelta(seconds=600)},
+        backoff_seconds={"gpu-spot": 1800.0},
+        refused={"gpu-spot": VCPU},
+    )
+    assert [r.code for r in plan_for(short_spot(), blocked).refused] == ["VcpuLimitExceeded"]
+    fixed = replace(blocked, backoff_until={}, scaled_up_at={"gpu-spot": ago(60)})
+    delivered = pool("gpu-spot", [inst(1, "gpu-spot", age=30)])
+    plan = plan_for(delivered, fixed, queued=1)
+    assert (plan.refused, plan.state.refused) == ((), {})
+
+
+def test_refused_launch_pages_at_once_with_awss_words_and_fails_over() -> None:
+    """Regression (issue 11, item 4): every Failed scaling activity was taken for "out of
+    capacity". A vCPU quota of 0 (or a deleted AMI, a broken launch template, a missing
+    instance profile) failed over and backed off quietly, again and again, and nobody was
+    told what to fix. Classified by AWS's error code, it now pages at once with AWS's
+    message, and keeps paging every tick until the pool launches again."""
+    fake = world()
+    fake.refusal["gpu-spot"] = VCPU
+    s = make(fake)
+    tick(s, fake, 2, T0)
+    assert tick(s, fake, 2, T0 + timedelta(seconds=60)) == {
+        "gpu-spot": ("release", 0),
+        "gpu-od": ("scale_up", 2),
+    }
+    expected = [("launch", "gpu-spot", "VcpuLimitExceeded")]
+    assert [(p.kind, p.pool, p.code) for p in s.last_problems] == expected
+    assert VCPU[1] in s.last_problems[0].message
+    failures = "ci_autoscaler_provisioning_failures_total"
+    assert metric(s, failures, runner_type=GPU, pool="gpu-spot", reason="launch_refused") == 1
+
+    tick(s, fake, 2, T0 + timedelta(seconds=90))  # nothing new happened: still paged
+    assert [(p.kind, p.pool, p.code) for p in s.last_problems] == expected

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -11,7 +11,7 @@ import pytest
 from autoscaler.config import BudgetConfig, Config, ScalingConfig
 from autoscaler.config.schedule import IdleWindow, MinIdle
 from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
-from autoscaler.scale.plan import Plan, ScalingState
+from autoscaler.scale.plan import PendingTermination, Plan, ScalingState
 from autoscaler.scale.policy import decide
 from tests.unit.scaling_fakes import CPU, GPU, T0, config, iid, inst, pool, rtype, runner, snapshot
 
@@ -320,7 +320,7 @@ MANY = 8
 CAPS = [
     pytest.param(
         Case(
-            config(),
+            config(scaling=ScalingConfig(max_scale_in_per_tick=5)),
             [pool("gpu-spot", [inst(i, "gpu-spot") for i in range(1, MANY + 1)]), pool("gpu-od")],
             {},
             [runner(i, "gpu-spot") for i in range(1, MANY + 1)],
@@ -454,3 +454,43 @@ def test_demand_follows_the_min_idle_schedule() -> None:
     assert wanted(monday) == {"gpu-spot": 4}
     assert wanted(monday.replace(hour=19)) == {"gpu-spot": 1}
     assert wanted(monday + timedelta(days=5)) == {"gpu-spot": 1}  # Saturday
+
+
+def test_only_in_service_instances_are_protected() -> None:
+    """Regression (issue 11, item 3): AWS refuses SetInstanceProtection for a Pending
+    instance with ValidationError and fails the whole call, so one booting instance in a
+    batch of 50 left all 50 unprotected and paged on-call every tick. Only InService
+    instances are asked for (the group's NewInstancesProtectedFromScaleIn covers the rest
+    at launch; a booting one is asked for once it is in service)."""
+    booting = inst(1, "gpu-spot", protected=False, lifecycle=PENDING)
+    ready = inst(2, "gpu-spot", protected=False)
+    plan = run(Case(config(), [pool("gpu-spot", [booting, ready]), pool("gpu-od")]))
+    assert [(p.pool, p.instance_ids) for p in plan.protect] == [("gpu-spot", (iid(2),))]
+
+
+def pending(n: int, seconds_ago: float) -> PendingTermination:
+    since = T0 - timedelta(seconds=seconds_ago)
+    return PendingTermination(GPU, "gpu-spot", iid(n), f"gpu-spot-{iid(n)}", since)
+
+
+def test_pending_terminations_come_first_and_share_the_scale_in_cap() -> None:
+    """Remembered terminations are retried oldest first, count against
+    max_scale_in_per_tick (the bound on AWS calls per tick), and are forgotten once their
+    instance is gone; their instances are never orphan candidates too."""
+    cfg = config(rtype(idle_timeout=60), scaling=ScalingConfig(max_scale_in_per_tick=2))
+    instances = [inst(i, "gpu-spot") for i in (1, 2, 3, 4)]
+    idle = [runner(3, "gpu-spot"), runner(4, "gpu-spot")]  # idle an hour: scale-in material
+    state = replace(
+        idle_for(3600, 3, 4),
+        pending_terminations={
+            iid(1): pending(1, 30),
+            iid(2): pending(2, 90),
+            iid(9): pending(9, 60),  # its instance is gone: forgotten
+        },
+    )
+    plan = run(Case(cfg, [pool("gpu-spot", instances), pool("gpu-od")], {}, idle, state))
+    assert [p.instance_id for p in plan.pending_terminations] == [iid(2), iid(1)]
+    assert set(plan.state.pending_terminations) == {iid(1), iid(2)}
+    assert plan.scale_ins == ()  # the cap of 2 went to the retries
+    assert iid(1) not in [o.instance_id for o in plan.orphans]
+    assert iid(2) not in [o.instance_id for o in plan.orphans]

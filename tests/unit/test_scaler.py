@@ -12,9 +12,7 @@ from autoscaler.config import AwsConfig, Config, RetryConfig
 from autoscaler.errors import (
     AuthenticationError,
     CapacityError,
-    NotFoundError,
     PermanentError,
-    RejectedError,
     TransientError,
 )
 from autoscaler.scale.plan import Decision
@@ -184,14 +182,51 @@ def test_scale_in_deregisters_first_then_terminates() -> None:
 
 
 def test_runner_that_turned_busy_is_left_alone() -> None:
+    """The poll saw both runners idle past idle_timeout; by the time the scaler removes
+    them, runner 1 has taken a job. GitHub refuses to delete a busy runner (422, which the
+    fake source plays from the runner's own state) and its instance stays."""
     fake, source = idle_world()
     s = make(fake, source)
     step(s)
-    source.errors = [RejectedError("busy", code="422"), NotFoundError("gone", code="404")]
-    ds = step(s, now=T0 + timedelta(seconds=601))
-    assert [c for c in fake.calls if c[0] == "terminate_instance"] == []
-    assert ds["gpu-spot"].desired == 2
-    assert "runner gpu-spot-" in ds["gpu-spot"].reason and "kept" in ds["gpu-spot"].reason
+    later = T0 + timedelta(seconds=601)
+    polled = observation(tuple(source.runners.values()), later)  # both idle at poll time
+    source.runners[1] = replace(source.runners[1], busy=True)  # then runner 1 takes a job
+    ds = {
+        d.pool: d
+        for d in s.step(snapshot({GPU: 0}, at=later), polled, later, observation_fresh=True)
+    }
+    assert [c[2] for c in fake.calls if c[0] == "terminate_instance"] == [iid(2)]
+    assert source.removed == [2] and 1 in source.runners
+    assert ds["gpu-spot"].desired == 1
+    assert f"runner gpu-spot-{iid(1)} kept" in ds["gpu-spot"].reason
+    assert s.last_problems == []
+
+
+def test_runner_github_no_longer_knows_is_gone_and_its_instance_an_orphan_candidate() -> None:
+    """Decided (issue 8's test hygiene): a runner GitHub answers 404 for on delete no
+    longer exists, so there is nothing to deregister and nothing to page about; it is not
+    proof that nothing runs on the instance (a runner can re-register under a new id).
+    The instance becomes an orphan candidate: the orphan sweep terminates it on a later
+    tick, after asking GitHub by name that no runner is registered for it."""
+    fake, source = idle_world()
+    s = make(fake, source)
+    step(s)
+    later = T0 + timedelta(seconds=601)
+    polled = observation(tuple(source.runners.values()), later)
+    del source.runners[1]  # removed at GitHub by someone else: the DELETE will 404
+    ds = {
+        d.pool: d
+        for d in s.step(snapshot({GPU: 0}, at=later), polled, later, observation_fresh=True)
+    }
+    assert [c[2] for c in fake.calls if c[0] == "terminate_instance"] == [iid(2)]
+    assert s.last_problems == []  # gone is not a failure: no page
+    assert "already gone: instance left to orphan sweep" in ds["gpu-spot"].reason
+
+    after = later + timedelta(seconds=30)  # the next poll: runner 1 is not listed
+    ds = step(s, now=after)
+    assert [c[2] for c in fake.calls if c[0] == "terminate_instance"] == [iid(2), iid(1)]
+    assert source.lookups == [f"gpu-spot-{iid(1)}"]
+    assert ds["gpu-spot"].action == "terminate_orphan"
 
 
 def test_failed_terminate_after_deregister_is_reported_not_counted() -> None:
@@ -293,3 +328,54 @@ def test_a_skipped_malformed_runner_never_makes_its_busy_instance_an_orphan() ->
     complete = replace(partial, skipped_items=0, skipped_runners=0)
     s.step(snapshot({GPU: 0}, at=T0), complete, T0, observation_fresh=True)
     assert ("terminate_instance", "gpu-spot", iid(1)) in fake.calls, "a true orphan still goes"
+
+
+def pending_gauge(s: Scaler) -> float:
+    return metric(s, "ci_autoscaler_pending_terminations", runner_type=GPU, pool="gpu-spot")
+
+
+def test_throttled_terminate_after_deregistration_is_retried_first_next_tick() -> None:
+    """Regression (issue 11, item 2): the runner was deregistered, then AWS throttled the
+    termination past every retry. The instance, with no runner left to give it work, ran
+    on until the orphan sweep found it (boot_timeout later, here a day, and counted as a
+    provisioning failure). The scaler now remembers the termination, counts it, and
+    retries it before anything else on the next tick."""
+    base, source = idle_world()
+    fake = FakePool(base.pools)
+    cfg = config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400))
+    s = make(fake, source, cfg)
+    step(s)
+    throttled = [TransientError("slow down", code="Throttling") for _ in range(6)]
+    fake.fail("terminate_instance", "gpu-spot", *throttled)  # 3 attempts x 2 runners
+    later = T0 + timedelta(seconds=601)
+    ds = step(s, now=later)
+    assert source.removed == [1, 2]  # both deregistered...
+    assert len(fake.pools["gpu-spot"].instances) == 2  # ...neither instance terminated
+    assert set(s.state.pending_terminations) == {iid(1), iid(2)}
+    deferred = "ci_autoscaler_deferred_terminations_total"
+    assert metric(s, deferred, runner_type=GPU, pool="gpu-spot") == 2
+    assert pending_gauge(s) == 2
+    assert "retried first next tick" in ds["gpu-spot"].reason
+
+    fake.calls.clear()
+    ds = step(s, now=later + timedelta(seconds=30))
+    assert [c[:2] for c in fake.calls[:3]] == [
+        ("describe", ""),
+        ("terminate_instance", "gpu-spot"),
+        ("terminate_instance", "gpu-spot"),
+    ]
+    assert len(fake.pools["gpu-spot"].instances) == 0
+    assert s.state.pending_terminations == {} and pending_gauge(s) == 0
+    assert ds["gpu-spot"].action == "scale_in" and ds["gpu-spot"].desired == 0
+    scale_ins = metric(
+        s, "ci_autoscaler_scale_actions_total", runner_type=GPU, pool="gpu-spot", action="scale_in"
+    )
+    assert scale_ins == 2
+    orphaned = metric(
+        s,
+        "ci_autoscaler_provisioning_failures_total",
+        runner_type=GPU,
+        pool="gpu-spot",
+        reason="boot_timeout",
+    )
+    assert orphaned == 0  # a scale-in finished, not an instance that failed to boot

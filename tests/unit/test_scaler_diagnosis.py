@@ -109,6 +109,29 @@ def test_a_failed_launch_is_remembered_with_aws_message_until_the_pool_delivers(
     assert s.failures == {} and s.last_view is not None and s.last_view.failures == {}
 
 
+def test_a_launch_a_person_must_fix_is_a_permanent_error_with_awss_words() -> None:
+    """Since launches are classified by AWS's code (issue 11): a quota refusal is not
+    capacity coming back by itself. The type says permanent_error with AWS's message (the
+    scaler pages it every tick), and the back-off says the launch was refused instead of
+    repeating the message; the need still fails over to on-demand."""
+    quota = "Could not launch On-Demand Instances. VcpuLimitExceeded - You have requested more"
+    fake = world()
+    fake.refusal["gpu-spot"] = ("VcpuLimitExceeded", quota)
+    s = make(fake)
+    tick(s, fake, 2, T0)
+    later = T0 + timedelta(seconds=60)
+    tick(s, fake, 2, later)
+    found = causes(s, 2, later)
+    assert [c.code for c in found][:2] == ["permanent_error", "capacity_backoff"]
+    assert found[0].detail == f"gpu-spot cannot launch instances (VcpuLimitExceeded): {quota}"
+    assert found[1].detail == (
+        "gpu-spot since 03:01:00 UTC, skipped until 03:31:00 UTC;"
+        " launch refused (VcpuLimitExceeded): a person must act"
+    )
+    assert s.failures["gpu-spot"].code == "VcpuLimitExceeded"
+    assert fake.pools["gpu-od"].desired_capacity == 2
+
+
 def test_dry_run_shows_the_failure_without_remembering_it() -> None:
     fake = world()
     fake.outage.add("gpu-spot")

@@ -26,9 +26,10 @@ from autoscaler.config import (
     Config,
     ReceiverConfig,
     RetryConfig,
+    SecretUrl,
 )
 from autoscaler.controller import Controller
-from autoscaler.domain import Job, JobStatus, Observation, normalize_labels
+from autoscaler.domain import Job, JobStatus, Observation, Runner, normalize_labels
 from autoscaler.errors import CapacityError
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
@@ -46,6 +47,9 @@ class Source:
         return Observation(now, self.jobs, ())
 
     def remove_runner(self, runner_id: int) -> None:
+        raise AssertionError("not here")
+
+    def find_runner(self, name: str) -> Runner | None:
         raise AssertionError("not here")
 
 
@@ -66,7 +70,9 @@ def cfg() -> Config:
     )
     alerts = AlertsConfig(
         rules=(rule,),
-        receivers={"oncall": ReceiverConfig("oncall", "webhook", url="http://127.0.0.1:9/")},
+        receivers={
+            "oncall": ReceiverConfig("oncall", "webhook", url=SecretUrl("http://127.0.0.1:9/"))
+        },
         builtin=BuiltinAlertsConfig(github_unreachable_after=0),
     )
     base = config(rtype(), rtype(EVIL, pools=("evil-pool",)))

@@ -1,14 +1,19 @@
-"""One instrumented HTTP helper for every GitHub call: auth, ETag cache, retries, errors.
+"""One instrumented HTTP helper for every GitHub call: auth, rate gate, ETag cache, errors.
 
 - Every request is counted in ``github_requests_total{endpoint,status}`` and timed.
-- Each GET URL's ``ETag`` is remembered; the next GET sends ``If-None-Match`` and a ``304``
-  reuses the cached body (a 304 costs no rate limit) and the 304's ``Link``, else the cached.
-- 403 with ``x-ratelimit-remaining: 0``, a rate-limit message or ``Retry-After``, and 429:
-  wait ``Retry-After``, else until ``x-ratelimit-reset``, through the injected sleep; a
-  wait longer than ``rate_limit_cap`` raises :class:`RateLimitedError` instead.
+- A GET of a listing page is conditional when its URL is cached: a ``304`` reuses the
+  compact record (a 304 costs no rate limit) and the 304's ``Link``, else the cached one.
+  A 200 is parsed once into a record; the body is dropped.
+- A body over :data:`MAX_PAGE_BYTES` is refused before it is parsed (by ``Content-Length``
+  or while reading); invalid or too deeply nested JSON is a :class:`BadPage`.
+- Rate limits go through the shared :class:`RateGate` (primary: nothing before the reset;
+  secondary: every worker pauses, doubling from 60 s); a wait longer than the time the
+  poll has left raises :class:`RateLimitedError`.
 - 5xx, timeouts and connection errors: retried with full-jitter backoff, then
   :class:`TransientError`. 401 -> AuthenticationError, 404 -> NotFoundError,
   422 -> RejectedError; messages name the method and URL path, never a credential.
+- Every answer's ``Date`` header gives GitHub's clock against ours (the injected wall
+  clock): :attr:`GitHubHttp.clock_skew` and ``ci_autoscaler_clock_skew_seconds{peer="github"}``.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,27 +41,40 @@ from autoscaler.errors import (
     TransientError,
 )
 from autoscaler.observe.github.auth import Auth
+from autoscaler.observe.github.cache import EtagCache
+from autoscaler.observe.github.parse import BadPage
+from autoscaler.observe.github.ratelimit import RateGate, classify
+from autoscaler.observe.github.records import PageRecord
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github")
 
+#: A page larger than this is refused unparsed (100 jobs with their steps are ~100 KB).
+MAX_PAGE_BYTES = 8 * 1024 * 1024
+#: Time a call outside a poll (a runner DELETE, a token exchange) may wait on a rate limit.
+CALL_WAIT = 10.0
 
-class BadPage(Exception):
-    """A 2xx body that is not the JSON we expect (the caller decides: skip or fail)."""
+__all__ = ["MAX_PAGE_BYTES", "BadPage", "GitHubHttp", "PageResult", "next_link"]
 
 
-@dataclass(frozen=True)
-class Page:
-    body: Any
+@dataclass(frozen=True, slots=True)
+class PageResult:
+    record: PageRecord
     next_url: str | None
     status: int
 
+    @property
+    def counted(self) -> bool:
+        """True when this page cost a request of the primary rate limit (not a 304)."""
+        return self.status != 304
 
-@dataclass(frozen=True)
-class _Cached:
-    etag: str
-    body: Any
-    link: str | None
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    headers: httpx.Headers
+    content: bytes
+    reason: str
 
 
 def next_link(header: str | None) -> str | None:
@@ -71,15 +91,14 @@ class GitHubHttp:
         self,
         api_url: str,
         timeout: float,
-        max_concurrency: int,
         metrics: Metrics,
         transport: httpx.BaseTransport | None,
         sleep: Callable[[float], None],
         wall_clock: Callable[[], float],
         *,
         max_attempts: int = 3,
-        rate_limit_cap: float = 60.0,
         rng: random.Random | None = None,
+        cache: EtagCache | None = None,
     ) -> None:
         self.base = api_url.rstrip("/")
         self._origin = urlsplit(self.base)[:2]
@@ -87,60 +106,101 @@ class GitHubHttp:
         self.sleep = sleep
         self.wall_clock = wall_clock
         self.max_attempts = max_attempts
-        self.rate_limit_cap = rate_limit_cap
         self.auth: Auth | None = None
+        self.gate = RateGate(metrics, wall_clock, sleep)
+        self.cache = cache if cache is not None else EtagCache()
         self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not crypto
-        self._lock = threading.Lock()
-        self._cache: dict[str, _Cached] = {}
-        self._used: set[str] = set()
-        limits = httpx.Limits(
-            max_connections=max_concurrency, max_keepalive_connections=max_concurrency
-        )
-        self.client = httpx.Client(
-            timeout=httpx.Timeout(timeout),
-            limits=limits,
-            transport=transport,
-            headers={
-                "Accept": "application/vnd.github+json",
-                "X-GitHub-Api-Version": "2022-11-28",
-                "User-Agent": f"ci-autoscaler/{__version__}",
-            },
-        )
+        self._timeout = timeout
+        self._transport = transport
+        self._local = threading.local()
+        #: One TLS context for every thread's client (loading the CA bundle costs ~0.1 s
+        #: of CPU each time).
+        self._ssl = httpx.create_ssl_context()
+        self._clients: list[httpx.Client] = []
+        self._clients_lock = threading.Lock()
+        #: Requests answered so far that count against the primary rate limit (not a 304,
+        #: not ``GET /rate_limit``): what the poll's budget spends.
+        self.counted = 0
+        #: GitHub's clock minus ours, in seconds, from the last answer with a ``Date``
+        #: header (None until one arrives; the source resets it each poll).
+        self.clock_skew: float | None = None
+
+    @property
+    def client(self) -> httpx.Client:
+        """This thread's client: one keep-alive connection per worker thread.
+
+        One shared pool of ``max_concurrency`` connections serialises every request on
+        httpcore's pool lock and rescans the pool at each: that cost grows with the
+        requests in flight. A connection per thread needs no coordination at all.
+        """
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(
+                timeout=httpx.Timeout(self._timeout),
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                transport=self._transport,
+                verify=self._ssl,
+                headers={
+                    "Accept": "application/vnd.github+json",
+                    "X-GitHub-Api-Version": "2022-11-28",
+                    "User-Agent": f"ci-autoscaler/{__version__}",
+                },
+            )
+            self._local.client = client
+            with self._clients_lock:
+                self._clients.append(client)
+        return client
 
     def close(self) -> None:
-        self.client.close()
+        with self._clients_lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
 
-    # --- the ETag cache lives as long as its URLs are still asked for
-    def begin_tick(self) -> None:
-        with self._lock:
-            self._used = set()
+    def url(self, path_or_url: str) -> str:
+        return path_or_url if "://" in path_or_url else self.base + path_or_url
 
-    def end_tick(self) -> None:
-        """Forget cached pages no request of this tick asked for (bounded memory)."""
-        with self._lock:
-            self._cache = {u: c for u, c in self._cache.items() if u in self._used}
+    def get_page(
+        self,
+        path_or_url: str,
+        endpoint: str,
+        compact: Callable[[Any], PageRecord],
+        deadline: float,
+    ) -> PageResult:
+        """GET one listing page (conditional when cached) as a compact record.
 
-    def get(self, path_or_url: str, endpoint: str) -> Page:
-        """GET one page (conditional when cached). Raises BadPage on an unparsable body."""
-        url = path_or_url if "://" in path_or_url else self.base + path_or_url
-        with self._lock:
-            cached = self._cache.get(url)
-            self._used.add(url)
+        Raises BadPage on a body too large, not JSON, or not the shape ``compact`` wants.
+        """
+        url = self.url(path_or_url)
+        cached = self.cache.get(url, self.wall_clock())
         headers = {"If-None-Match": cached.etag} if cached else {}
-        response = self.send("GET", url, endpoint, headers=headers)
-        if response.status_code == 304 and cached is not None:
+        answer = self.send("GET", url, endpoint, headers=headers, deadline=deadline)
+        if answer.status == 304 and cached is not None:
             # The ETag covers the body, not the Link: prefer the 304's (a page added after).
-            return Page(cached.body, self._next(response.headers.get("link", cached.link)), 304)
+            link = answer.headers.get("link", cached.link)
+            return PageResult(cached.record, self._next(link), 304)
         try:
-            body = json.loads(response.content)
-        except ValueError:
-            raise BadPage(f"GET {_path(url)}: the body is not JSON") from None
-        link = response.headers.get("link")
-        etag = response.headers.get("etag")
+            body = json.loads(answer.content)
+        except (ValueError, RecursionError) as exc:
+            self.cache.discard(url)
+            raise BadPage(
+                f"GET {_path(url)}: the body is not JSON ({type(exc).__name__})"
+            ) from None
+        try:
+            record = compact(body)
+        except BadPage as exc:
+            self.cache.discard(url)
+            raise BadPage(f"GET {_path(url)}: {exc}") from None
+        link = answer.headers.get("link")
+        etag = answer.headers.get("etag")
         if etag:
-            with self._lock:
-                self._cache[url] = _Cached(etag, body, link)
-        return Page(body, self._next(link), response.status_code)
+            self.cache.put(url, etag, link, record, self.wall_clock())
+        return PageResult(record, self._next(link), answer.status)
+
+    def next_url(self, link: str | None) -> str | None:
+        """The ``rel="next"`` URL of a ``Link`` header, only on ``github.api_url``'s origin
+        (a credential is never sent anywhere else)."""
+        return self._next(link)
 
     def _next(self, link: str | None) -> str | None:
         url = next_link(link)
@@ -157,13 +217,23 @@ class GitHubHttp:
         *,
         headers: dict[str, str] | None = None,
         authorization: str | None = None,
-    ) -> httpx.Response:
-        """One call with retries; returns a 2xx or 304 response, else raises our errors."""
-        url = url if "://" in url else self.base + url
+        deadline: float | None = None,
+        exempt: bool = False,
+    ) -> Answer:
+        """One call with retries; returns a 2xx or 304 answer, else raises our errors.
+
+        ``deadline``: ``time.monotonic()`` after which no rate-limit wait may end (default
+        :data:`CALL_WAIT` from now); ``exempt``: the call does not count against the rate limit
+        (``GET /rate_limit``), so it goes out even while the gate is closed.
+        """
+        url = self.url(url)
         where = f"{method} {_path(url)}"
+        deadline = time.monotonic() + CALL_WAIT if deadline is None else deadline
         attempt, rate_waits, refreshed = 0, 0, False
         while True:
             attempt += 1
+            if not exempt:
+                self.gate.before(where, max(0.0, deadline - time.monotonic()))
             request_headers = dict(headers or {})
             if authorization is not None:
                 request_headers["Authorization"] = authorization
@@ -171,7 +241,10 @@ class GitHubHttp:
                 request_headers["Authorization"] = self.auth.authorization()
             try:
                 with self.metrics.timed_github(endpoint):
-                    response = self.client.request(method, url, headers=request_headers)
+                    answer = self._request(method, url, request_headers)
+            except BadPage:
+                self.metrics.github_requests.labels(endpoint, "too_large").inc()
+                raise
             except httpx.HTTPError as exc:
                 self.metrics.github_requests.labels(endpoint, "error").inc()
                 if attempt < self.max_attempts:
@@ -181,12 +254,18 @@ class GitHubHttp:
                     f"GitHub {where}: {type(exc).__name__} after {attempt} attempts",
                     code="error",
                 ) from None
-            status = response.status_code
+            status = answer.status
             self.metrics.github_requests.labels(endpoint, str(status)).inc()
-            self._track_rate_limit(response)
+            if status != 304 and not exempt:
+                with self._clients_lock:
+                    self.counted += 1
+            self._track_rate_limit(answer.headers)
+            self._track_clock(answer.headers)
             if status < 300 or status == 304:
-                return response
+                self.gate.succeeded()
+                return answer
             code = str(status)
+            message = _message(answer)
             if status == 401:
                 sent = request_headers.get("Authorization", "")
                 if (
@@ -201,26 +280,24 @@ class GitHubHttp:
                     f"GitHub {where}: 401 Bad credentials (check github.token or github.app)",
                     code=code,
                 )
-            if _rate_limited(response):
-                wait = self._rate_limit_wait(response)
-                if wait > self.rate_limit_cap or rate_waits >= 2:
-                    raise RateLimitedError(
-                        f"GitHub {where}: rate limited for {wait:.0f}s", code=code, retry_after=wait
-                    )
-                rate_waits += 1
-                log.warning("GitHub %s: rate limited, waiting %.1fs", where, wait)
-                self.sleep(wait)
-                continue
+            kind = classify(status, answer.headers, message)
+            if kind is not None:
+                pause = self.gate.hit(kind, answer.headers, where)
+                if rate_waits < 2:
+                    rate_waits += 1
+                    continue  # the gate sleeps out a pause that fits, or raises
+                raise RateLimitedError(
+                    f"GitHub {where}: {kind} rate limit", code=code, retry_after=pause
+                )
             if status >= 500:
                 if attempt < self.max_attempts:
-                    self._backoff(attempt, _retry_after(response))
+                    self._backoff(attempt, _retry_after(answer))
                     continue
                 raise TransientError(
                     f"GitHub {where}: {status} after {attempt} attempts",
                     code=code,
-                    retry_after=_retry_after(response),
+                    retry_after=_retry_after(answer),
                 )
-            message = _message(response)
             if status == 403:
                 raise AuthenticationError(
                     f"GitHub {where}: 403 Forbidden, the credentials lack a permission ({message})",
@@ -236,30 +313,55 @@ class GitHubHttp:
                 raise RejectedError(f"GitHub {where}: 422 {message}", code=code)
             raise PermanentError(f"GitHub {where}: {status} {message}", code=code)
 
+    def _request(self, method: str, url: str, headers: dict[str, str]) -> Answer:
+        """Send and read the body, refusing one over MAX_PAGE_BYTES before parsing it."""
+        client = self.client
+        request = client.build_request(method, url, headers=headers)
+        response = client.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
+                raise BadPage(f"{method} {_path(url)}: {declared} bytes is over the page limit")
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > MAX_PAGE_BYTES:
+                    raise BadPage(f"{method} {_path(url)}: the body is over the page limit")
+                chunks.append(chunk)
+        finally:
+            response.close()
+        return Answer(
+            response.status_code, response.headers, b"".join(chunks), response.reason_phrase
+        )
+
     def _backoff(self, attempt: int, retry_after: float | None) -> None:
-        if retry_after is not None and retry_after <= self.rate_limit_cap:
+        if retry_after is not None and retry_after <= 60.0:
             self.sleep(retry_after)
             return
         self.sleep(self._rng.uniform(0.0, min(8.0, 0.5 * 2 ** (attempt - 1))))
 
-    def _rate_limit_wait(self, response: httpx.Response) -> float:
-        retry_after = _retry_after(response)
-        if retry_after is not None:
-            return retry_after
-        reset = _float(response.headers.get("x-ratelimit-reset"))
-        if response.headers.get("x-ratelimit-remaining") == "0" and reset is not None:
-            return max(0.0, reset - self.wall_clock())
-        return 60.0  # GitHub: "otherwise, wait for at least one minute"
+    def _track_clock(self, headers: httpx.Headers) -> None:
+        """GitHub's clock from the answer's ``Date`` (one-second resolution, and a little
+        behind by the answer's travel time: fine against a threshold of a minute)."""
+        try:
+            peer = parsedate_to_datetime(headers.get("date", ""))
+        except (TypeError, ValueError):
+            return
+        if peer.tzinfo is None:
+            return
+        skew = peer.timestamp() - self.wall_clock()
+        self.clock_skew = skew  # a float store is atomic; the last answer wins
+        self.metrics.clock_skew.labels("github").set(skew)
 
-    def _track_rate_limit(self, response: httpx.Response) -> None:
-        h = response.headers
-        resource = h.get("x-ratelimit-resource", "core")
+    def _track_rate_limit(self, headers: httpx.Headers) -> None:
+        self.gate.observe(headers)
+        resource = headers.get("x-ratelimit-resource", "core")
         for header, gauge in (
             ("x-ratelimit-remaining", self.metrics.github_rate_limit_remaining),
             ("x-ratelimit-limit", self.metrics.github_rate_limit_limit),
             ("x-ratelimit-reset", self.metrics.github_rate_limit_reset),
         ):
-            value = _float(h.get(header))
+            value = _float(headers.get(header))
             if value is not None:
                 gauge.labels(resource).set(value)
 
@@ -275,27 +377,16 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = _float(response.headers.get("retry-after"))
+def _retry_after(answer: Answer) -> float | None:
+    value = _float(answer.headers.get("retry-after"))
     return None if value is None else max(0.0, value)
 
 
-def _message(response: httpx.Response) -> str:
+def _message(answer: Answer) -> str:
+    """GitHub's ``message`` of an error body; never fails (HTML pages, deep JSON)."""
     try:
-        message = response.json().get("message", "")
-    except (ValueError, AttributeError):
+        body = json.loads(answer.content)
+        message = body.get("message", "") if isinstance(body, dict) else ""
+    except (ValueError, RecursionError):
         message = ""
-    return str(message)[:200] or response.reason_phrase
-
-
-def _rate_limited(response: httpx.Response) -> bool:
-    if response.status_code == 429:
-        return True
-    if response.status_code != 403:
-        return False
-    h = response.headers
-    return (
-        h.get("x-ratelimit-remaining") == "0"
-        or "retry-after" in h
-        or "rate limit" in _message(response).lower()
-    )
+    return str(message)[:200] or answer.reason

@@ -3,7 +3,11 @@
 Shapes as documented for REST API 2022-11-28: a job carries ``id``, ``run_id``, ``status``,
 ``labels`` (list of str), ``created_at``, ``started_at``, ``steps``, ``runner_name``; a
 runner carries ``id``, ``name``, ``status`` (online/offline), ``busy`` and ``labels``
-(objects with a ``name``).
+(objects with a ``name``). A timestamp outside years 2000-2999 (year 1, say) is bad data,
+not a job 2,000 years in the queue.
+
+:func:`compact_page` turns one page into a :class:`PageRecord`; a page that is not the
+documented shape raises :class:`BadPage` (the caller skips the page or fails the poll).
 """
 
 from __future__ import annotations
@@ -11,11 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from autoscaler.domain import Job, JobStatus, Runner, normalize_labels
+from autoscaler.observe.github.records import Interner, PageRecord, RunRef
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github")
@@ -23,32 +27,30 @@ log = logging.getLogger("autoscaler.observe.github")
 _JOB_STATUSES = {s.value: s for s in JobStatus}
 
 
+#: Timestamps outside these years are bad data (GitHub Actions did not exist before).
+_YEARS = (2000, 2999)
+
+
 class BadItem(Exception):
     """One item of a GitHub response is malformed."""
 
 
-@dataclass(frozen=True)
-class RunRef:
-    id: int
-    repo: str
-    completed: bool
+class BadPage(Exception):
+    """A 2xx body that is not the JSON we expect (the caller decides: skip or fail)."""
 
 
 class Skips:
-    """Counts skipped items per observation; logs the first of each kind once per source."""
+    """Counts skipped items and pages in ``github_skipped_items_total{kind}``; logs the
+    first of each kind once per source (later ones are only counted)."""
 
-    def __init__(self, metrics: Metrics, logged: set[str]) -> None:
+    def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
-        self._logged = logged
+        self._logged: set[str] = set()
         self._lock = threading.Lock()
-        self.count = 0
-        self.by_kind: dict[str, int] = {}
 
     def skip(self, kind: str, reason: str) -> None:
         self._metrics.github_skipped_items.labels(kind).inc()
         with self._lock:
-            self.count += 1
-            self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
             first = kind not in self._logged
             self._logged.add(kind)
         if first:
@@ -73,9 +75,12 @@ def parse_time(value: Any, name: str) -> datetime:
         raise BadItem(f"{name}: expected a timestamp")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise BadItem(f"{name}: not ISO-8601") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if not _YEARS[0] <= parsed.year <= _YEARS[1]:
+        raise BadItem(f"{name}: year {parsed.year} is not plausible")
+    return parsed
 
 
 def parse_repo(item: Any) -> str | None:
@@ -87,10 +92,11 @@ def parse_repo(item: Any) -> str | None:
 def parse_run(item: Any, repo: str) -> RunRef:
     run_id = _field(item, "id", int)
     status = _field(item, "status", str)
-    return RunRef(run_id, repo, status == "completed")
+    created = parse_time(item.get("created_at"), "created_at")
+    return RunRef(run_id, repo, status == "completed", created.timestamp())
 
 
-def parse_job(item: Any, run: RunRef) -> Job | None:
+def parse_job(item: Any, run: RunRef, interner: Interner | None = None) -> Job | None:
     """The job, or None for a status we do not track (requested, pending)."""
     status = _JOB_STATUSES.get(_field(item, "status", str))
     job_id = _field(item, "id", int)
@@ -115,12 +121,13 @@ def parse_job(item: Any, run: RunRef) -> Job | None:
         started_at = parse_time(item.get("started_at"), "started_at")
     if status is None:
         return None
+    interner = interner or Interner()
     return Job(
         id=job_id,
         run_id=run.id,
         repo=run.repo,
-        name=name if isinstance(name, str) else "",
-        labels=normalize_labels(labels),
+        name=interner.text(name) if isinstance(name, str) else "",
+        labels=interner.labels(normalize_labels(labels)),
         status=status,
         created_at=created_at,
         started_at=started_at,
@@ -130,7 +137,7 @@ def parse_job(item: Any, run: RunRef) -> Job | None:
     )
 
 
-def parse_runner(item: Any) -> Runner:
+def parse_runner(item: Any, interner: Interner | None = None) -> Runner:
     runner_id = _field(item, "id", int)
     name = _field(item, "name", str)
     status = _field(item, "status", str)
@@ -142,7 +149,10 @@ def parse_runner(item: Any) -> Runner:
         if not isinstance(label_name, str):
             raise BadItem("labels: expected objects with a name")
         names.append(label_name)
-    return Runner(runner_id, name, normalize_labels(names), status == "online", busy)
+    label_set = normalize_labels(names)
+    if interner is not None:
+        label_set = interner.labels(label_set)
+    return Runner(runner_id, name, label_set, status == "online", busy)
 
 
 def merge_runners(
@@ -157,3 +167,52 @@ def merge_runners(
                 where[runner.id] = repo
                 runners.append(runner)
     return runners, where
+
+
+#: The wrapper key of each listing (``None``: a bare JSON array).
+_KEYS = {"repos": None, "runs": "workflow_runs", "jobs": "jobs", "runners": "runners"}
+#: ``/installation/repositories`` wraps repositories; the owner listings do not.
+INSTALLATION_KEY = "repositories"
+
+
+def compact_page(  # noqa: PLR0917
+    kind: str,
+    body: Any,
+    skips: Skips,
+    interner: Interner,
+    repo: str = "",
+    run: RunRef | None = None,
+    key: str | None = None,
+) -> PageRecord:
+    """One page -> its record. ``repo`` names the runs' repository, ``run`` the jobs' run;
+    ``key`` overrides the wrapper key. Raises BadPage when the page is not the shape."""
+    key = key if key is not None else _KEYS[kind]
+    chunk = body if key is None else (body.get(key) if isinstance(body, dict) else None)
+    if not isinstance(chunk, list):
+        raise BadPage(f"{kind}: expected a list" + (f" under {key!r}" if key else ""))
+    total = body.get("total_count") if isinstance(body, dict) else None
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
+        raise BadPage(f"{kind}: total_count is not an integer")
+    items: list[Any] = []
+    skipped: dict[str, int] = {}
+    item_kind = kind.rstrip("s")
+    for item in chunk:
+        try:
+            value: Any
+            if kind == "repos":
+                value = parse_repo(item)
+                value = None if value is None else interner.text(value)
+            elif kind == "runs":
+                value = parse_run(item, repo)
+            elif kind == "jobs":
+                assert run is not None
+                value = parse_job(item, run, interner)
+            else:
+                value = parse_runner(item, interner)
+        except BadItem as exc:
+            skips.skip(item_kind, str(exc))
+            skipped[item_kind] = skipped.get(item_kind, 0) + 1
+            continue
+        if value is not None:
+            items.append(value)
+    return PageRecord(kind, tuple(items), total, tuple(skipped.items()))

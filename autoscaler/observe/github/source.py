@@ -1,27 +1,38 @@
-"""GitHub Actions behind the JobSource port: queued/in-progress jobs and org runners.
+"""GitHub Actions behind the JobSource port: queued jobs, their runs, the org's runners.
 
-One ``observe`` lists the repositories (from the config, or the owner's list), the queued
-and in-progress runs of each, the jobs of each run (``filter=latest``; a run in progress
-can still have queued jobs) and the org's self-hosted runners. Requests run on a bounded
-thread pool over one ``httpx.Client``; jobs of a repo are fetched as soon as its runs are
-known, and the runner list in parallel with everything else.
+One ``observe`` (:mod:`autoscaler.observe.github.poll`) lists the repositories (from the
+config, the org's list, ``/installation/repositories`` with a GitHub App, or a user's
+public ones), the runs of each in every status that can hold a queued job
+(:data:`RUN_STATUSES`), the jobs of each run (``filter=latest``) and the self-hosted
+runners, on a fixed pool of ``max_concurrency`` workers fed by a queue. Pages are parsed
+once into compact records kept with their ETag (:mod:`.cache`), persisted through a
+:class:`PollCacheStore` so a restart is not a cold start. GitHub's rate limit is a budget
+(:mod:`.budget`): quiet repositories are re-listed less often before busy ones are.
 
 A user owner (or credentials that cannot see the org's runners) answers 404 on
 ``/orgs/{owner}/actions/runners``: the source then lists the runners of each watched
 repository instead (deduplicated by id) and remembers both the choice (one org probe per
 source) and each runner's repository, so ``remove_runner`` deletes at the repository URL.
 
+``find_runner(name)`` asks the same listing filtered by GitHub's documented ``name`` query
+parameter (the org's, or each watched repository's), right before an orphan instance is
+terminated. Only an exact name match counts: a server that ignores ``name`` (an old GitHub
+Enterprise Server) then costs a full listing, never a wrong answer.
+
 Bad data skips the item (counted in ``github_skipped_items_total{kind}``, logged once per
 kind); a malformed runs/jobs page skips that page. A malformed repository or runner list
 fails the poll (TransientError): a partial runner list would make live runners look gone.
+Whatever else escapes (a bug, an unexpected exception) becomes a TransientError too: the
+poll fails, classified, and the tick goes on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -29,24 +40,27 @@ from urllib.parse import quote
 import httpx
 
 from autoscaler.config import GitHubConfig
-from autoscaler.domain import Job, Observation, Runner
-from autoscaler.errors import ConfigError, NotFoundError, TransientError
+from autoscaler.domain import Observation, Runner
+from autoscaler.errors import AutoscalerError, ConfigError, NotFoundError, TransientError
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
-from autoscaler.observe.github.http import BadPage, GitHubHttp
-from autoscaler.observe.github.parse import (
-    BadItem,
-    RunRef,
-    Skips,
-    merge_runners,
-    parse_job,
-    parse_repo,
-    parse_run,
-    parse_runner,
-)
+from autoscaler.observe.github.cache import EtagCache, PollCacheStore
+from autoscaler.observe.github.fetch import Settings
+from autoscaler.observe.github.http import GitHubHttp
+from autoscaler.observe.github.parse import Skips
+from autoscaler.observe.github.poll import Poll
+from autoscaler.observe.github.records import skip_counts
+from autoscaler.observe.github.units import RUN_STATUSES
+from autoscaler.observe.github.workers import WorkerPool
 from autoscaler.telemetry import Metrics
 
-RUN_STATUSES = ("queued", "in_progress")
+__all__ = ["RUN_STATUSES", "GitHubSource"]
+
 log = logging.getLogger("autoscaler.observe.github")
+
+#: A runner lookup (before an orphan is terminated) gives up after this many seconds.
+FIND_RUNNER_DEADLINE = 30.0
+#: A poll may take this share of the poll interval; the rest is the tick's (scale, alert).
+DEADLINE_SHARE = 0.8
 
 
 class GitHubSource:
@@ -60,18 +74,30 @@ class GitHubSource:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         wall_clock: Callable[[], float] = time.time,
+        poll_interval: float = 30.0,
+        cache_store: PollCacheStore | None = None,
     ) -> None:
         self._config = config
         self._metrics = metrics
         self._owner = quote(config.owner, safe="")
+        self._wall_clock = wall_clock
+        self._cache_store = cache_store
+        cache = EtagCache()
+        if cache_store is not None:
+            try:
+                loaded = cache.load(cache_store, wall_clock())
+            except Exception as exc:  # a broken store must not stop the controller
+                log.warning("GitHub cache not loaded from the state store: %s", exc)
+            else:
+                log.info("GitHub cache: %d pages loaded from the state store", loaded)
         self._http = GitHubHttp(
             config.api_url,
             config.timeout,
-            config.max_concurrency,
             metrics,
             transport,
             sleep,
             wall_clock,
+            cache=cache,
         )
         self.auth: Auth
         if config.app is not None:
@@ -81,81 +107,76 @@ class GitHubSource:
         else:
             raise ConfigError(["github: set github.token or github.app"])
         self._http.auth = self.auth
-        self._pool = ThreadPoolExecutor(config.max_concurrency, thread_name_prefix="github")
-        self._repo_list_path: str | None = None
-        #: Where runners are listed: "org", "repos" (after the org endpoint's 404), or None
-        #: until the first answer.
-        self._runner_scope: str | None = None
-        #: Runner id -> the repository that listed it (last observe, "repos" scope only).
-        self._runner_repos: dict[int, str] = {}
-        self._logged_kinds: set[str] = set()
+        self._pool = WorkerPool(config.max_concurrency)
+        settings = Settings(
+            owner=self._owner,
+            repos=config.repos,
+            app=config.app is not None,
+            poll_interval=poll_interval,
+            deadline=DEADLINE_SHARE * poll_interval,
+            share=config.rate_limit_share,
+            concurrency=config.max_concurrency,
+        )
+        self._poll = Poll(self._http, self._pool, metrics, settings, Skips(metrics))
 
     def __repr__(self) -> str:
         return f"GitHubSource(api_url={self._config.api_url!r}, owner={self._config.owner!r})"
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.close()
         self._http.close()
 
     # --- JobSource
     def observe(self, now: datetime) -> Observation:
-        skips = Skips(self._metrics, self._logged_kinds)
-        self._http.begin_tick()
-        pending: dict[Future[Any], str] = {}
+        self._http.clock_skew = None
         try:
-            if self._runner_scope != "repos":
-                pending[self._pool.submit(self._runners, skips)] = "runners"
-            repos = self._repos(skips)
-            if self._runner_scope == "repos":
-                self._submit_repo_runners(pending, repos, skips)
-            for repo in repos:
-                for status in RUN_STATUSES:
-                    pending[self._pool.submit(self._runs, repo, status, skips)] = "runs"
-            runs_seen: set[int] = set()
-            jobs: dict[int, Job] = {}
-            runners: list[Runner] = []
-            by_repo: dict[str, list[Runner]] = {}
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    kind = pending.pop(future)
-                    if kind == "runners":
-                        try:
-                            runners = future.result()
-                        except NotFoundError as exc:
-                            if self._runner_scope == "org":
-                                raise
-                            self._runner_scope = "repos"
-                            log.warning("%s; listing runners per repository instead", exc)
-                            self._submit_repo_runners(pending, repos, skips)
-                        else:
-                            self._runner_scope = "org"
-                        continue
-                    result = future.result()
-                    if kind == "repo_runners":
-                        by_repo[result[0]] = result[1]
-                    elif kind == "runs":
-                        for run in result:
-                            if run.id not in runs_seen:
-                                runs_seen.add(run.id)
-                                pending[self._pool.submit(self._jobs, run, skips)] = "jobs"
-                    else:
-                        jobs.update((job.id, job) for job in result)
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            wait(pending)
+            observation = self._poll.run(now)
+        except AutoscalerError:
             raise
-        self._http.end_tick()
-        if self._runner_scope == "repos":
-            runners, self._runner_repos = merge_runners(repos, by_repo)
-        return Observation(
-            observed_at=now,
-            jobs=tuple(sorted(jobs.values(), key=lambda j: j.id)),
-            runners=tuple(runners),
-            skipped_items=skips.count,
-            skipped_runners=skips.by_kind.get("runner", 0),
-        )
+        except Exception as exc:
+            log.exception("GitHub poll failed unexpectedly")
+            raise TransientError(
+                f"GitHub poll failed: unexpected {type(exc).__name__}", code=type(exc).__name__
+            ) from None
+        finally:
+            self._save_cache()
+        return replace(observation, clock_skew_seconds=self._http.clock_skew)
+
+    def _save_cache(self) -> None:
+        cache = self._http.cache
+        cache.sweep(self._wall_clock())
+        if self._cache_store is None:
+            return
+        try:
+            cache.flush(self._cache_store)
+        except Exception as exc:  # the poll's picture is fine; the next flush retries
+            log.warning("GitHub cache not saved to the state store: %s", exc)
+
+    def find_runner(self, name: str) -> Runner | None:
+        """The runner registered as exactly ``name`` now, or None (GitHub's ``?name=``).
+
+        Raises our errors like any call, and TransientError when an item of the answer is
+        malformed: "cannot tell" must never read as "not there"."""
+        query = f"?name={quote(name, safe='')}"
+        if self._poll.runner_scope != "repos":
+            return self._named(f"/orgs/{self._owner}/actions/runners{query}", name)
+        for repo in self._poll.watched_repos():
+            path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners{query}"
+            found = self._named(path, name)
+            if found is not None:
+                self._poll.runner_repos[found.id] = repo
+                return found
+        return None
+
+    def _named(self, path: str, name: str) -> Runner | None:
+        deadline = time.monotonic() + FIND_RUNNER_DEADLINE
+        listed = self._poll.fetch.runners(path, deadline)
+        if skip_counts(listed.records).get("runner", 0):
+            raise TransientError(
+                f"GitHub GET {path.split('?', maxsplit=1)[0]}: a malformed runner item"
+            )
+        runners: list[Runner] = listed.items
+        return next((r for r in runners if r.name == name), None)
 
     def remove_runner(self, runner_id: int) -> None:
         """DELETE the runner: RejectedError when busy (422), NotFoundError when gone.
@@ -165,131 +186,33 @@ class GitHubSource:
         """
         runner_id = int(runner_id)
         path = f"/orgs/{self._owner}/actions/runners/{runner_id}"
-        if self._runner_scope == "repos":
-            repo = self._runner_repos.get(runner_id)
+        if self._poll.runner_scope == "repos":
+            repo = self._poll.runner_repos.get(runner_id)
             if repo is None:
                 raise NotFoundError(
                     f"GitHub runner {runner_id}: no watched repository lists it", code="404"
                 )
             path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners/{runner_id}"
         self._http.send("DELETE", path, "runner_delete")
-        self._runner_repos.pop(runner_id, None)
+        self._poll.runner_repos.pop(runner_id, None)
 
     # --- the calls
     def _exchange(self, installation_id: int, authorization: str) -> Mapping[str, Any]:
         path = f"/app/installations/{int(installation_id)}/access_tokens"
-        response = self._http.send("POST", path, "app_token", authorization=authorization)
+        answer = self._http.send("POST", path, "app_token", authorization=authorization)
         try:
-            body = response.json()
+            body = json_object(answer.content)
         except ValueError:
             body = None
-        if not isinstance(body, dict):
+        if body is None:
             raise TransientError(f"GitHub POST {path}: the body is not a JSON object")
         return body
 
-    def _list(self, path: str, endpoint: str, key: str | None) -> list[Any]:
-        """Every item over the Link pages. Raises BadPage when a page is not the shape."""
-        items: list[Any] = []
-        url: str | None = f"{path}{'&' if '?' in path else '?'}per_page=100"
-        while url is not None:
-            page = self._http.get(url, endpoint)
-            chunk = page.body if key is None else _get(page.body, key)
-            if not isinstance(chunk, list):
-                raise BadPage(f"{endpoint}: expected a list")
-            items.extend(chunk)
-            url = page.next_url
-        return items
 
-    def _repos(self, skips: Skips) -> list[str]:
-        if self._config.repos is not None:
-            return list(self._config.repos)
-        items: list[Any] | None = None
-        candidates = [f"/orgs/{self._owner}/repos", f"/users/{self._owner}/repos"]
-        if self._repo_list_path is not None:
-            candidates = [self._repo_list_path]
-        for index, path in enumerate(candidates):
-            try:
-                items = self._list(path, "repos", None)
-            except NotFoundError:
-                if index + 1 == len(candidates):
-                    raise
-                continue
-            except BadPage as exc:
-                raise TransientError(f"GitHub GET {path}: malformed response ({exc})") from None
-            self._repo_list_path = path
-            break
-        names = []
-        for item in items or []:
-            try:
-                name = parse_repo(item)
-            except BadItem as exc:
-                skips.skip("repo", str(exc))
-                continue
-            if name is not None:
-                names.append(name)
-        return names
-
-    def _runs(self, repo: str, status: str, skips: Skips) -> list[RunRef]:
-        path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runs?status={status}"
-        try:
-            items = self._list(path, "runs", "workflow_runs")
-        except BadPage as exc:
-            skips.skip("runs_page", str(exc))
-            return []
-        runs = []
-        for item in items:
-            try:
-                runs.append(parse_run(item, repo))
-            except BadItem as exc:
-                skips.skip("run", str(exc))
-        return runs
-
-    def _jobs(self, run: RunRef, skips: Skips) -> list[Job]:
-        repo = quote(run.repo, safe="")
-        path = f"/repos/{self._owner}/{repo}/actions/runs/{run.id}/jobs?filter=latest"
-        try:
-            items = self._list(path, "jobs", "jobs")
-        except BadPage as exc:
-            skips.skip("jobs_page", str(exc))
-            return []
-        except NotFoundError:
-            return []  # the run vanished (deleted) between the two calls
-        jobs = []
-        for item in items:
-            try:
-                job = parse_job(item, run)
-            except BadItem as exc:
-                skips.skip("job", str(exc))
-                continue
-            if job is not None:
-                jobs.append(job)
-        return jobs
-
-    def _submit_repo_runners(
-        self, pending: dict[Future[Any], str], repos: list[str], skips: Skips
-    ) -> None:
-        for repo in repos:
-            pending[self._pool.submit(self._repo_runners, repo, skips)] = "repo_runners"
-
-    def _repo_runners(self, repo: str, skips: Skips) -> tuple[str, list[Runner]]:
-        path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners"
-        return repo, self._runners(skips, path)
-
-    def _runners(self, skips: Skips, path: str | None = None) -> list[Runner]:
-        """Every runner at ``path`` (the org's list by default); malformed -> TransientError."""
-        path = path or f"/orgs/{self._owner}/actions/runners"
-        try:
-            items = self._list(path, "runners", "runners")
-        except BadPage as exc:
-            raise TransientError(f"GitHub GET {path}: malformed response ({exc})") from None
-        runners = []
-        for item in items:
-            try:
-                runners.append(parse_runner(item))
-            except BadItem as exc:
-                skips.skip("runner", str(exc))
-        return runners
-
-
-def _get(body: Any, key: str) -> Any:
-    return body.get(key) if isinstance(body, dict) else None
+def json_object(content: bytes) -> dict[str, Any] | None:
+    """A JSON object, or None (anything else, too deep included). Raises ValueError."""
+    try:
+        body = json.loads(content)
+    except RecursionError:
+        return None
+    return body if isinstance(body, dict) else None

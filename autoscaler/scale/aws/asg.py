@@ -11,7 +11,13 @@ role is checked against it.
 Each method makes single attempts (botocore's own retries are set to
 ``aws.botocore_max_attempts``); the caller wraps them in :class:`autoscaler.retrying.RetryPolicy`.
 Every call is timed by operation and error code through :meth:`AwsAsgPool._call`, and
-botocore errors are translated (:mod:`autoscaler.scale.aws.errors`) before they leave.
+whatever the SDK call raises is translated (:mod:`autoscaler.scale.aws.errors`) before it
+leaves: no botocore exception reaches the scaler.
+
+Failed scaling activities carry AWS's StatusMessage and its classification by the error
+code found in it (:mod:`autoscaler.scale.aws.activities`). Every answer's ``Date`` header
+(botocore's response metadata) gives AWS's clock against ours: :meth:`AwsAsgPool.clock_skew`
+and ``ci_autoscaler_clock_skew_seconds{peer="aws"}``; instance launch times are AWS's clock.
 
 Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"``
 (:func:`autoscaler.ports.instance_id_of`).
@@ -19,10 +25,12 @@ Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"``
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import boto3
@@ -37,8 +45,11 @@ from autoscaler.domain import (
     PoolState,
     ScalingActivity,
 )
+from autoscaler.scale.aws.activities import CAPACITY, classify_activity
 from autoscaler.scale.aws.errors import translate
 from autoscaler.telemetry import Metrics
+
+log = logging.getLogger(__name__)
 
 IAM_ACTIONS: frozenset[str] = frozenset(
     {
@@ -55,6 +66,7 @@ _GROUPS_PER_PAGE = 100  # DescribeAutoScalingGroups MaxRecords limit
 _IDS_PER_FILTER = 200  # DescribeInstances filter value limit
 _IDS_PER_PROTECT = 50  # SetInstanceProtection InstanceIds limit
 ACTIVITIES_PER_POOL = 20  # DescribeScalingActivities MaxRecords: one page, newest first
+_MESSAGE_CHARS = 500  # an activity's StatusMessage kept for logs and alerts
 
 _ACTIVITY_STATUS = {
     "Successful": ActivityStatus.SUCCESSFUL,
@@ -99,6 +111,7 @@ class AwsAsgPool:
         session: boto3.session.Session | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 15.0,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         session = session if session is not None else boto3.session.Session()
         cfg = boto_config(config, connect_timeout=connect_timeout, read_timeout=read_timeout)
@@ -110,18 +123,48 @@ class AwsAsgPool:
             "ec2", region_name=config.region, endpoint_url=config.endpoint_url, config=cfg
         )
         self.metrics = metrics
+        self.wall_clock = wall_clock
         self._max_size: dict[str, int] = {}
         self._min_size: dict[str, int] = {}
+        self._skew: float | None = None
+
+    def clock_skew(self) -> float | None:
+        """AWS's clock minus ours, in seconds, from the last answer with a ``Date``."""
+        return self._skew
+
+    def _measure(self, response: Mapping[str, Any]) -> None:
+        """Read AWS's clock from an answer's ``Date`` header (one-second resolution)."""
+        meta = response.get("ResponseMetadata")
+        headers = meta.get("HTTPHeaders") if isinstance(meta, Mapping) else None
+        date = headers.get("date") if isinstance(headers, Mapping) else None
+        if not isinstance(date, str):
+            return
+        try:
+            peer = parsedate_to_datetime(date)
+        except (TypeError, ValueError):
+            return
+        if peer.tzinfo is None:
+            return
+        self._skew = peer.timestamp() - self.wall_clock()
+        self.metrics.clock_skew.labels("aws").set(self._skew)
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """One AWS call, timed and counted by operation and error code, errors translated."""
+        """One AWS call, timed and counted by operation and error code, errors translated,
+        AWS's clock read from the answer."""
         started = time.perf_counter()
         code = ""
         try:
-            return fn(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
+            result = fn(**kwargs)
+            if isinstance(result, Mapping):
+                self._measure(result)
+            return result
+        except Exception as exc:  # the SDK's edge: whatever it raises is translated
+            if isinstance(exc, ClientError):
+                self._measure(exc.response)
             error = translate(exc, operation)
             code = error.code
+            if not isinstance(exc, ClientError | BotoCoreError):
+                log.warning("AWS %s: %s inside the SDK call", operation, type(exc).__name__)
             raise error from None
         finally:
             self.metrics.aws_calls.labels(operation, code).inc()
@@ -190,8 +233,13 @@ class AwsAsgPool:
             if not isinstance(at, datetime):
                 continue
             status = _ACTIVITY_STATUS.get(str(a.get("StatusCode", "")), ActivityStatus.IN_PROGRESS)
-            message = str(a.get("StatusMessage", "") or "")
-            out.append(ScalingActivity(_utc(at), status, message))
+            message = " ".join(str(a.get("StatusMessage") or "").split())[:_MESSAGE_CHARS]
+            code, kind = classify_activity(message) if status is ActivityStatus.FAILED else ("", "")
+            out.append(
+                ScalingActivity(
+                    _utc(at), status, message, code, permanent=bool(kind) and kind != CAPACITY
+                )
+            )
         return tuple(out)
 
     def _launch_times(self, ids: Sequence[str]) -> dict[str, datetime]:
@@ -227,6 +275,8 @@ class AwsAsgPool:
         )
 
     def protect_instances(self, pool: str, instance_ids: Sequence[str]) -> None:
+        """Protect ``InService`` instances only: AWS answers ValidationError for a call that
+        names a ``Pending`` one, failing the whole call (the policy asks for InService)."""
         ids = list(instance_ids)
         for i in range(0, len(ids), _IDS_PER_PROTECT):
             self._call(

@@ -1,4 +1,4 @@
-"""botocore errors -> our error tree, by error code (never by message text).
+"""botocore errors -> our error tree, by error code or type (never by message text).
 
 | AWS error                                                     | class          |
 |---------------------------------------------------------------|----------------|
@@ -12,20 +12,44 @@
 
 An unknown code is transient when the HTTP status is 5xx and permanent otherwise: an
 unknown 4xx will not fix itself, and alerting on it is how we learn about it.
+
+Errors with no AWS error code, by type:
+
+| raised inside the SDK call                                     | class          |
+|----------------------------------------------------------------|----------------|
+| timeouts, connection/proxy/TLS failures, a response cut short   | TransientError |
+| a response botocore cannot parse (``ResponseParserError``: an   | TransientError |
+| HTML error page from a proxy or load balancer, even with 200)   |                |
+| botocore's client-side retry quota spent, credentials endpoint  | TransientError |
+| (ECS task role, IMDS) not answering                             |                |
+| no or partial credentials                                       | AuthenticationError |
+| any other ``BotoCoreError`` (bad parameters, configuration)     | PermanentError |
+| anything else (botocore tripping over an unexpected answer,     | TransientError |
+| e.g. a ``KeyError`` on well-formed HTML)                        |                |
+
+:meth:`autoscaler.scale.aws.asg.AwsAsgPool._call` translates whatever the SDK call raises,
+so no botocore (or other) exception leaves the adapter and aborts the scaling stage.
 """
 
 from __future__ import annotations
 
 from botocore.exceptions import (
     BotoCoreError,
+    CapacityNotAvailableError,
+    ChecksumError,
     ClientError,
-    ConnectionClosedError,
     ConnectTimeoutError,
-    EndpointConnectionError,
+    CredentialRetrievalError,
+    FlexibleChecksumError,
     HTTPClientError,
+    IncompleteReadError,
+    MetadataRetrievalError,
     NoCredentialsError,
+    PartialCredentialsError,
     ReadTimeoutError,
 )
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.parsers import ResponseParserError
 
 from autoscaler.errors import (
     AuthenticationError,
@@ -82,6 +106,19 @@ PERMANENT_CODES = frozenset(
 )
 
 
+#: botocore errors without an AWS error code that waiting can cure: a response cut short
+#: or corrupted in transit, botocore's client-side retry quota spent, the credentials
+#: endpoint (ECS task role, IMDS) not answering.
+_TRANSIENT_TYPES = (
+    IncompleteReadError,
+    ChecksumError,
+    FlexibleChecksumError,
+    CapacityNotAvailableError,
+    CredentialRetrievalError,
+    MetadataRetrievalError,
+)
+
+
 def client_error_code(exc: ClientError) -> tuple[str, int]:
     """The error code and HTTP status of a ClientError ("" and 0 when absent)."""
     error = exc.response.get("Error", {})
@@ -112,12 +149,27 @@ def translate(exc: Exception, operation: str) -> AutoscalerError:
         return PermanentError(message, code=code or str(status) or "Unknown")
     if isinstance(exc, ConnectTimeoutError | ReadTimeoutError):
         return TransientError(f"AWS {operation} timed out", code="Timeout")
-    if isinstance(exc, EndpointConnectionError | ConnectionClosedError | HTTPClientError):
+    if isinstance(exc, BotoConnectionError | HTTPClientError):
         return TransientError(f"AWS {operation}: connection failed", code="ConnectionError")
-    if isinstance(exc, NoCredentialsError):
+    if isinstance(exc, ResponseParserError):
+        return TransientError(
+            f"AWS {operation}: unparseable response (an HTML error page from a proxy?)",
+            code="ResponseParserError",
+        )
+    if isinstance(exc, _TRANSIENT_TYPES):
+        return TransientError(
+            f"AWS {operation} failed: {type(exc).__name__}", code=type(exc).__name__
+        )
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
         return AuthenticationError(f"AWS {operation}: no credentials", code="NoCredentials")
     if isinstance(exc, BotoCoreError):
         return PermanentError(
             f"AWS {operation} failed: {type(exc).__name__}", code=type(exc).__name__
         )
-    return PermanentError(f"AWS {operation} failed: {type(exc).__name__}", code="Unknown")
+    # Not botocore's own error type: botocore tripped over an answer it did not expect
+    # (seen: a KeyError on well-formed HTML with status 200). The request went out; the
+    # answer was not AWS's. Retry within the bound; the code names the type.
+    return TransientError(
+        f"AWS {operation}: the SDK failed on the response ({type(exc).__name__})",
+        code=type(exc).__name__,
+    )

@@ -1,0 +1,331 @@
+"""What the demo shows: one function per panel, the story's running totals, the summary.
+
+A screen is the panels in order (:func:`screen`); each panel is a function of plain data
+returning lines, so a new panel is one function (:func:`causes_panel`: why jobs wait, as
+``explain`` says it). :class:`Story` accumulates what happened across ticks (jobs, waits,
+scale actions read back from the controller's own metrics, alert notifications the
+webhook sink received, the cause codes named) and :meth:`Story.summary` checks it
+against the README's promises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from autoscaler.app.explain import reports
+from autoscaler.app.report import _fmt_age, _plain, align
+from autoscaler.config import Config
+from autoscaler.controller import TickResult
+from autoscaler.sim.fleet import FleetEvents
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One notification the webhook sink received."""
+
+    t: float
+    """Seconds into the demo."""
+    state: str
+    title: str
+    fingerprint: str
+    cause: str = ""
+    """The text of the alert's ``Cause:`` line ("" when it has none)."""
+
+    @property
+    def line(self) -> str:
+        """``FIRING: [P2] title | Cause: ...``: one line as the sink received it."""
+        return f"{self.state}: {self.title}" + (f" | Cause: {self.cause}" if self.cause else "")
+
+
+@dataclass(frozen=True)
+class AlertLine:
+    """One alert (a fingerprint) over the demo: when it fired and resolved, how often."""
+
+    title: str
+    fired_at: float
+    resolved_at: float | None
+    firings: int
+    cause: str = ""
+    """The Cause line of its latest FIRING."""
+
+
+def alert_history(notices: Iterable[Notice]) -> list[AlertLine]:
+    """Per alert, in the order each first fired: a FIRING is never scrolled away."""
+    lines: dict[str, AlertLine] = {}
+    for n in notices:
+        line = lines.get(n.fingerprint)
+        if n.state == "FIRING":
+            if line is None:
+                lines[n.fingerprint] = AlertLine(n.title, n.t, None, 1, n.cause)
+            else:
+                lines[n.fingerprint] = AlertLine(
+                    line.title, line.fired_at, None, line.firings + 1, n.cause
+                )
+        elif n.state == "RESOLVED" and line is not None:
+            lines[n.fingerprint] = AlertLine(
+                line.title, line.fired_at, n.t, line.firings, line.cause
+            )
+    return list(lines.values())
+
+
+def metric_total(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    """Sum of a metric's samples whose labels include ``labels`` (counters: ``_total``)."""
+    total = 0.0
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def p95(values: Sequence[float]) -> float | None:
+    """Nearest-rank 95th percentile."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+SHOWN_CAUSES = ("capacity_backoff", "at_max", "no_runner_type")
+"""Cause codes the demo's script brings about: spot out of capacity, CPU types at their
+``max``, jobs asking for a label nobody serves."""
+
+
+@dataclass
+class Story:
+    """Running totals of the demo, updated once per tick."""
+
+    jobs_started: int = 0
+    jobs_finished: int = 0
+    waits: list[float] = field(default_factory=list)
+    peak_queued: int = 0
+    drained_at: float | None = None
+    """When every queue was empty again after the peak."""
+    scale_ups: int = 0
+    scale_ins: int = 0
+    orphans: int = 0
+    failovers: int = 0
+    runners_retired: int = 0
+    busy_killed: int = 0
+    notices: list[Notice] = field(default_factory=list)
+    causes_seen: set[str] = field(default_factory=set)
+    """Every cause code the controller named while jobs waited (``explain``'s causes)."""
+
+    def update(  # noqa: PLR0917 - one tick's worth of inputs
+        self,
+        t: float,
+        result: TickResult,
+        events: FleetEvents,
+        registry: CollectorRegistry,
+        busy_killed: int,
+        notices: Sequence[Notice],
+    ) -> None:
+        self.jobs_started += len(events.assigned)
+        self.jobs_finished += len(events.completed)
+        self.waits.extend(events.waited)
+        self.runners_retired += len(events.deregistered)
+        queued = 0
+        if result.snapshot is not None:
+            queued = sum(s.queue_size for s in result.snapshot.per_type.values())
+        self.peak_queued = max(self.peak_queued, queued)
+        if self.peak_queued and queued == 0 and self.drained_at is None:
+            self.drained_at = t
+        if queued:
+            self.drained_at = None
+        actions = "ci_autoscaler_scale_actions_total"
+        self.scale_ups = int(metric_total(registry, actions, action="scale_up"))
+        self.scale_ins = int(metric_total(registry, actions, action="scale_in"))
+        self.orphans = int(metric_total(registry, actions, action="terminate_orphan"))
+        self.failovers = int(metric_total(registry, "ci_autoscaler_pool_failovers_total"))
+        self.busy_killed = busy_killed
+        self.notices = list(notices)
+        self.causes_seen |= {c.code for found in result.causes.values() for c in found}
+
+    @property
+    def fired(self) -> int:
+        return sum(1 for n in self.notices if n.state == "FIRING")
+
+    @property
+    def resolved(self) -> int:
+        return sum(1 for n in self.notices if n.state == "RESOLVED")
+
+    def promises(self) -> list[tuple[bool, str]]:
+        """The README's first paragraph, each with whether this run showed it."""
+        history = alert_history(self.notices)
+        round_trip = sum(1 for a in history if a.resolved_at is not None)
+        return [
+            (self.peak_queued > 0, f"queues rose (peak {self.peak_queued} jobs queued)"),
+            (self.scale_ups > 0, f"pools grew ({self.scale_ups} scale-ups)"),
+            (
+                self.drained_at is not None,
+                "queues drained"
+                + (f" (all empty at t={self.drained_at:.0f}s)" if self.drained_at else ""),
+            ),
+            (self.scale_ins > 0, f"idle runners scaled in ({plural(self.scale_ins, 'scale-in')})"),
+            (
+                round_trip > 0,
+                f"alerts FIRING then RESOLVED ({round_trip} of {len(history)} alerts)",
+            ),
+            (
+                self.failovers > 0,
+                f"GPU spot out of capacity -> on-demand ({plural(self.failovers, 'failover')})",
+            ),
+            (self.busy_killed == 0, f"no busy runner killed ({self.busy_killed} killed)"),
+            (
+                all(code in self.causes_seen for code in SHOWN_CAUSES),
+                "why jobs wait named (" + ", ".join(SHOWN_CAUSES) + ")",
+            ),
+        ]
+
+    def summary(self, elapsed: float) -> list[str]:
+        wait = p95(self.waits)
+        lines = [
+            f"summary after {elapsed:.0f}s",
+            f"  jobs run: {self.jobs_finished} finished ({self.jobs_started} started); "
+            f"p95 queue time: {'-' if wait is None else f'{wait:.1f}s'}",
+            f"  scale-ups: {self.scale_ups}; scale-ins: {self.scale_ins}; "
+            f"orphans cleaned: {self.orphans}; failovers: {self.failovers}",
+            f"  alerts: {self.fired} fired, {self.resolved} resolved; "
+            f"busy runners killed: {self.busy_killed}",
+            "  promises shown:",
+        ]
+        lines.extend(f"    [{'x' if ok else ' '}] {text}" for ok, text in self.promises())
+        return lines
+
+
+# --- panels: each returns lines ----------------------------------------------------------
+
+
+def header_panel(t: float, base_url: str, phase: str) -> list[str]:
+    return [
+        f"ci-autoscaler demo  t={t:5.1f}s  {phase}",
+        f"status page: {base_url}/  metrics: {base_url}/metrics  (Ctrl-C stops)",
+    ]
+
+
+def queue_panel(result: TickResult) -> list[str]:
+    """Per runner type: the queue and the runners serving it."""
+    snap = result.snapshot
+    rows = [["RUNNER TYPE", "QUEUED", "MAX WAIT", "IDLE", "BUSY", "OFFLINE"]]
+    if snap is not None:
+        for name, s in snap.per_type.items():
+            r = s.runners
+            rows.append(
+                [
+                    name,
+                    str(s.queue_size),
+                    _fmt_age(s.max_queue_time_seconds),
+                    *map(str, (r.idle, r.busy, r.offline)),
+                ]
+            )
+        oldest = snap.unmatched_ages_seconds[0] if snap.unmatched_ages_seconds else 0.0
+        rows.append(["(no runner type)", str(snap.unmatched_jobs), _fmt_age(oldest), "", "", ""])
+    lines = align(rows, right={1, 2, 3, 4, 5}).splitlines()
+    if result.poll_error:
+        lines.append(f"poll failed: {result.poll_error} (showing the last good picture)")
+    return lines
+
+
+def pools_panel(result: TickResult, instances: Mapping[str, int]) -> list[str]:
+    """Per pool: the instances it has (in service or booting) and the desired capacity
+    the controller left it at this tick, with the action and why."""
+    rows = [["POOL", "INSTANCES", "DESIRED", "ACTION", "WHY"]]
+    for d in (_plain(d) for d in result.decisions):
+        pool = str(d.get("pool"))
+        rows.append(
+            [
+                pool,
+                str(instances.get(pool, 0)),
+                str(d.get("desired")),
+                str(d.get("action")),
+                str(d.get("reason")),
+            ]
+        )
+    return align(rows, right={1, 2}).splitlines()
+
+
+def causes_panel(result: TickResult, config: Config, width: int = 160) -> list[str]:
+    """Why jobs wait, per runner type with a queue: the same causes as ``explain``, the
+    page at ``/`` and the alerts' Cause line (one line each, cut to ``width``)."""
+    lines = ["why jobs wait (explain):"]
+    for t in reports(result, config):
+        if not t.queue_size:
+            continue
+        lines.append(f"  {t.name}: {t.queue_size} queued")
+        lines.extend(f"    {c.code}: {c.detail}"[:width] for c in t.causes or ())
+    return lines if len(lines) > 1 else [*lines, "  (no queue)"]
+
+
+def activity_panel(story: Story, events: FleetEvents) -> list[str]:
+    """This tick's fleet events, then the totals so far."""
+    return [
+        f"this tick: +{len(events.registered)} runners booted, {len(events.assigned)} jobs "
+        f"started, {len(events.completed)} finished, {len(events.deregistered)} runners "
+        "removed by scale-in",
+        f"so far: {story.jobs_finished} jobs run; scale-ups {story.scale_ups}, scale-ins "
+        f"{story.scale_ins}, failovers {story.failovers}; busy runners killed: "
+        f"{story.busy_killed}",
+    ]
+
+
+def alerts_panel(notices: Sequence[Notice]) -> list[str]:
+    """Every alert of the run, first FIRING first, with its RESOLVED when it came."""
+    history = alert_history(notices)
+    if not history:
+        return ["alerts (as the webhook sink received them): none yet"]
+    lines = ["alerts (as the webhook sink received them):"]
+    for a in history:
+        state = (
+            f"FIRING t={a.fired_at:.0f}s -> RESOLVED t={a.resolved_at:.0f}s"
+            if a.resolved_at is not None
+            else f"FIRING since t={a.fired_at:.0f}s"
+        )
+        again = f" (fired {a.firings}x)" if a.firings > 1 else ""
+        lines.append(f"  {state:<34} {a.title}{again}")
+        if a.cause:
+            lines.append(f"  {'':<34} | Cause: {a.cause}")
+    return lines
+
+
+def log_panel(records: Sequence[str]) -> list[str]:
+    """The controller's last log lines (scale actions, warnings): kept on screen instead
+    of flashing on stderr between redraws."""
+    return ["controller log:", *(f"  {r}" for r in records or ["(nothing yet)"])]
+
+
+def screen(panels: Sequence[Sequence[str]], width: int | None = None) -> str:
+    """Panels separated by a blank line; lines cut to ``width`` (a terminal that wraps
+    would scroll the redraw)."""
+    lines: list[str] = []
+    for panel in panels:
+        if lines:
+            lines.append("")
+        lines.extend(panel)
+    if width:
+        lines = [line if len(line) <= width else line[: width - 3] + "..." for line in lines]
+    return "\n".join(lines) + "\n"
+
+
+def notice_from_payload(t: float, doc: Mapping[str, Any]) -> Notice:
+    """A webhook receiver's JSON (autoscaler.alerting.render.webhook_payload) as a Notice,
+    with the text's ``Cause:`` line when it has one."""
+    cause = next(
+        (
+            ln[len("Cause: ") :]
+            for ln in str(doc.get("text", "")).splitlines()
+            if ln[:7] == "Cause: "
+        ),
+        "",
+    )
+    return Notice(
+        t, str(doc.get("state")), str(doc.get("title")), str(doc.get("fingerprint")), cause
+    )

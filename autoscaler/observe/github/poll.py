@@ -1,0 +1,456 @@
+"""One poll of GitHub: plan the budget, list what is due on the worker pool, assemble.
+
+Order of work: the runner list (every tick: scale-in and orphan cleanup need it fresh) and
+the owner's repositories first; then the runs of each repository that is due (one listing
+per status in :data:`RUN_STATUSES`) and the jobs of each run that is due; a run seen for
+the first time has its jobs listed at once. Busy units (with queued jobs) are due every
+poll interval while the budget allows; quiet ones as the plan stretches them.
+
+The budget bounds every poll: it spends at most what the token bucket
+(:func:`~autoscaler.observe.github.budget.refill`) holds, the skeleton first, then busy
+units (new runs included), then quiet ones; what it cannot afford is deferred to a later
+tick (``github_deferred_listings_total``).
+
+A poll ends early when a rate limit or its deadline cuts it: when the runner list and the
+repository list are in, it returns the picture it has (units it did not reach keep their
+last listing) and logs so; otherwise it raises (RateLimitedError, TransientError).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from autoscaler.domain import Observation, PollBudget, Runner
+from autoscaler.errors import AutoscalerError, NotFoundError, RateLimitedError, TransientError
+from autoscaler.observe.github.budget import BudgetPlan, pick_due, plan_budget, refill
+from autoscaler.observe.github.fetch import Allowance, Deferred, Fetcher, Settings
+from autoscaler.observe.github.http import GitHubHttp
+from autoscaler.observe.github.listing import Listed, PaginationError
+from autoscaler.observe.github.parse import BadPage, Skips, merge_runners
+from autoscaler.observe.github.records import PageRecord, RunRef, skip_counts
+from autoscaler.observe.github.units import (
+    RUN_STATUSES,
+    PollState,
+    RunUnit,
+    average,
+    fresh_queued,
+)
+from autoscaler.observe.github.workers import BUSY, FIRST, QUIET, Batch, Outcome, WorkerPool
+from autoscaler.telemetry import Metrics
+
+__all__ = ["Poll", "Settings"]
+
+log = logging.getLogger("autoscaler.observe.github")
+
+
+@dataclass
+class _Tick:
+    """What one poll has gathered so far."""
+
+    now: float
+    deadline: float
+    batch: Batch
+    plan: BudgetPlan
+    allowance: Allowance
+    names: tuple[str, ...] | None = None
+    runners: tuple[Runner, ...] | None = None
+    by_repo: dict[str, list[Runner]] = field(default_factory=dict)
+    repo_runners_left: int = 0
+    repo_runner_pages: list[PageRecord] = field(default_factory=list)
+    repo_runners_counted: int = 0
+    runs_left: dict[str, int] = field(default_factory=dict)
+    runs_seen: dict[str, dict[int, RunRef]] = field(default_factory=dict)
+    runs_counted: dict[str, int] = field(default_factory=dict)
+    runs_urls: dict[str, list[str]] = field(default_factory=dict)
+    incomplete: set[str] = field(default_factory=set)
+    jobs_asked: set[int] = field(default_factory=set)
+    page_skips: dict[str, int] = field(default_factory=dict)
+    deferred: int = 0
+    busy_deferred: bool = False
+    cut: AutoscalerError | None = None
+
+
+class Poll:
+    """Runs polls for one source; keeps the :class:`PollState` between them."""
+
+    def __init__(
+        self,
+        http: GitHubHttp,
+        pool: WorkerPool,
+        metrics: Metrics,
+        settings: Settings,
+        skips: Skips,
+    ) -> None:
+        self.http = http
+        self.pool = pool
+        self.metrics = metrics
+        self.settings = settings
+        self.skips = skips
+        self.fetch = Fetcher(http, metrics, settings, skips)
+        self.state = PollState()
+        #: "org", "repos" (after the org runner endpoint's 404), or None until known.
+        self.runner_scope: str | None = None
+        self.runner_repos: dict[int, str] = {}
+        self._too_small = False
+        #: The budget's token bucket (None: full, before the first poll) and when it was.
+        self._tokens: float | None = None
+        self._tokens_at = 0.0
+
+    def watched_repos(self) -> tuple[str, ...]:
+        """The repositories the last poll watched (configured, or as last listed)."""
+        return self.settings.repos or self.state.repo_names or ()
+
+    # --- the poll
+    def run(self, now: datetime) -> Observation:
+        st, s = self.state, self.settings
+        wall = now.timestamp()
+        if self.http.gate.limits.limit is None:
+            try:  # free: know the limit before spending from it
+                self.fetch.rate_limit()
+            except AutoscalerError as exc:
+                log.debug("GET /rate_limit failed: %s", exc)
+        limits = self.http.gate.limits
+        plan = plan_budget(
+            st.activity(repo_list=s.repos is None),
+            st.runner_list.cost,
+            limits,
+            wall,
+            s.poll_interval,
+            s.share,
+        )
+        elapsed = wall - self._tokens_at
+        tokens = refill(
+            self._tokens, elapsed, limits, wall, s.poll_interval, s.share, s.concurrency
+        )
+        allowance = Allowance(self.http.counted, tokens)
+        tick = _Tick(wall, time.monotonic() + s.deadline, self.pool.batch(), plan, allowance)
+        try:
+            self._start(tick)
+            self._drain(tick)
+        finally:
+            tick.batch.cancel()
+            self._tokens, self._tokens_at = tokens - self.fetch.spent(allowance), wall
+        self._report(tick)
+        if tick.runners is None or tick.names is None:
+            raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
+        if tick.cut is not None:
+            log.warning(
+                "GitHub poll cut short (%s); %d repositories keep an earlier listing, "
+                "%d were never listed",
+                tick.cut,
+                len(tick.runs_left),
+                st.unlisted(),
+            )
+        return self._observation(now, tick)
+
+    def _start(self, tick: _Tick) -> None:
+        st, s = self.state, self.settings
+        if self.runner_scope != "repos":
+            tick.batch.submit(("runners",), self.fetch.runners, None, tick.deadline, priority=FIRST)
+        if s.repos is not None:
+            self._repos_known(tick, s.repos)
+        elif st.repo_names is None or pick_due(
+            [("list", st.repo_list.last)], tick.plan.quiet_interval, s.poll_interval, tick.now
+        ):
+            tick.batch.submit(("repos", 0), self.fetch.repo_list, 0, tick.deadline, priority=FIRST)
+        else:
+            self._repos_known(tick, st.repo_names)
+        busy = [(r, u.last) for r, u in st.runs.items() if u.busy]
+        quiet = [(r, u.last) for r, u in st.runs.items() if not u.busy]
+        for run_id in pick_due(busy, tick.plan.busy_interval, s.poll_interval, tick.now):
+            self._ask_jobs(tick, st.runs[run_id].ref, BUSY)
+        for run_id in pick_due(quiet, tick.plan.quiet_interval, s.poll_interval, tick.now):
+            self._ask_jobs(tick, st.runs[run_id].ref, QUIET)
+
+    def _drain(self, tick: _Tick) -> None:
+        while tick.batch.outstanding and tick.cut is None:
+            try:
+                outcome = tick.batch.next(tick.deadline - time.monotonic())
+            except queue.Empty:
+                tick.cut = TransientError(
+                    f"GitHub poll deadline ({self.settings.deadline:.0f}s) passed"
+                )
+                return
+            if outcome.ran:
+                self._handle(tick, outcome)
+
+    def _handle(self, tick: _Tick, outcome: Outcome) -> None:
+        tag, error = outcome.tag, outcome.error
+        if isinstance(error, RateLimitedError):
+            tick.cut = error
+            return
+        handler: Callable[[_Tick, Any, Any, BaseException | None], None] = getattr(
+            self, f"_on_{tag[0]}"
+        )
+        handler(tick, tag, outcome.value, error)
+
+    # --- outcomes (coordinator thread)
+    def _deferred(self, tick: _Tick, busy: bool) -> None:
+        tick.deferred += 1
+        tick.busy_deferred |= busy
+        self.metrics.github_deferred_listings.labels("busy" if busy else "quiet").inc()
+
+    def _on_runners(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+        if isinstance(error, NotFoundError) and self.runner_scope is None:
+            self.runner_scope = "repos"
+            log.warning("%s; listing runners per repository instead", error)
+            if tick.names is not None:
+                self._ask_repo_runners(tick, tick.names)
+            return
+        runners, listed = self._result(value, error)
+        self.runner_scope = "org"
+        self._runners_in(tick, runners, listed)
+
+    def _on_repo_runners(
+        self, tick: _Tick, tag: Any, value: Any, error: BaseException | None
+    ) -> None:
+        runners, listed = self._result(value, error)
+        tick.by_repo[tag[1]] = runners
+        tick.repo_runner_pages += listed.records
+        tick.repo_runners_counted += listed.counted
+        tick.repo_runners_left -= 1
+        if tick.repo_runners_left == 0 and tick.names is not None:
+            merged, self.runner_repos = merge_runners(list(tick.names), tick.by_repo)
+            pages = Listed(tick.repo_runner_pages, [], tick.repo_runners_counted)
+            self._runners_in(tick, merged, pages)
+
+    def _runners_in(self, tick: _Tick, runners: list[Runner], listed: Listed | None) -> None:
+        st = self.state
+        st.runners = tick.runners = tuple(runners)
+        if listed is not None:
+            st.runner_list.cost = average(st.runner_list.cost, listed.counted)
+            st.runner_list.skips = skip_counts(listed.records)
+        st.runner_list.last = tick.now
+
+    def _on_repos(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+        candidates = self.fetch.repo_candidates()
+        if isinstance(error, NotFoundError) and tag[1] + 1 < len(candidates):
+            index = tag[1] + 1
+            tick.batch.submit(
+                ("repos", index), self.fetch.repo_list, index, tick.deadline, priority=FIRST
+            )
+            return
+        names, listed = self._result(value, error)
+        if self.fetch.repo_list_path is None and candidates[tag[1]].startswith("/users/"):
+            log.warning(
+                "%s is a user: /users/%s/repos lists its public repositories only; "
+                "set github.repos or use a GitHub App to watch private ones",
+                self.settings.owner,
+                self.settings.owner,
+            )
+        self.fetch.repo_list_path = candidates[tag[1]]
+        st = self.state
+        st.repo_list.cost = average(st.repo_list.cost, listed.counted)
+        st.repo_list.skips = skip_counts(listed.records)
+        st.repo_list.last = tick.now
+        st.repo_names = tuple(dict.fromkeys(names))
+        self._repos_known(tick, st.repo_names)
+
+    def _on_runs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+        _, repo, _status = tag
+        if isinstance(error, Deferred):
+            unit = self.state.repos.get(repo)
+            if tick.runs_left[repo] == len(RUN_STATUSES):  # count the repository once
+                self._deferred(tick, unit is not None and self.state.repo_busy(unit))
+            tick.incomplete.add(repo)
+        elif isinstance(error, BadPage):
+            self._skip_page(tick, "runs_page", error)
+            tick.incomplete.add(repo)
+        elif error is not None:
+            raise error
+        else:
+            runs, listed = value
+            tick.runs_counted[repo] += listed.counted
+            tick.runs_urls[repo] += listed.urls
+            seen = tick.runs_seen[repo]
+            for run in runs:
+                seen.setdefault(run.id, run)
+                known = self.state.runs.get(run.id)
+                if known is None:
+                    self.state.runs[run.id] = RunUnit(run)
+                    self._ask_jobs(tick, run, BUSY)
+                else:
+                    known.ref = run
+        tick.runs_left[repo] -= 1
+        if tick.runs_left[repo] == 0:
+            self._repo_done(tick, repo)
+
+    def _repo_done(self, tick: _Tick, repo: str) -> None:
+        del tick.runs_left[repo]
+        unit = self.state.repos.get(repo)
+        if unit is None or repo in tick.incomplete:
+            return  # dropped meanwhile, or a page was bad: keep what we had, retry next tick
+        seen = tick.runs_seen[repo]
+        self.http.cache.drop(self.state.drop_runs(unit.runs - seen.keys()))
+        unit.runs = set(seen)
+        counted = tick.runs_counted[repo]
+        unit.relisted = unit.last is not None
+        unit.cost = average(unit.cost, counted) if unit.relisted else float(counted)
+        unit.urls = tick.runs_urls[repo]
+        unit.last = tick.now
+
+    def _on_jobs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+        unit = self.state.runs.get(tag[1])
+        if isinstance(error, Deferred):
+            self._deferred(tick, unit is not None and unit.busy)
+            return
+        if isinstance(error, NotFoundError):
+            self.http.cache.drop(self.state.drop_runs([tag[1]]))  # the run was deleted
+            return
+        if isinstance(error, BadPage):
+            self._skip_page(tick, "jobs_page", error)
+            return
+        if error is not None:
+            raise error
+        if unit is None:
+            return  # its repository no longer lists it
+        listed: Listed = value
+        unit.jobs = tuple(listed.items)
+        unit.queued = fresh_queued(unit.jobs)
+        unit.skips = skip_counts(listed.records)
+        unit.urls = listed.urls
+        unit.relisted = unit.last is not None
+        unit.cost = average(unit.cost, listed.counted) if unit.relisted else float(listed.counted)
+        unit.last = tick.now
+
+    def _result(self, value: Any, error: BaseException | None) -> tuple[Any, Listed]:
+        """A runner or repository list, or the error that fails the poll."""
+        if isinstance(error, PaginationError):
+            self.metrics.github_pagination_errors.labels("list", error.reason).inc()
+            log.error("GitHub pagination: %s", error)
+        if isinstance(error, BadPage):
+            raise TransientError(f"GitHub: malformed response ({error})") from None
+        if error is not None:
+            raise error
+        listed: Listed = value
+        return listed.items, listed
+
+    def _skip_page(self, tick: _Tick, kind: str, error: BadPage) -> None:
+        if isinstance(error, PaginationError):
+            endpoint = kind.removesuffix("_page")
+            self.metrics.github_pagination_errors.labels(endpoint, error.reason).inc()
+            log.error("GitHub pagination: %s", error)
+        self.skips.skip(kind, str(error))
+        tick.page_skips[kind] = tick.page_skips.get(kind, 0) + 1
+
+    # --- submitting work
+    def _repos_known(self, tick: _Tick, names: tuple[str, ...]) -> None:
+        st, s = self.state, self.settings
+        tick.names = names
+        self.http.cache.drop(st.keep_repos(names))
+        if self.runner_scope == "repos":
+            self._ask_repo_runners(tick, names)
+        busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
+        quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
+        plan, poll, now = tick.plan, s.poll_interval, tick.now
+        due = [(r, BUSY) for r in pick_due(busy, plan.busy_interval, poll, now)]
+        due += [(r, QUIET) for r in pick_due(quiet, plan.quiet_interval, poll, now)]
+        for repo, priority in due:
+            tick.runs_left[repo] = len(RUN_STATUSES)
+            tick.runs_seen[repo], tick.runs_counted[repo], tick.runs_urls[repo] = {}, 0, []
+            for status in RUN_STATUSES:
+                tick.batch.submit(
+                    ("runs", repo, status),
+                    self.fetch.runs,
+                    repo,
+                    status,
+                    tick.deadline,
+                    tick.allowance,
+                    priority=priority,
+                )
+
+    def _ask_repo_runners(self, tick: _Tick, names: tuple[str, ...]) -> None:
+        tick.repo_runners_left = len(names)
+        for repo in names:
+            path = f"/repos/{self.settings.owner}/{quote(repo, safe='')}/actions/runners"
+            tick.batch.submit(
+                ("repo_runners", repo), self.fetch.runners, path, tick.deadline, priority=FIRST
+            )
+        if not names:
+            self._runners_in(tick, [], None)
+
+    def _ask_jobs(self, tick: _Tick, run: RunRef, priority: int) -> None:
+        if run.id not in tick.jobs_asked:
+            tick.jobs_asked.add(run.id)
+            tick.batch.submit(
+                ("jobs", run.id),
+                self.fetch.jobs,
+                run,
+                tick.deadline,
+                tick.allowance,
+                priority=priority,
+            )
+
+    # --- the result
+    def _observation(self, now: datetime, tick: _Tick) -> Observation:
+        st = self.state
+        self.metrics.github_unlisted_repos.set(st.unlisted())
+        self.metrics.github_cache_entries.set(len(self.http.cache))
+        skips = st.skips()
+        for kind, count in tick.page_skips.items():
+            skips[kind] = skips.get(kind, 0) + count
+        plan = tick.plan
+        return Observation(
+            observed_at=now,
+            jobs=st.jobs(),
+            runners=st.runners,
+            skipped_items=sum(skips.values()),
+            skipped_runners=skips.get("runner", 0),
+            budget=PollBudget(
+                poll_interval=plan.poll_interval,
+                busy_interval=plan.busy_interval,
+                quiet_interval=plan.quiet_interval,
+                budget_per_hour=plan.budget_per_hour,
+                needed_per_hour=plan.needed_per_hour,
+                too_small=plan.too_small or tick.busy_deferred,
+            ),
+        )
+
+    def _report(self, tick: _Tick) -> None:
+        """The plan on /metrics and in the log; "too small" said once, when it starts."""
+        plan, m = tick.plan, self.metrics
+        m.github_poll_interval.labels("busy").set(plan.busy_interval)
+        m.github_poll_interval.labels("quiet").set(plan.quiet_interval)
+        m.github_budget.set(plan.budget_per_hour)
+        m.github_budget_needed.set(plan.needed_per_hour)
+        spent = self.fetch.spent(tick.allowance)
+        if tick.deferred:
+            log.info(
+                "GitHub budget: %d of %.0f requests spent this tick; %d listings deferred",
+                spent,
+                tick.allowance.requests,
+                tick.deferred,
+            )
+        too_small = plan.too_small or tick.busy_deferred
+        if too_small and not self._too_small:
+            log.warning(
+                "GitHub budget too small for this org: re-listing repositories with queued "
+                "jobs every %.0fs needs ~%.0f requests/h, the budget is %.0f/h "
+                "(github.rate_limit_share of the rate limit); they are re-listed every "
+                "%.0fs or later instead. Webhooks (or a GitHub App's higher limit) fix this.",
+                plan.poll_interval,
+                plan.needed_per_hour,
+                plan.budget_per_hour,
+                plan.busy_interval,
+            )
+        elif not too_small and self._too_small:
+            log.info("GitHub budget fits again: busy repositories every %.0fs", plan.poll_interval)
+        self._too_small = too_small
+        log.debug(
+            "GitHub budget %.0f/h, needed %.0f/h, planned %.0f/h; busy every %.0fs, quiet "
+            "every %.0fs; this tick may spend %.0f, spent %d",
+            plan.budget_per_hour,
+            plan.needed_per_hour,
+            plan.planned_per_hour,
+            plan.busy_interval,
+            plan.quiet_interval,
+            tick.allowance.requests,
+            spent,
+        )

@@ -1,0 +1,434 @@
+"""The emulated world a policy is replayed against: Auto Scaling groups, runners, GitHub.
+
+- **Pools** behave like EC2 Auto Scaling groups: raising the desired capacity launches the
+  missing instances at once, unless the pool is in a capacity outage; then the raise is
+  accepted, nothing launches and a ``Failed`` scaling activity is recorded (what real AWS
+  does), and once the outage ends the group launches what it still lacks. Terminating an
+  instance decrements the desired capacity (``ShouldDecrementDesiredCapacity``).
+- **Boot**: an instance registers its runner a boot time after launch, drawn per pool from
+  a lognormal fitted to the configured p50/p95; every policy sees the same sequence of
+  boot times per pool (one seeded stream per pool: common random numbers).
+- **GitHub** hands a queued job at once to an idle runner whose labels cover the job's (any
+  of them: drawn with the seeded RNG), and a runner turning idle takes the oldest queued
+  job it can run; one job per runner. With ``ephemeral`` a runner's instance terminates
+  when its job ends.
+- **Cost** is instance-seconds from launch to termination, boot included (or to the end
+  of the replay, the moment the last job completed).
+
+Pure Python and deterministic: no I/O, no wall clock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from autoscaler.config import Config
+from autoscaler.config.simulation import DEFAULT_MAX_SIZE, BootTime, TimePoint
+from autoscaler.domain import (
+    ActivityStatus,
+    Instance,
+    InstanceLifecycle,
+    Job,
+    JobStatus,
+    PoolState,
+    Runner,
+    ScalingActivity,
+)
+from autoscaler.observe.queue import match_job
+from autoscaler.sim.clock import VirtualClock
+from autoscaler.sim.trace import Trace
+
+_Z95 = 1.6448536269514722
+#: Failed scaling activities kept per pool (what one DescribeScalingActivities page shows).
+ACTIVITIES_KEPT = 20
+
+
+def lognormal(boot: BootTime) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal whose median is p50 and 95th percentile p95."""
+    return math.log(boot.p50), math.log(boot.p95 / boot.p50) / _Z95
+
+
+@dataclass(eq=False, slots=True)
+class SimJob:
+    index: int
+    created: float
+    labels: frozenset[str]
+    duration: float
+    key: int
+    """Index of the job's distinct label set."""
+    home: int | None
+    """The runner type the queue math gives it (None: unmatched)."""
+    started: float | None = None
+    finished: float | None = None
+    domain: Job | None = None
+
+
+@dataclass(eq=False, slots=True)
+class SimInstance:
+    id: str
+    pool: SimPool
+    launched: float
+    boot: float
+    ready: float | None = None
+    terminated: float | None = None
+    runner_id: int = 0
+    job: SimJob | None = None
+    idle_since: float | None = None
+    busy_seconds: float = 0.0
+    idle_pos: int = -1
+    launched_at: datetime | None = None
+    runners: dict[bool, Runner] = field(default_factory=dict)
+    described: Instance | None = None
+
+    def describe(self) -> Instance:
+        """The instance as the Auto Scaling adapter reports it (pending until registered)."""
+        if self.described is None:
+            lifecycle = (
+                InstanceLifecycle.PENDING if self.ready is None else InstanceLifecycle.IN_SERVICE
+            )
+            self.described = Instance(self.id, self.pool.name, lifecycle, self.launched_at)
+        return self.described
+
+    @property
+    def booting(self) -> bool:
+        return self.ready is None
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+
+class IdleSet:
+    """Idle runners of one type: O(1) add, remove and uniform random pick."""
+
+    def __init__(self) -> None:
+        self.items: list[SimInstance] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, inst: SimInstance) -> None:
+        inst.idle_pos = len(self.items)
+        self.items.append(inst)
+
+    def remove(self, inst: SimInstance) -> None:
+        pos, last = inst.idle_pos, self.items.pop()
+        if last is not inst:
+            self.items[pos] = last
+            last.idle_pos = pos
+        inst.idle_pos = -1
+
+
+@dataclass(eq=False)
+class SimPool:
+    name: str
+    type_index: int
+    max_size: int
+    median: float
+    sigma: float
+    outages: list[tuple[float, float]]
+    rng: random.Random
+    desired: int = 0
+    live: dict[str, SimInstance] = field(default_factory=dict)
+    failed: list[datetime] = field(default_factory=list)
+    """Start times of Failed scaling activities, newest first."""
+    launched: int = 0
+
+    def in_outage(self, now: float) -> bool:
+        return any(start <= now < end for start, end in self.outages)
+
+    def boot_time(self) -> float:
+        if self.sigma <= 0:
+            return self.median
+        return self.rng.lognormvariate(math.log(self.median), self.sigma)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The fleet at one instant (for plots)."""
+
+    at: float
+    queued: int
+    oldest_wait: float
+    instances: int
+    busy: int
+
+
+class Emulator:
+    """Pools, runners and GitHub's job assignment under a virtual clock."""
+
+    def __init__(self, config: Config, trace: Trace, *, sample_every: float = 60.0) -> None:
+        sim = config.simulation
+        self.config = config
+        self.trace = trace
+        self.clock = VirtualClock(trace.start)
+        self.types = config.runner_types
+        domain_types = [rt.runner_type for rt in self.types]
+        self.type_labels = [rt.labels for rt in self.types]
+        self.github_rng = random.Random(f"{sim.seed}:github")  # noqa: S311 (a simulation)
+        self.pools: dict[str, SimPool] = {}
+        self.pools_of: list[list[SimPool]] = [[] for _ in self.types]
+        for t, rt in enumerate(self.types):
+            for name in rt.pools:
+                override = sim.pool(name)
+                boot = override.boot_time or sim.boot_time
+                _, sigma = lognormal(boot)
+                windows = [
+                    (self._offset(o.start), self._offset(o.end))
+                    for o in sim.outages
+                    if o.pool == name
+                ]
+                pool = SimPool(
+                    name,
+                    t,
+                    override.max_size or rt.max or DEFAULT_MAX_SIZE,
+                    boot.p50,
+                    sigma,
+                    windows,
+                    random.Random(f"{sim.seed}:boot:{name}"),  # noqa: S311
+                )
+                self.pools[name] = pool
+                self.pools_of[t].append(pool)
+        # Distinct label sets: who can run them, and where the queue math counts them.
+        keys: dict[frozenset[str], int] = {}
+        self.covering: list[list[int]] = []
+        self.jobs: list[SimJob] = []
+        for index, tj in enumerate(trace.jobs):
+            key = keys.get(tj.labels)
+            if key is None:
+                key = keys[tj.labels] = len(keys)
+                self.covering.append(
+                    [t for t, labels in enumerate(self.type_labels) if tj.labels <= labels]
+                )
+            home = match_job(tj.labels, domain_types)
+            home_index = None if home is None else domain_types.index(home)
+            self.jobs.append(SimJob(index, tj.created_at, tj.labels, tj.duration, key, home_index))
+        self.serves: list[list[int]] = [
+            [k for k, cover in enumerate(self.covering) if t in cover]
+            for t in range(len(self.types))
+        ]
+        self.queued: list[deque[SimJob]] = [deque() for _ in self.covering]
+        self.idle = [IdleSet() for _ in self.types]
+        self.queued_home = [0] * len(self.types)
+        self.running = [0] * len(self.types)
+        self.live_count = [0] * len(self.types)
+        self.runnable = [
+            j for j in self.jobs if any(self.pools_of[t] for t in self.covering[j.key])
+        ]
+        self.completed = 0
+        self.arrived = 0
+        self.ephemeral = False
+        """True: a runner's instance terminates when its job ends (one job per machine)."""
+        self.instances: list[SimInstance] = []
+        self.samples: list[Sample] = []
+        self.scale_actions = 0
+        self.on_queued: list[Callable[[SimJob], None]] = []
+        self._next_runner = 1
+        self._sample_every = sample_every
+
+    # --- time
+    def _offset(self, point: TimePoint) -> float:
+        return self.trace.offset(point) if isinstance(point, datetime) else float(point)
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
+
+    def run(self, drain: float = 7 * 86400.0) -> float:
+        """Replay the trace until every job that can run completed (or ``drain`` seconds
+        past the last job's creation); returns the end time."""
+        self.start()
+        target = len(self.runnable)
+        self.clock.run(
+            until=lambda: self.completed >= target and self.arrived == len(self.jobs),
+            limit=self.trace.span + drain,
+        )
+        return self.clock.now
+
+    def start(self) -> None:
+        """Schedule the first arrival, the outages' ends and the sampling."""
+        if self.jobs:
+            self.clock.at(self.jobs[0].created, self._arrive, 0)
+        for pool in self.pools.values():
+            for _, end in pool.outages:
+                self.clock.at(end, self._reconcile, pool)
+        self.clock.at(0.0, self._sample)
+
+    def _sample(self) -> None:
+        oldest = min((q[0].created for q in self.queued if q), default=None)
+        self.samples.append(
+            Sample(
+                self.now,
+                sum(len(q) for q in self.queued),
+                0.0 if oldest is None else self.now - oldest,
+                sum(self.live_count),
+                sum(self.running),
+            )
+        )
+        self.clock.after(self._sample_every, self._sample)
+
+    # --- GitHub
+    def _arrive(self, index: int) -> None:
+        job = self.jobs[index]
+        self.arrived += 1
+        if index + 1 < len(self.jobs):
+            self.clock.at(self.jobs[index + 1].created, self._arrive, index + 1)
+        if job.home is not None:
+            self.queued_home[job.home] += 1
+        idle = [self.idle[t] for t in self.covering[job.key] if self.idle[t]]
+        if idle:
+            pick = self.github_rng.randrange(sum(len(s) for s in idle))
+            for s in idle:
+                if pick < len(s):
+                    inst = s.items[pick]
+                    s.remove(inst)
+                    self._start(inst, job)
+                    break
+                pick -= len(s)
+        else:
+            self.queued[job.key].append(job)
+        for listener in self.on_queued:
+            listener(job)
+
+    def _start(self, inst: SimInstance, job: SimJob) -> None:
+        job.started = self.now
+        inst.job, inst.idle_since = job, None
+        self.running[inst.pool.type_index] += 1
+        if job.home is not None:
+            self.queued_home[job.home] -= 1
+        self.clock.after(job.duration, self._done, inst)
+
+    def _done(self, inst: SimInstance) -> None:
+        job = inst.job
+        assert job is not None
+        job.finished = self.now
+        inst.busy_seconds += job.duration
+        inst.job = None
+        self.running[inst.pool.type_index] -= 1
+        self.completed += 1
+        if self.ephemeral:
+            self.terminate(inst)
+        else:
+            self._idle(inst)
+
+    def _idle(self, inst: SimInstance) -> None:
+        """The runner is free: the oldest queued job it can run, else it waits."""
+        best: deque[SimJob] | None = None
+        for key in self.serves[inst.pool.type_index]:
+            q = self.queued[key]
+            if q and (best is None or q[0].created < best[0].created):
+                best = q
+        if best is not None:
+            self._start(inst, best.popleft())
+            return
+        inst.idle_since = self.now
+        self.idle[inst.pool.type_index].add(inst)
+
+    def _ready(self, inst: SimInstance) -> None:
+        if inst.terminated is not None:
+            return
+        inst.ready = self.now
+        inst.described = None
+        inst.runner_id = self._next_runner
+        self._next_runner += 1
+        self._idle(inst)
+
+    # --- the cloud
+    def set_desired(self, pool: SimPool, desired: int) -> None:
+        """SetDesiredCapacity (clamped to MaxSize, as our adapter and AWS require)."""
+        desired = max(0, min(desired, pool.max_size))
+        if desired > pool.desired and pool.in_outage(self.now):
+            pool.failed.insert(0, self.clock.datetime())
+            del pool.failed[ACTIVITIES_KEPT:]
+        pool.desired = desired
+        self._reconcile(pool)
+
+    def _reconcile(self, pool: SimPool) -> None:
+        if pool.in_outage(self.now):
+            return
+        for _ in range(pool.desired - len(pool.live)):
+            self._launch(pool)
+
+    def _launch(self, pool: SimPool) -> None:
+        pool.launched += 1
+        number = len(self.instances) + 1
+        inst = SimInstance(f"i-{number:017x}", pool, self.now, pool.boot_time())
+        inst.launched_at = self.clock.datetime()
+        pool.live[inst.id] = inst
+        self.live_count[pool.type_index] += 1
+        self.instances.append(inst)
+        self.clock.after(inst.boot, self._ready, inst)
+
+    def terminate(self, inst: SimInstance) -> None:
+        """TerminateInstanceInAutoScalingGroup, decrementing the desired capacity. A policy
+        never terminates a busy runner here (a bug if it does)."""
+        if inst.terminated is not None:
+            return
+        if inst.job is not None:
+            raise RuntimeError(f"policy terminated busy instance {inst.id}")
+        pool = inst.pool
+        inst.terminated = self.now
+        if inst.idle_pos >= 0:
+            self.idle[pool.type_index].remove(inst)
+        del pool.live[inst.id]
+        self.live_count[pool.type_index] -= 1
+        pool.desired = max(0, pool.desired - 1)
+
+    # --- what a controller observes
+    def queued_jobs(self) -> list[Job]:
+        """Queued jobs as the GitHub adapter reports them."""
+        out = []
+        for q in self.queued:
+            for job in q:
+                if job.domain is None:
+                    job.domain = Job(
+                        id=job.index + 1,
+                        run_id=job.index + 1,
+                        repo="trace",
+                        name="job",
+                        labels=job.labels,
+                        status=JobStatus.QUEUED,
+                        created_at=self.trace.start + timedelta(seconds=job.created),
+                    )
+                out.append(job.domain)
+        return out
+
+    def runners(self) -> list[Runner]:
+        """Registered runners, named ``f"{pool}-{instance id}"``."""
+        out = []
+        for pool in self.pools.values():
+            labels = self.type_labels[pool.type_index]
+            for inst in pool.live.values():
+                if inst.ready is None:
+                    continue
+                busy = inst.job is not None
+                runner = inst.runners.get(busy)
+                if runner is None:
+                    name = f"{pool.name}-{inst.id}"
+                    runner = inst.runners[busy] = Runner(inst.runner_id, name, labels, True, busy)
+                out.append(runner)
+        return out
+
+    def pool_states(self) -> dict[str, PoolState]:
+        out = {}
+        for pool in self.pools.values():
+            instances = tuple(inst.describe() for inst in pool.live.values())
+            activities: tuple[ScalingActivity, ...] = ()
+            if pool.desired > len(pool.live):
+                activities = tuple(ScalingActivity(at, ActivityStatus.FAILED) for at in pool.failed)
+            out[pool.name] = PoolState(
+                pool.name, 0, pool.max_size, pool.desired, instances, activities
+            )
+        return out
+
+    def instance(self, instance_id: str) -> SimInstance | None:
+        for pool in self.pools.values():
+            inst = pool.live.get(instance_id)
+            if inst is not None:
+                return inst
+        return None

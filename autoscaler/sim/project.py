@@ -1,0 +1,104 @@
+"""This project's policy in the emulator: the real :func:`compute_queue` and :func:`decide`.
+
+Every ``poll_interval`` (and, with ``simulation.reaction``, that long after a job is
+queued, as a webhook would trigger) the driver observes the emulator the way the GitHub and
+Auto Scaling adapters would, calls the same pure functions the live controller calls, and
+carries out the plan the way :class:`autoscaler.scale.scaler.Scaler` does: release pools
+whose launches failed, scale up pool by pool (remembering ``scaled_up``), deregister then
+terminate idle runners, terminate orphans. Cloud calls cannot fail synchronously here: an
+outage shows up later, as a Failed scaling activity, exactly what the policy must notice.
+"""
+
+from __future__ import annotations
+
+from autoscaler.config import Config
+from autoscaler.observe.queue import compute_queue
+from autoscaler.scale.plan import Plan, ScalingState, slot_target
+from autoscaler.scale.policy import decide
+from autoscaler.sim.emulator import Emulator, SimJob
+
+
+class ProjectDriver:
+    """Ticks the real policy against the emulator; counts the cloud calls it makes."""
+
+    def __init__(self, emulator: Emulator, config: Config) -> None:
+        self.emulator = emulator
+        self.config = config
+        self.types = tuple(rt.runner_type for rt in config.runner_types)
+        self.state = ScalingState()
+        self.ticks = 0
+        self._next_tick = 0.0
+        self._reaction_at: float | None = None
+        reaction = config.simulation.reaction
+        if reaction is not None:
+            emulator.on_queued.append(self._queued)
+        emulator.clock.at(0.0, self._periodic)
+
+    def _periodic(self) -> None:
+        self._next_tick = self.emulator.now + self.config.poll_interval
+        self.emulator.clock.at(self._next_tick, self._periodic)
+        self.tick()
+
+    def _queued(self, job: SimJob) -> None:
+        reaction = self.config.simulation.reaction
+        assert reaction is not None
+        when = self.emulator.now + reaction
+        if when >= self._next_tick or (self._reaction_at is not None and self._reaction_at <= when):
+            return  # a tick comes soon enough anyway
+        self._reaction_at = when
+        self.emulator.clock.at(when, self._reacted)
+
+    def _reacted(self) -> None:
+        self._reaction_at = None
+        self.tick()
+
+    def tick(self) -> None:
+        em = self.emulator
+        self.ticks += 1
+        now = em.clock.datetime()
+        runners = em.runners()
+        snapshot = compute_queue(
+            em.queued_jobs(), runners, self.types, now, self.config.github.hosted_labels
+        )
+        plan = decide(
+            snapshot,
+            runners,
+            em.pool_states(),
+            self.config,
+            self.state,
+            now,
+            observation_fresh=True,
+        )
+        self.state = plan.state
+        self._execute(plan)
+
+    def _execute(self, plan: Plan) -> None:
+        em = self.emulator
+        now = em.clock.datetime()
+        for r in plan.releases:
+            if r.desired < r.current:
+                em.set_desired(em.pools[r.pool], r.desired)
+                em.scale_actions += 1
+        for up in plan.scale_ups:
+            need = up.need
+            for slot in up.slots:
+                take, target = slot_target(slot, need)
+                if take <= 0:
+                    continue
+                need -= take
+                if target <= slot.current:
+                    continue
+                em.set_desired(em.pools[slot.pool], target)
+                em.scale_actions += 1
+                self.state = self.state.scaled_up(slot.pool, now)
+        for si in plan.scale_ins:
+            inst = em.instance(si.instance_id)
+            if inst is None or inst.job is not None:
+                continue  # GitHub refuses to remove a busy runner (422): left alone
+            em.terminate(inst)
+            em.scale_actions += 1
+        for o in plan.orphans:
+            inst = em.instance(o.instance_id)
+            if inst is not None and inst.job is None:
+                em.terminate(inst)
+                em.scale_actions += 1

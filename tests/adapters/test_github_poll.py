@@ -1,0 +1,254 @@
+"""The poll engine against the fake GitHub: every queued job, capped listings, churn,
+the rate limit as a budget, and a restart that is not a cold start."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from autoscaler.alerting.store import StateStore
+from autoscaler.config import GitHubConfig
+from autoscaler.config.reader import Secret
+from autoscaler.domain import JobStatus
+from autoscaler.errors import RateLimitedError
+from autoscaler.fakes.github import FakeGitHub
+from autoscaler.observe.github.budget import BUSY_MAX_INTERVAL
+from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
+from autoscaler.telemetry import Metrics
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+CPU = ["self-hosted", "linux.4xlarge"]
+
+
+@dataclass
+class World:
+    fake: FakeGitHub
+    metrics: Metrics = field(default_factory=Metrics)
+    sleeps: list[float] = field(default_factory=list)
+    now: datetime = T0
+
+    def source(self, store: StateStore | None = None, **config: object) -> GitHubSource:
+        cfg = GitHubConfig(
+            owner="demo-org",
+            api_url=self.fake.url,
+            token=Secret("fake-token"),
+            **config,  # type: ignore[arg-type]
+        )
+        return GitHubSource(
+            cfg,
+            self.metrics,
+            sleep=self.sleeps.append,
+            wall_clock=lambda: self.now.timestamp(),  # noqa: PLW0108
+            cache_store=store,
+        )
+
+    def sample(self, name: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+    def tick(self, source: GitHubSource, seconds: float = 30) -> list[int]:
+        """Advance the clock and observe; the ids of the queued jobs seen."""
+        self.now += timedelta(seconds=seconds)
+        observation = source.observe(self.now)
+        return [j.id for j in observation.jobs if j.status is JobStatus.QUEUED]
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    holder: list[World] = []
+    with FakeGitHub(clock=lambda: holder[0].now) as fake:
+        holder.append(World(fake))
+        yield holder[0]
+
+
+def test_run_statuses_are_githubs_enum_minus_conclusions() -> None:
+    assert RUN_STATUSES == ("queued", "in_progress", "waiting", "requested", "pending")
+
+
+@pytest.mark.parametrize("status", ["waiting", "requested", "pending", "in_progress"])
+def test_queued_jobs_of_runs_in_every_status_are_seen(world: World, status: str) -> None:
+    """The client listed only queued and in_progress runs: a run waiting for an
+    environment approval (or requested, or pending a concurrency group) can hold queued
+    jobs, which were never seen, scaled for or alerted on."""
+    gate = world.fake.queue_job("app", CPU, status="waiting", name="deploy")
+    run_id = world.fake.job(gate).run_id
+    queued = world.fake.queue_job("app", CPU, run_id=run_id, name="test")
+    world.fake.set_run_status(run_id, status)
+    source = world.source()
+    try:
+        observation = source.observe(T0)
+    finally:
+        source.close()
+    jobs = {j.id: j.status for j in observation.jobs}
+    assert jobs == {gate: JobStatus.WAITING, queued: JobStatus.QUEUED}
+    assert world.fake.count(200, rf"/actions/runs\?status={status}&") == 1
+
+
+def test_a_capped_listing_is_narrowed_by_created_and_counted(world: World) -> None:
+    """GitHub returns at most 1,000 runs for a status listing while total_count counts
+    them all: the oldest queued jobs were never seen. (The fake's cap is lowered to 40
+    here; the client relies on total_count, not on the number.)"""
+    world.fake.RUN_LISTING_CAP = 40
+    jobs = [
+        world.fake.queue_job("app", CPU, created_at=T0 - timedelta(minutes=100 - i))
+        for i in range(100)
+    ]
+    source = world.source()
+    try:
+        observation = source.observe(T0)
+    finally:
+        source.close()
+    assert sorted(j.id for j in observation.jobs) == jobs
+    assert world.sample("ci_autoscaler_github_truncated_listings_total") == 1
+    assert world.fake.count(200, r"/actions/runs\?status=queued&per_page=100$") == 1
+    assert world.fake.count(200, r"/actions/runs\?status=queued&created=") == 2  # 40+40+20
+
+
+def test_running_jobs_make_a_steady_tick_cost_requests(world: World) -> None:
+    """The fake served the same body for a running job forever, so a steady tick was all
+    304s; on GitHub a running job's steps move on and its jobs page changes."""
+    running = world.fake.queue_job("app", CPU)
+    world.fake.assign_job(running, world.fake.register_runner("r1", CPU))
+    world.fake.queue_job("infra", CPU)
+    source = world.source()
+    try:
+        world.tick(source, 0)
+        sent = len(world.fake.requests)
+        world.tick(source, 30)
+    finally:
+        source.close()
+    answered = world.fake.requests[sent:]
+    changed = [r.path for r in answered if r.status == 200]
+    assert changed == [
+        f"/repos/demo-org/app/actions/runs/{world.fake.job(running).run_id}"
+        "/jobs?filter=latest&per_page=100"
+    ]
+    assert len(answered) == 14  # runners, repos, 2 x 5 run listings, 2 jobs listings
+
+
+def test_quiet_repos_are_stretched_first_and_busy_ones_stay_every_tick(world: World) -> None:
+    """A 600/h token (share 0.8: 480/h, 4 a tick) cannot re-list 5 repositories whose
+    running jobs change every tick and one with a queued job: once the costs are learnt,
+    the quiet ones are re-listed every few ticks, the busy one every tick, and a new
+    queued job in a quiet repository is still seen within the quiet interval."""
+    world.fake.RATE_LIMIT = 600
+    world.fake.queue_job("busy", CPU)
+    for i in range(5):
+        job = world.fake.queue_job(f"quiet{i}", CPU)
+        world.fake.assign_job(job, world.fake.register_runner(f"r{i}", CPU))
+    source = world.source(repos=("busy", *(f"quiet{i}" for i in range(5))))
+    try:
+        for _ in range(8):  # learn what each re-list costs
+            world.tick(source)
+        busy_before = world.fake.count(path_regex=r"/busy/actions/runs\?status=queued")
+        quiet_before = world.fake.count(path_regex=r"/quiet0/actions/runs\?status=queued")
+        for _ in range(4):
+            world.tick(source)
+        busy_lists = world.fake.count(path_regex=r"/busy/actions/runs\?status=queued")
+        quiet_lists = world.fake.count(path_regex=r"/quiet0/actions/runs\?status=queued")
+        quiet = world.sample("ci_autoscaler_github_poll_interval_seconds", activity="quiet")
+        busy = world.sample("ci_autoscaler_github_poll_interval_seconds", activity="busy")
+        late = world.fake.queue_job("quiet3", CPU)
+        seen = [late in world.tick(source) for _ in range(int(quiet // 30))]
+    finally:
+        source.close()
+    assert (busy, busy_lists - busy_before) == (30, 4)
+    assert quiet > 30
+    assert quiet_lists - quiet_before < 4
+    assert seen[-1]
+    assert world.fake.count(403) == 0  # never hit the limit
+
+
+def test_a_budget_too_small_stretches_busy_repos_and_says_so(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    world.fake.RATE_LIMIT = 100  # 80/h: not even the runner list fits every tick
+    for i in range(3):
+        world.fake.queue_job(f"repo{i}", CPU)
+    world.fake.register_runner("r1", CPU)
+    source = world.source()
+    try:
+        observation = source.observe(T0)
+        observation = source.observe(T0 + timedelta(seconds=30))
+    finally:
+        source.close()
+    assert observation.budget is not None
+    assert observation.budget.too_small
+    # the runner list alone (120/h) is over 80/h: busy units go to the 15-minute cap
+    assert observation.budget.busy_interval == BUSY_MAX_INTERVAL == 900
+    assert world.sample("ci_autoscaler_github_poll_interval_seconds", activity="busy") == 900
+    assert observation.budget.needed_per_hour == 2400  # 20 pages a tick, 120 ticks
+    messages = [r.message for r in caplog.records if "budget too small" in r.message]
+    assert len(messages) == 1  # said once, not every tick
+    assert "Webhooks" in messages[0]
+
+
+def test_secondary_limits_pause_every_worker_and_back_off_doubling(world: World) -> None:
+    """A secondary limit without Retry-After: wait at least a minute, then exponentially
+    longer while it keeps happening (GitHub's docs); no worker sends meanwhile."""
+    world.fake.add_repo("app")
+    world.fake.inject_secondary_limit(r"^/orgs/demo-org/actions/runners", times=2)
+    source = world.source(max_concurrency=1)
+    waits = []
+    try:
+        for seconds in (0, 30, 30, 60, 60):
+            sent = len(world.fake.requests)
+            try:
+                world.tick(source, seconds)
+            except RateLimitedError as exc:
+                waits.append((round(exc.retry_after or 0), len(world.fake.requests) - sent))
+            else:
+                waits.append((0, len(world.fake.requests) - sent))
+    finally:
+        source.close()
+    # T0: 60 s pause; T0+30: 30 s left, nothing sent; T0+60: hit again, 120 s;
+    # T0+120: 60 s left, nothing sent; T0+180: through.
+    assert [w for w, _ in waits] == [60, 30, 120, 60, 0]
+    assert [n for _, n in waits[1::2]] == [0, 0]
+    assert world.sample("ci_autoscaler_github_rate_limit_pauses_total", kind="secondary") == 2
+    assert world.sleeps == []
+
+
+def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
+    """The ETag cache and the compact results survive in the state store: the first tick
+    of a new process is all 304s and sees the same jobs."""
+    for repo in ("app", "infra"):
+        world.fake.queue_job(repo, CPU)
+    world.fake.register_runner("r1", CPU)
+    path = f"{tmp_path}/state.db"
+    store = StateStore(path)
+    first = world.source(store)
+    try:
+        before = first.observe(T0)
+    finally:
+        first.close()
+        store.close()
+    sent = len(world.fake.requests)
+    store = StateStore(path)
+    second = world.source(store)
+    try:
+        after = second.observe(T0 + timedelta(seconds=30))
+    finally:
+        second.close()
+        store.close()
+    answered = [r for r in world.fake.requests[sent:] if r.path != "/rate_limit"]
+    assert [r.status for r in answered] == [304] * 14
+    assert after.jobs == before.jobs
+    assert after.runners == before.runners
+
+
+def test_a_broken_cache_entry_is_dropped_not_fatal(world: World, tmp_path: object) -> None:
+    world.fake.queue_job("app", CPU)
+    path = f"{tmp_path}/state.db"
+    store = StateStore(path)
+    store.save_poll_cache({"http://127.0.0.1:1/x": "{not json"}, ())
+    source = world.source(store)
+    try:
+        assert len(source.observe(T0).jobs) == 1
+    finally:
+        source.close()
+    assert "http://127.0.0.1:1/x" not in store.load_poll_cache()
+    store.close()

@@ -1,0 +1,97 @@
+"""The ``simulation`` config section: defaults, overrides, and every problem at once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from autoscaler.config import parse_config
+from autoscaler.config.simulation import BootTime, Outage, SimPoolConfig
+from autoscaler.errors import ConfigError
+
+
+def raw(simulation: Any) -> dict[str, Any]:
+    return {
+        "github": {"owner": "o", "token": "t"},
+        "runner_types": {
+            "cpu": {"labels": ["self-hosted", "cpu"], "pools": ["ci-cpu"], "max": 50},
+            "gpu": {"labels": ["self-hosted", "gpu"], "pools": ["gpu-spot", "gpu-od"]},
+        },
+        "simulation": simulation,
+    }
+
+
+def test_defaults_when_the_section_is_absent() -> None:
+    sim = parse_config(raw(None), env={}).simulation
+    assert sim.boot_time == BootTime(90.0, 240.0)
+    assert sim.outages == () and sim.reaction is None and sim.seed == 0
+    assert sim.pool("ci-cpu") == SimPoolConfig("ci-cpu")
+
+
+def test_a_full_section_reads_into_typed_values() -> None:
+    sim = parse_config(
+        raw(
+            {
+                "seed": 7,
+                "boot_time": {"p50": "1m", "p95": "3m"},
+                "pools": {"gpu-spot": {"boot_time": {"p50": "2m", "p95": "5m"}, "max_size": 40}},
+                "outages": [
+                    {"pool": "gpu-spot", "from": "10h", "to": "11h30m"},
+                    {
+                        "pool": "ci-cpu",
+                        "from": "2026-11-30T14:00:00Z",
+                        "to": "2026-11-30T15:00:00Z",
+                    },
+                    {"pool": "ci-cpu", "from": datetime(2026, 12, 1, 1), "to": "26h"},
+                ],
+                "reaction": "1s",
+            }
+        ),
+        env={},
+    ).simulation
+    assert sim.seed == 7 and sim.reaction == 1.0
+    assert sim.boot_time == BootTime(60.0, 180.0)
+    assert sim.pool("gpu-spot") == SimPoolConfig("gpu-spot", BootTime(120.0, 300.0), 40)
+    assert sim.outages[0] == Outage("gpu-spot", 36000.0, 41400.0)
+    assert sim.outages[1].start == datetime(2026, 11, 30, 14, tzinfo=UTC)
+    assert sim.outages[2] == Outage("ci-cpu", datetime(2026, 12, 1, 1, tzinfo=UTC), 93600.0)
+
+
+def test_every_problem_is_reported_at_once_with_its_path() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            raw(
+                {
+                    "boot_time": {"p50": "3m", "p95": "1m"},
+                    "pools": {"nope": {"max_size": 0}},
+                    "outages": [
+                        {"pool": "gpu-spot", "from": "5h", "to": "4h"},
+                        {"pool": "elsewhere", "from": "1h", "to": "2h"},
+                        {"pool": "gpu-spot", "from": "2026-13-01T00:00:00Z", "to": "1h"},
+                        {"pool": "gpu-spot", "to": "1h"},
+                        "down",
+                    ],
+                    "reaction": "0s",
+                    "reacton": "1s",
+                }
+            ),
+            env={},
+        )
+    problems = err.value.problems
+    expected = [
+        "simulation.boot_time.p95: must be at least p50 (180s)",
+        "simulation.pools.nope.max_size: must be >= 1, got 0",
+        "simulation.outages[0]: from must be before to",
+        "simulation.outages[2].from: not an ISO-8601 time",
+        "simulation.outages[3].from: is required",
+        "simulation.outages[4]: must be a mapping {pool, from, to}",
+        "simulation.reaction: must be greater than zero",
+        "simulation.reacton: unknown key (did you mean 'reaction'?)",
+        "simulation.pools.nope: not a pool of any runner type",
+        "simulation.outages: pool 'elsewhere' is not a pool of any runner type",
+    ]
+    for text in expected:
+        assert any(p.startswith(text) for p in problems), (text, problems)
+    assert len(problems) == len(expected)
