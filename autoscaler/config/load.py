@@ -17,6 +17,7 @@ from typing import Any
 
 from autoscaler.config.alerts import read_alerts
 from autoscaler.config.checks import cross_check
+from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, MODES, read_jit
 from autoscaler.config.reader import Reader, join_path
 from autoscaler.config.schedule import read_min_idle
 from autoscaler.config.schema import (
@@ -59,6 +60,7 @@ _TOP_KEYS = (
     "state",
     "alerts",
     "simulation",
+    "jit",
 )
 
 
@@ -166,6 +168,7 @@ def _parse(
         ),
         alerts=read_alerts(r, top.get("alerts"), base),
         simulation=read_simulation(r, top.get("simulation")),
+        jit=read_jit(r, top.get("jit")),
     )
     cross_check(r, config)
     if r.found:
@@ -277,6 +280,8 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 "idle_timeout",
                 "boot_timeout",
                 "slo",
+                "mode",
+                "runner_group_id",
             ),
         )
         boot_timeout = r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0)
@@ -299,6 +304,13 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 ),
                 boot_timeout=boot_timeout,
                 slo=_slo(r, m.get("slo"), f"{p}.slo"),
+                mode=r.choice(m.get("mode"), f"{p}.mode", MODES, DEFAULT_MODE),
+                runner_group_id=r.integer(
+                    m.get("runner_group_id"),
+                    f"{p}.runner_group_id",
+                    DEFAULT_RUNNER_GROUP_ID,
+                    minimum=1,
+                ),
             )
         )
     return tuple(out)
