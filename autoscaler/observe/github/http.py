@@ -11,7 +11,8 @@
   poll has left raises :class:`RateLimitedError`.
 - 5xx, timeouts and connection errors: retried with full-jitter backoff, then
   :class:`TransientError`. 401 -> AuthenticationError, 404 -> NotFoundError,
-  422 -> RejectedError; messages name the method and URL path, never a credential.
+  422 -> RejectedError, 409 -> ConflictError; messages name the method and URL path,
+  never a credential.
 - Every answer's ``Date`` header gives GitHub's clock against ours (the injected wall
   clock): :attr:`GitHubHttp.clock_skew` and ``ci_autoscaler_clock_skew_seconds{peer="github"}``.
 """
@@ -34,6 +35,7 @@ import httpx
 from autoscaler import __version__
 from autoscaler.errors import (
     AuthenticationError,
+    ConflictError,
     NotFoundError,
     PermanentError,
     RateLimitedError,
@@ -311,6 +313,8 @@ class GitHubHttp:
                 )
             if status == 422:
                 raise RejectedError(f"GitHub {where}: 422 {message}", code=code)
+            if status == 409:
+                raise ConflictError(f"GitHub {where}: 409 {message}", code=code)
             raise PermanentError(f"GitHub {where}: {status} {message}", code=code)
 
     def _request(self, method: str, url: str, headers: dict[str, str]) -> Answer:
