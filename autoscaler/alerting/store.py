@@ -2,7 +2,8 @@
 GitHub issue numbers the ``github_issue`` receiver keeps, and the GitHub poll's ETag cache
 (the :class:`~autoscaler.observe.github.cache.PollCacheStore` port). All of it survives a
 restart, so a new process neither pages again for a firing alert nor forgets to resolve
-it, and its first poll of GitHub is mostly 304s.
+it, and its first poll of GitHub is mostly 304s. Also the ephemeral pools' JIT ledger
+(which instance got which runner), so a restart never registers a second runner.
 
 ``path`` ``None`` or ``":memory:"`` keeps everything in memory.
 
@@ -63,6 +64,10 @@ CREATE TABLE IF NOT EXISTS outbox (
 CREATE TABLE IF NOT EXISTS poll_cache (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jit_records (
+    instance_id TEXT PRIMARY KEY,
+    record TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS issues (
     receiver TEXT NOT NULL,
@@ -285,4 +290,22 @@ class StateStore:
             self._db.executemany("DELETE FROM poll_cache WHERE key = ?", [(k,) for k in drop])
             self._db.executemany(
                 "INSERT OR REPLACE INTO poll_cache (key, value) VALUES (?, ?)", list(put.items())
+            )
+
+    # --- ephemeral runners' JIT ledger (autoscaler.scale.ephemeral.JitLedgerStore)
+    @_operation("load_jit_records")
+    def load_jit_records(self) -> dict[str, str]:
+        """Instance id -> its JIT record (JSON written by the scaler), saved before GitHub
+        is asked, so a restart never asks twice for one instance."""
+        return dict(self._db.execute("SELECT instance_id, record FROM jit_records").fetchall())
+
+    @_operation("save_jit_records")
+    def save_jit_records(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        with self._db:
+            self._db.executemany(
+                "DELETE FROM jit_records WHERE instance_id = ?", [(k,) for k in drop]
+            )
+            self._db.executemany(
+                "INSERT OR REPLACE INTO jit_records (instance_id, record) VALUES (?, ?)",
+                list(put.items()),
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
@@ -13,6 +14,7 @@ from autoscaler.config import Config
 from autoscaler.controller import Controller
 from autoscaler.health import Health
 from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.scale.jit import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
 
@@ -35,12 +37,14 @@ def build_runtime(
     *,
     source: JobSource | None = None,
     pool: RunnerPool | None = None,
+    parameters: ParameterStore | None = None,
     dry_run: bool = False,
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
-    ``source`` and ``pool`` override the real adapters (the demo passes a pool with
-    moto's credentials; tests may pass fakes). Scaling is wired only when enabled.
+    ``source``, ``pool`` and ``parameters`` (SSM, for ephemeral types) override the real
+    adapters (the demo passes a pool with moto's credentials; tests may pass fakes).
+    Scaling is wired only when enabled.
     """
     closers: list[Callable[[], None]] = []
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
@@ -73,7 +77,36 @@ def build_runtime(
             from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
 
             pool = AwsAsgPool(config.aws, metrics)
-        scaler = Scaler(pool, source, config, metrics)
+        registrar, parameters = _ephemeral_ports(config, metrics, source, parameters)
+        scaler = Scaler(
+            pool,
+            source,
+            config,
+            metrics,
+            registrar=registrar,
+            parameters=parameters,
+            jit_store=store,
+        )
 
     controller = Controller(config, source, metrics, alerts=alerts, scaler=scaler, health=health)
     return Runtime(controller, closers)
+
+
+def _ephemeral_ports(
+    config: Config,
+    metrics: Metrics,
+    source: JobSource,
+    parameters: ParameterStore | None,
+) -> tuple[RunnerRegistrar | None, ParameterStore | None]:
+    """GitHub's generate-jitconfig (the source, when it speaks it) and SSM, only when a
+    runner type is ephemeral."""
+    if not any(rt.ephemeral for rt in config.runner_types):
+        return None, None
+    registrar = source if hasattr(source, "generate_jit_config") else None
+    if registrar is None:
+        raise ValueError("an ephemeral runner type needs a source that can register runners")
+    if parameters is None:
+        from autoscaler.scale.aws.ssm import SsmParameters  # noqa: PLC0415
+
+        parameters = SsmParameters(config.aws, metrics)
+    return cast("RunnerRegistrar", registrar), parameters

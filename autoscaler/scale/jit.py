@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Protocol, TypeVar
@@ -46,7 +46,7 @@ from autoscaler.errors import (
     RateLimitedError,
     RejectedError,
 )
-from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.ports import JitRunner, JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.ephemeral import (
     EphemeralPlan,
@@ -74,14 +74,6 @@ CREATED, ADOPTED, CONFLICT, REJECTED, FORBIDDEN, RATE_LIMITED, FAILED, HANDOVER_
     "failed",
     "handover_failed",
 )
-
-
-@dataclass(frozen=True)
-class JitRunner:
-    """GitHub's answer to generate-jitconfig: the runner it created and its config."""
-
-    runner_id: int
-    encoded_jit_config: Secret
 
 
 class RunnerRegistrar(Protocol):

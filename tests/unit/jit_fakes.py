@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from autoscaler.config.secrets import Secret
 from autoscaler.domain import Runner
 from autoscaler.errors import AutoscalerError, ConflictError
-from autoscaler.scale.jit import JitRunner
+from autoscaler.ports import JitRunner
 from tests.unit.scaling_fakes import FakeSource
 
 
