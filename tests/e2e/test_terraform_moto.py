@@ -241,4 +241,4 @@ def test_controller_task_role_grants_exactly_the_adapter_calls(applied: str) -> 
         for statement in document["Statement"]:
             actions = statement["Action"]
             granted |= {actions} if isinstance(actions, str) else set(actions)
-    assert granted == set(IAM_ACTIONS)
+    assert granted == set(IAM_ACTIONS) | set(SSM_IAM_ACTIONS)

@@ -105,6 +105,22 @@ data "aws_iam_policy_document" "task" {
       values   = ["true"]
     }
   }
+
+  # Ephemeral runners: the JIT configs the controller hands to instances, under its own
+  # parameter path only (GetParametersByPath names the path itself).
+  statement {
+    sid = "JitParameters"
+    actions = [
+      "ssm:AddTagsToResource",
+      "ssm:DeleteParameter",
+      "ssm:GetParametersByPath",
+      "ssm:PutParameter",
+    ]
+    resources = [
+      "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}",
+      "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}/*",
+    ]
+  }
 }
 
 resource "aws_iam_role" "task" {
