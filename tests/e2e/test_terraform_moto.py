@@ -25,6 +25,7 @@ import pytest
 from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
 from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
+from autoscaler.scale.aws.ssm import IAM_ACTIONS as SSM_IAM_ACTIONS
 from autoscaler.telemetry import Metrics
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
