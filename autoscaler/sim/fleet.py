@@ -115,6 +115,8 @@ class _Booted:
     pool: str
     job_id: int | None = None
     job_done_at: datetime | None = None
+    ran: bool = False
+    """It took a job (an ephemeral runner takes one, ever)."""
 
 
 @dataclass
@@ -239,6 +241,12 @@ class Fleet:
                 self.github.complete_job(booted.job_id)
                 events.completed.append(booted.job_id)
                 booted.job_id = booted.job_done_at = None
+        # Ephemeral runners that ran their job are gone (GitHub removed them): their
+        # instance never takes another one; the controller terminates it.
+        for iid, booted in list(self._booted.items()):
+            if self.specs[booted.pool].ephemeral and booted.job_id is None and booted.ran:
+                self._retired.add(iid)
+                del self._booted[iid]
         # Instances that finished booting.
         for iid, pool in live.items():
             first = self._first_seen.setdefault(iid, now)
@@ -266,7 +274,7 @@ class Fleet:
                 continue
             queued.remove(job)
             self.github.assign_job(job.id, booted.runner_id)
-            booted.job_id = job.id
+            booted.job_id, booted.ran = job.id, True
             booted.job_done_at = now + timedelta(seconds=self._duration(job.id))
             events.assigned.append(job.id)
             events.waited.append(max(0.0, (now - job.created_at).total_seconds()))
