@@ -403,6 +403,7 @@ class EphemeralRunners:
         try:
             raw = self.store.load_jit_records()
         except AutoscalerError as exc:
+            self._store_failed(exc, "load_jit_records")
             log.error("JIT ledger not loaded (%s %s): ephemeral pools wait", exc.kind, exc.code)
             return False
         for iid, text in raw.items():
@@ -434,11 +435,18 @@ class EphemeralRunners:
         try:
             self.store.save_jit_records(put, set(self._dropped))
         except AutoscalerError as exc:
+            self._store_failed(exc, "save_jit_records")
             log.error("JIT ledger not saved (%s %s); retried next tick", exc.kind, exc.code)
             return False
         self._dirty.clear()
         self._dropped.clear()
         return True
+
+    def _store_failed(self, exc: AutoscalerError, operation: str) -> None:
+        """``state_store_errors_total{operation,code}``, as the alert stage counts its own."""
+        self.metrics.state_store_errors.labels(
+            getattr(exc, "operation", "") or operation, exc.code or exc.kind
+        ).inc()
 
     def _count(self, runner_type: str, result: str) -> None:
         self.metrics.jit_configs.labels(runner_type, result).inc()

@@ -315,6 +315,11 @@ def test_an_unreadable_ledger_registers_nothing() -> None:
     w.add_instance(1)
     w.tick(T0)
     assert w.registrar.asked == []
+    failures = w.metrics.registry.get_sample_value(
+        "ci_autoscaler_state_store_errors_total",
+        {"operation": "load_jit_records", "code": "locked"},
+    )
+    assert failures == 1
     w.tick(later(30))
     assert len(w.registrar.asked) == 1
 
@@ -324,3 +329,15 @@ def test_persistent_types_are_untouched() -> None:
     w.add_instance(1)
     w.tick(T0)
     assert w.registrar.asked == [] and w.params.calls == []
+
+
+def test_github_is_not_asked_while_the_intent_cannot_be_saved() -> None:
+    """Asking without a saved intent could leave a runner a restart knows nothing about."""
+    w = World()
+    w.tick(T0)  # the ledger is loaded
+    w.add_instance(1)
+    w.store.errors.append(TransientError("disk full", code="full"))
+    w.tick(later(30))
+    assert w.registrar.asked == [] and w.jit("failed") == 1
+    w.tick(later(60))
+    assert len(w.registrar.asked) == 1 and w.jit("created") == 1
