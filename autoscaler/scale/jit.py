@@ -191,6 +191,15 @@ class EphemeralRunners:
         left = tuple(r for r in runners if r.name not in deleted)
         return without_instances(pools, removed), left
 
+    def forget(self) -> None:
+        """Another process may change the ledger now (this one is not acting): read it
+        again from the store before acting next."""
+        if self.store is not None:
+            self.loaded = False
+            self.ledger = {}
+            self._dirty.clear()
+            self._dropped.clear()
+
     # --- duties
 
     def _register(self, r: Register, now: datetime) -> None:

@@ -167,6 +167,10 @@ class Scaler:
                 )
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
+        if self.ephemeral is not None and dry_run:
+            # Another process may act meanwhile (a leader, when this one follows): read the
+            # JIT ledger again before this one acts next.
+            self.ephemeral.forget()
         if self.ephemeral is not None and not dry_run:
             # Spent and expired ephemeral instances go first: the policy plans without them.
             pools, runners = self.ephemeral.step(

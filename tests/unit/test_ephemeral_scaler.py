@@ -341,3 +341,25 @@ def test_github_is_not_asked_while_the_intent_cannot_be_saved() -> None:
     assert w.registrar.asked == [] and w.jit("failed") == 1
     w.tick(later(60))
     assert len(w.registrar.asked) == 1 and w.jit("created") == 1
+
+
+def test_a_process_that_did_not_act_reads_the_ledger_again_before_it_acts() -> None:
+    """A dry-run tick (a follower's) leaves the ledger to whoever acts; the next acting
+    tick must see what that process recorded meanwhile, or it would register a second
+    runner for an instance the other already gave one."""
+    w = World()
+    w.add_instance(1)
+    w.tick(T0)
+    runners = tuple(w.source.runners.values())
+    w.scaler.step(
+        snapshot({GPU: 0}, at=later(30)),
+        observation(runners, later(30)),
+        later(30),
+        observation_fresh=True,
+        dry_run=True,
+    )
+    # Meanwhile the acting process gave instance 2 its runner (77) and recorded it.
+    w.store.records[iid(2)] = JitRecord(iid(2), POOL, GPU, asked_at=T0, runner_id=77).to_json()
+    w.add_instance(2)
+    w.tick(later(60))
+    assert [a[0] for a in w.registrar.asked] == [f"{POOL}-{iid(1)}"]
