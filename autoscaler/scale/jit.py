@@ -312,14 +312,21 @@ class EphemeralRunners:
             "JIT runner %s never came online within boot_timeout: deleted at GitHub",
             n.record.runner_name,
         )
-        if n.record.parameter:
-            self._delete_parameter(n.pool, n.instance_id)
-        self._drop(n.instance_id)
+        record = n.record
+        if record.parameter and self._delete_parameter(n.pool, n.instance_id):
+            record = replace(record, parameter=False)
         if self._terminate(n.runner_type, n.pool, n.instance_id):
             self.metrics.scale_actions.labels(n.runner_type, n.pool, "terminate_orphan").inc()
             log.warning("terminated orphan instance %s in %s", n.instance_id, n.pool)
+            if record.parameter:
+                self._put(record)  # the gone duty deletes it once the instance is gone
+            else:
+                self._drop(n.instance_id)
             return True
-        return False  # no runner left; the orphan sweep terminates it later
+        # The record stays (its runner is gone now): the next tick finds the instance spent
+        # and terminates it, and never gives it a second config.
+        self._put(record)
+        return False
 
     def _came_online(self, record: JitRecord) -> None:
         if record.parameter and not self._delete_parameter(record.pool, record.instance_id):

@@ -363,3 +363,18 @@ def test_a_process_that_did_not_act_reads_the_ledger_again_before_it_acts() -> N
     w.add_instance(2)
     w.tick(later(60))
     assert [a[0] for a in w.registrar.asked] == [f"{POOL}-{iid(1)}"]
+
+
+def test_a_never_online_instance_whose_termination_fails_gets_no_second_config() -> None:
+    """Its runner was deleted at GitHub; the instance must be terminated, never handed a
+    new runner (exactly one config per instance), even when AWS refuses once."""
+    w = World()
+    w.add_instance(1)
+    w.tick(T0)
+    w.pool.fail("terminate_instance", POOL, *[TransientError("throttled", code="x")] * 3)
+    w.tick(later(901))
+    assert w.runner_of(1) is None and iid(1) in w.live_ids()
+    w.tick(later(931))
+    assert iid(1) not in w.live_ids()
+    assert len(w.registrar.asked) == 1
+    assert w.store.records == {} and w.params.values == {}
