@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
-from autoscaler.alerting.store import StateStore
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -131,7 +131,7 @@ def setup(
     deliverer = Deliverer(
         config.receivers, metrics, transport=httpx.MockTransport(hook), sleep=lambda _: None
     )
-    engine = AlertEngine(config, StateStore(None), deliverer, metrics, alertmanager=sync)
+    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
     return Setup(engine, sync, metrics, hooks)
 
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.alerting.store import StateStore
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.config import GitHubConfig
 from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
@@ -30,7 +30,7 @@ class World:
     sleeps: list[float] = field(default_factory=list)
     now: datetime = T0
 
-    def source(self, store: StateStore | None = None, **config: object) -> GitHubSource:
+    def source(self, store: SqliteStore | None = None, **config: object) -> GitHubSource:
         cfg = GitHubConfig(
             owner="demo-org",
             api_url=self.fake.url,
@@ -219,7 +219,7 @@ def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
         world.fake.queue_job(repo, CPU)
     world.fake.register_runner("r1", CPU)
     path = f"{tmp_path}/state.db"
-    store = StateStore(path)
+    store = SqliteStore(path)
     first = world.source(store)
     try:
         before = first.observe(T0)
@@ -227,7 +227,7 @@ def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
         first.close()
         store.close()
     sent = len(world.fake.requests)
-    store = StateStore(path)
+    store = SqliteStore(path)
     second = world.source(store)
     try:
         after = second.observe(T0 + timedelta(seconds=30))
@@ -243,7 +243,7 @@ def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
 def test_a_broken_cache_entry_is_dropped_not_fatal(world: World, tmp_path: object) -> None:
     world.fake.queue_job("app", CPU)
     path = f"{tmp_path}/state.db"
-    store = StateStore(path)
+    store = SqliteStore(path)
     store.save_poll_cache({"http://127.0.0.1:1/x": "{not json"}, ())
     source = world.source(store)
     try:

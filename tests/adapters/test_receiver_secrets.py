@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -115,7 +115,7 @@ def _engine(
     )
     deliverer = Deliverer(config.receivers, metrics, sleep=lambda _: None, deadline=20.0)
     sync = AlertmanagerSync(config.receivers, metrics)
-    engine = AlertEngine(config, StateStore(None), deliverer, metrics, alertmanager=sync)
+    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
     return engine, deliverer, sync
 
 

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -70,7 +70,7 @@ def engine(path: Path, capture: Capture) -> AlertEngine:
     deliverer = Deliverer(
         CONFIG.receivers, metrics, transport=httpx.MockTransport(capture), sleep=lambda _: None
     )
-    return AlertEngine(CONFIG, StateStore(path), deliverer, metrics)
+    return AlertEngine(CONFIG, SqliteStore(path), deliverer, metrics)
 
 
 def stop(e: AlertEngine) -> None:
@@ -130,7 +130,7 @@ def test_dry_run_persists_and_sends_nothing(tmp_path: Path) -> None:
 
 
 def test_memory_store_roundtrips_issue_numbers() -> None:
-    store = StateStore(None)
+    store = SqliteStore(None)
     store.set_issue_number("gh", "abc", 12)
     assert store.issue_number("gh", "abc") == 12
     store.set_issue_number("gh", "abc", None)

@@ -10,7 +10,7 @@ from typing import Any
 
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import UNREACHABLE_RULE
-from autoscaler.alerting.store import StateStore
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
@@ -246,7 +246,7 @@ def test_an_exception_escaping_the_source_is_a_failed_poll_and_alerting_still_ru
     aborted, and with it the alerting stage, so "GitHub unreachable" never fired."""
     cfg = config()
     metrics = Metrics()
-    engine = AlertEngine(cfg.alerts, StateStore(None), None, metrics)
+    engine = AlertEngine(cfg.alerts, SqliteStore(None), None, metrics)
     controller = Controller(cfg, DeepJsonSource(), metrics, alerts=engine)
     first = controller.tick(T0)
     later = controller.tick(T0 + timedelta(minutes=11))
