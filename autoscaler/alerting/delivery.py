@@ -282,7 +282,9 @@ class Deliverer:
             count.labels(rc.name, "dry_run").inc()
             store.mark_delivered(item.id)
             return True
-        if not self.gate.allows("notify"):  # not the leader (any more): it is theirs to send
+        if not self.gate.allows(
+            "notify", f"{rc.name} {n.event_id}"
+        ):  # not the leader (any more): it is theirs to send
             log.info("alert %s to %s left to the leader", what, rc.name)
             return False
         try:

@@ -42,15 +42,19 @@ class Fence:
         self.on_refused = on_refused
         self.name = name
 
-    def allows(self, action: str) -> bool:
-        if self.leadership.acting():
+    def allows(self, action: str, detail: str = "") -> bool:
+        """True when the action may go ahead now; logged with the epoch it is taken under
+        (who acted when can be read back from the logs), or counted when refused."""
+        token = self.leadership.token()
+        if token is not None:
+            log.info("epoch %d: %s %s", token[1], action, detail)
             return True
         self.on_refused(action)
         return False
 
-    def require(self, action: str) -> None:
+    def require(self, action: str, detail: str = "") -> None:
         """Return if the action may go ahead; raise NotLeaderError if not."""
-        if not self.allows(action):
+        if not self.allows(action, detail):
             log.info("%s skipped: this controller does not hold the lease", action)
             raise NotLeaderError(
                 f"{action}: this controller does not hold the leader lease on {self.name} "
@@ -72,15 +76,15 @@ class FencedPool:
         return self.pool.describe(names)
 
     def set_desired_capacity(self, pool: str, desired: int) -> None:
-        self.fence.require("set_desired_capacity")
+        self.fence.require("set_desired_capacity", f"{pool} {desired}")
         self.pool.set_desired_capacity(pool, desired)
 
     def protect_instances(self, pool: str, instance_ids: Sequence[str]) -> None:
-        self.fence.require("protect")
+        self.fence.require("protect", f"{pool} {len(instance_ids)}")
         self.pool.protect_instances(pool, instance_ids)
 
     def terminate_instance(self, pool: str, instance_id: str) -> None:
-        self.fence.require("terminate")
+        self.fence.require("terminate", f"{pool} {instance_id}")
         self.pool.terminate_instance(pool, instance_id)
 
     def clock_skew(self) -> float | None:
@@ -98,7 +102,7 @@ class FencedSource:
         return self.source.observe(now)
 
     def remove_runner(self, runner_id: int) -> None:
-        self.fence.require("remove_runner")
+        self.fence.require("remove_runner", str(runner_id))
         self.source.remove_runner(runner_id)
 
     def find_runner(self, name: str) -> Runner | None:

@@ -90,12 +90,16 @@ class Leadership(Protocol):
 
     def acting(self) -> bool: ...
 
+    def token(self) -> tuple[str, int] | None:
+        """(owner, epoch) while acting, else None."""
+        ...
+
 
 class ActionGate(Protocol):
     """Asked right before an action that only the leader may take: a scale call, a
     termination, a deregistration, a notification. False: skip it (it is counted)."""
 
-    def allows(self, action: str) -> bool: ...
+    def allows(self, action: str, detail: str = "") -> bool: ...
 
 
 class SoleWriter:
@@ -105,5 +109,5 @@ class SoleWriter:
     def acting(self) -> bool:
         return True
 
-    def allows(self, action: str) -> bool:
+    def allows(self, action: str, detail: str = "") -> bool:
         return True

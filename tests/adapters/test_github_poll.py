@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.config import GitHubConfig
 from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
@@ -17,6 +16,7 @@ from autoscaler.errors import RateLimitedError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.budget import BUSY_MAX_INTERVAL
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

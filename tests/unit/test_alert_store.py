@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -21,6 +20,7 @@ from autoscaler.config import (
     SecretUrl,
 )
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)

@@ -10,7 +10,6 @@ from typing import Any
 
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import UNREACHABLE_RULE
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
@@ -26,6 +25,7 @@ from autoscaler.domain import (
     normalize_labels,
 )
 from autoscaler.errors import AutoscalerError, TransientError
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

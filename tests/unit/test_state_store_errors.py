@@ -35,8 +35,6 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.rules import FLEET, Evaluation
-from autoscaler.state.sqlite import SqliteStore
-from autoscaler.state.sqlite_errors import translate
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -49,6 +47,8 @@ from autoscaler.controller import Controller
 from autoscaler.domain import Observation
 from autoscaler.errors import StateError, StateLockedError, StateUnusableError
 from autoscaler.health import Health
+from autoscaler.state.sqlite import SqliteStore
+from autoscaler.state.sqlite_errors import translate
 from autoscaler.telemetry import Metrics
 from tests.unit.test_controller import FakeSource, observation
 
