@@ -77,6 +77,7 @@ def stop(e: AlertEngine) -> None:
     """Shut down as the CLI does: delivery first (bounded), then the store."""
     assert e.deliverer is not None
     e.deliverer.close()
+    assert isinstance(e.store, SqliteStore)
     e.store.close()
 
 
