@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from autoscaler.config import Config
 from autoscaler.domain import (
+    Cause,
     ClockSkew,
     Observation,
     PollBudget,
@@ -39,7 +41,9 @@ from autoscaler.domain import (
 from autoscaler.errors import AutoscalerError
 from autoscaler.health import Health
 from autoscaler.observe.queue import compute_queue
+from autoscaler.observe.starts import JobStart, ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
+from autoscaler.scale.diagnosis import ScalingView, diagnose
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +51,18 @@ log = logging.getLogger(__name__)
 STALE_READY_INTERVALS = 3
 #: Scaling in needs an observation younger than this many intervals.
 FRESH_SCALE_INTERVALS = 2
+#: Decisions that changed something, kept for the status page (newest last).
+RECENT_DECISIONS = 20
 
 
 class Reporter(Protocol):
     """Where the controller reports what it saw (autoscaler.telemetry.Metrics)."""
 
     def poll_succeeded(self, snapshot: QueueSnapshot, now: datetime) -> None: ...
+
+    def jobs_started(
+        self, starts: Sequence[JobStart], objectives: Mapping[str, ObjectiveStatus]
+    ) -> None: ...
 
     def poll_failed(self, kind: str) -> None: ...
 
@@ -74,6 +84,8 @@ class AlertStep(Protocol):
         problems: Sequence[ScalingProblem] | None = None,
         clock_skew: ClockSkew | None = None,
         budget: PollBudget | None = None,
+        causes: Mapping[str, Sequence[Cause]] | None = None,
+        objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> Sequence[Any]: ...
 
 
@@ -88,6 +100,11 @@ class ScaleStep(Protocol):
     @property
     def last_clock_skew(self) -> ClockSkew:
         """The peers' clock skew the last step decided with (the alert stage checks it)."""
+        ...
+
+    @property
+    def last_view(self) -> ScalingView | None:
+        """The pools, plan and state of the last step (None: it described nothing)."""
         ...
 
     def step(
@@ -117,6 +134,11 @@ class TickResult:
     poll_error: str | None = None
     alerts: Sequence[Any] = field(default_factory=list)
     decisions: Sequence[Any] = field(default_factory=list)
+    causes: Mapping[str, tuple[Cause, ...]] = field(default_factory=dict)
+    """Runner type -> why its jobs wait (:func:`autoscaler.scale.diagnosis.diagnose`)."""
+    scaling: ScalingView | None = None
+    """The pools, plan and back-offs the scaling stage saw (None: it did not run)."""
+    dry_run: bool = False
 
 
 class Controller:
@@ -147,13 +169,18 @@ class Controller:
         self.last_snapshot: QueueSnapshot | None = None
         self.last_successful_poll: datetime | None = None
         self.last_result: TickResult | None = None
+        self.starts = StartTracker(config)
+        self.objectives: Mapping[str, ObjectiveStatus] = {}
+        #: (when, decision) for decisions that changed something, newest last.
+        self.recent_decisions: deque[tuple[datetime, Any]] = deque(maxlen=RECENT_DECISIONS)
 
     def tick(self, now: datetime, *, dry_run: bool = False) -> TickResult:
         dry_run = dry_run or not self.acting()  # a follower observes and decides; acts on nothing
-        result = TickResult(now=now, snapshot=None)
+        result = TickResult(now=now, snapshot=None, dry_run=dry_run)
         started = time.perf_counter()
         try:
             fresh = self._observe(now, result)
+            observation_fresh = fresh and self.observation_is_fresh(now)
             alerts, scaler = self.alerts, self.scaler
             problems: Sequence[ScalingProblem] | None = None
             skew: ClockSkew | None = None
@@ -171,12 +198,28 @@ class Controller:
                         snapshot,
                         observation,
                         now,
-                        observation_fresh=fresh and self.observation_is_fresh(now),
+                        observation_fresh=observation_fresh,
                         dry_run=dry_run,
                     ),
                 )
                 problems = scaler.last_problems
                 skew = scaler.last_clock_skew
+                result.scaling = scaler.last_view
+            try:
+                result.causes = diagnose(
+                    result.snapshot,
+                    self.last_observation,
+                    self.config,
+                    now,
+                    scaling=result.scaling,
+                    problems=problems or (),
+                    observation_fresh=observation_fresh,
+                    last_successful_poll=self.last_successful_poll,
+                    dry_run=dry_run,
+                )
+            except Exception:  # a bug in diagnosis must not silence the alerts
+                log.exception("diagnosis failed; the loop goes on")
+                self.reporter.stage_failed("diagnosis")
             if alerts is not None:
                 budget = self.last_observation.budget if fresh and self.last_observation else None
                 result.alerts = self._guarded(
@@ -189,10 +232,16 @@ class Controller:
                         problems=problems,
                         clock_skew=skew,
                         budget=budget,
+                        causes=result.causes,
+                        objectives=self.objectives,
                     ),
                 )
         finally:
             self.reporter.tick_finished(time.perf_counter() - started)
+        if not dry_run:
+            self.recent_decisions.extend(
+                (now, d) for d in result.decisions if getattr(d, "action", "hold") != "hold"
+            )
         self.last_result = result
         return result
 
@@ -228,6 +277,9 @@ class Controller:
         self.last_observation, self.last_snapshot = observation, snapshot
         self.last_successful_poll = now
         self.reporter.poll_succeeded(snapshot, now)
+        starts = self.starts.observe(observation.jobs, now)
+        self.objectives = self.starts.status(now)
+        self.reporter.jobs_started(starts, self.objectives)
         result.snapshot = snapshot
         return True
 

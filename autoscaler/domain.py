@@ -236,6 +236,22 @@ class ScalingProblem:
 
 
 @dataclass(frozen=True, slots=True)
+class Cause:
+    """One reason jobs of a runner type wait, as on-call reads it.
+
+    ``code`` is stable (``at_max``, ``capacity_backoff``, ... :mod:`autoscaler.scale.diagnosis`
+    lists them): alerts, ``explain`` and dashboards may key on it. ``detail`` is one line for
+    a person, naming the numbers (pools, counts, ages, the cloud's own message).
+    """
+
+    code: str
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
 class ClockSkew:
     """How far the peers' clocks are from ours: peer minus ours, in seconds (positive: the
     peer is ahead). None where no answer of that peer carried a ``Date`` header yet."""

@@ -7,8 +7,9 @@ rules) or by code (operation, status, result); never a job id or a repository li
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -16,9 +17,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from autoscaler import __version__
 from autoscaler.domain import QueueSnapshot
+from autoscaler.observe.starts import JobStart, ObjectiveStatus
 
 P = "ci_autoscaler_"
 _FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Queue times: seconds to hours (an objective is usually a few minutes).
+_QUEUE = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
+#: Capacity asked -> runner online: an instance boots in one to a few minutes.
+_PROVISION = (30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1800.0, 3600.0)
 
 
 class Metrics:
@@ -65,6 +71,39 @@ class Metrics:
             P + "stage_failures_total",
             "Tick stages (alerting, scaling) that failed unexpectedly; the loop went on.",
             ["stage"],
+            registry=r,
+        )
+        self.job_queue_seconds = Histogram(
+            P + "job_queue_seconds",
+            "Queue time of each job when it started (started_at - created_at), once per job.",
+            ["runner_type"],
+            buckets=_QUEUE,
+            registry=r,
+        )
+        self.jobs_within_objective = Counter(
+            P + "jobs_within_queue_time_objective_total",
+            "Jobs that started within their runner type's slo.queue_time (the good events;"
+            " job_queue_seconds_count are all events).",
+            ["runner_type"],
+            registry=r,
+        )
+        self.queue_time_objective = Gauge(
+            P + "queue_time_objective_seconds",
+            "A runner type's slo.queue_time.",
+            ["runner_type"],
+            registry=r,
+        )
+        self.queue_time_objective_ratio = Gauge(
+            P + "queue_time_objective_ratio",
+            "A runner type's slo.objective: the share of jobs that must start within queue_time.",
+            ["runner_type"],
+            registry=r,
+        )
+        self.queue_time_attained = Gauge(
+            P + "queue_time_objective_attained_ratio",
+            "Share of the last hour's started jobs that started within slo.queue_time"
+            " (NaN: none started).",
+            ["runner_type"],
             registry=r,
         )
         self.tick_duration = Histogram(
@@ -289,6 +328,13 @@ class Metrics:
             ["runner_type", "pool", "reason"],
             registry=r,
         )
+        self.provisioning_seconds = Histogram(
+            P + "provisioning_seconds",
+            "Time from a scale-up of a pool to each new runner of it online.",
+            ["runner_type", "pool"],
+            buckets=_PROVISION,
+            registry=r,
+        )
         self.orphans_kept = Counter(
             P + "orphans_kept_total",
             "Orphan instances not terminated: their runner registered after the poll"
@@ -346,6 +392,22 @@ class Metrics:
     def poll_succeeded(self, snapshot: QueueSnapshot, now: datetime) -> None:
         self.polls.labels("ok").inc()
         report_queue(self, snapshot, now)
+
+    def jobs_started(
+        self, starts: Sequence[JobStart], objectives: Mapping[str, ObjectiveStatus]
+    ) -> None:
+        """Each newly started job's queue time; each objective's share over the last hour."""
+        for start in starts:
+            self.job_queue_seconds.labels(start.runner_type).observe(start.queue_seconds)
+            if start.within_objective:
+                self.jobs_within_objective.labels(start.runner_type).inc()
+        for name, status in objectives.items():
+            self.queue_time_objective.labels(name).set(status.objective.queue_time)
+            self.queue_time_objective_ratio.labels(name).set(status.objective.objective)
+            self.job_queue_seconds.labels(name)  # exported at 0 before the first job
+            self.jobs_within_objective.labels(name)
+            share = status.share(3600.0)
+            self.queue_time_attained.labels(name).set(math.nan if share is None else share)
 
     def poll_failed(self, kind: str) -> None:
         self.polls.labels(kind).inc()

@@ -39,11 +39,14 @@ from autoscaler.alerting.rules import (
     BUDGET_RULE,
     CLOCK_SKEW_RULE,
     FLEET,
+    OBJECTIVE_RULE,
     PROVISIONING_RULE,
     UNMATCHED_RULE,
+    Causes,
     Evaluation,
     evaluate_budget,
     evaluate_clock_skew,
+    evaluate_objective,
     evaluate_provisioning,
     evaluate_rules,
     evaluate_unmatched,
@@ -54,6 +57,7 @@ from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.errors import NotLeaderError, StateError
 from autoscaler.health import STATE, Health
+from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.state.port import AlertStore
 from autoscaler.telemetry import Metrics
 
@@ -71,6 +75,10 @@ class AlertView:
     text: str
     fingerprint: str
     values: Mapping[str, int]
+    reason: str = ""
+    """The Reason line's text (for the status page; not in ``once`` JSON)."""
+    cause: str | None = None
+    """The Cause line's text, None when the alert has none (not in ``once`` JSON)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +105,8 @@ def _view(state: AlertState) -> AlertView:
         render.text(n),
         ev.fingerprint,
         dict(ev.values),
+        ev.reason,
+        ev.cause,
     )
 
 
@@ -132,20 +142,29 @@ class AlertEngine:
         *,
         clock_skew: ClockSkew | None = None,
         budget: PollBudget | None = None,
+        causes: Causes | None = None,
+        objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
         scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
-        None or empty; no budget plan this tick: ``budget`` is None)."""
+        None or empty; no budget plan this tick: ``budget`` is None). ``causes`` (runner
+        type -> why its jobs wait) go on the queue alerts' ``Cause:`` line; ``objectives``
+        feed the built-in queue-time objective alert."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
         keep: set[str] = set()
         if snapshot is not None:
-            evaluations += evaluate_rules(self.config.rules, snapshot)
+            evaluations += evaluate_rules(self.config.rules, snapshot, causes)
             if b.unmatched_jobs:
-                evaluations.append(evaluate_unmatched(b, snapshot, everyone))
+                evaluations.append(evaluate_unmatched(b, snapshot, everyone, causes))
+            if b.queue_time_objective:
+                evaluations += [
+                    evaluate_objective(b, status, everyone, causes)
+                    for status in (objectives or {}).values()
+                ]
         else:
-            keep = {r.name for r in self.config.rules} | {UNMATCHED_RULE}
+            keep = {r.name for r in self.config.rules} | {UNMATCHED_RULE, OBJECTIVE_RULE}
         if problems is None:
             keep.add(PROVISIONING_RULE)
         else:
@@ -176,14 +195,24 @@ class AlertEngine:
         problems: Sequence[ScalingProblem] | None = None,
         clock_skew: ClockSkew | None = None,
         budget: PollBudget | None = None,
+        causes: Causes | None = None,
+        objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
         ``clock_skew`` the peers' clocks as last measured; ``budget`` the CI source's
-        rate-limit plan of this tick, when it has one."""
+        rate-limit plan of this tick, when it has one; ``causes`` why each runner type's
+        jobs wait (the ``Cause:`` line); ``objectives`` each type's queue-time objective."""
         if self.started_at is None:
             self.started_at = now
         evaluations, keep = self.evaluate(
-            snapshot, last_successful_poll, now, problems, clock_skew=clock_skew, budget=budget
+            snapshot,
+            last_successful_poll,
+            now,
+            problems,
+            clock_skew=clock_skew,
+            budget=budget,
+            causes=causes,
+            objectives=objectives,
         )
         try:
             old = self.store.load_states()

@@ -6,7 +6,14 @@ receiver that gets a notification twice (delivery is at least once) can drop the
 Payload shapes:
 
 - webhook: our own flat JSON (event_id, title, state, team, priority, description, reason,
-  values and flags as numbers, occurred_at, fingerprint, runbook_url, dashboard_url, text).
+  values and flags as numbers, occurred_at, fingerprint, runbook_url, dashboard_url, causes,
+  text).
+
+The webhook and Slack payloads carry ``causes: [{runner_type, code, detail}]``, PagerDuty's
+in ``custom_details``; Alertmanager's model holds strings only, so both Alertmanager
+payloads carry the ``cause`` annotation (the Cause line) and keep their exact shape; the
+text carries them as the ``Cause:`` line right after ``Reason:`` (queue alerts only;
+``Reason:`` never changes).
 - slack: an incoming-webhook message: ``text`` (notification fallback) plus one attachment
   with a colour bar (red FIRING, green RESOLVED) holding Block Kit sections, the last a
   context line with the fingerprint and event id; the event id also in ``metadata``.
@@ -64,8 +71,9 @@ def title(ev: Evaluation) -> str:
 
 
 def text(n: Notification) -> str:
-    """The full on-call text."""
+    """The full on-call text; queue alerts carry a ``Cause:`` line right after ``Reason:``."""
     ev = n.evaluation
+    cause = [] if ev.cause is None else [f"Cause: {ev.cause}"]
     return "\n".join(
         [
             f"Occurred At: {human_time(n.occurred_at)}",
@@ -74,6 +82,7 @@ def text(n: Notification) -> str:
             f"Priority: {ev.priority}",
             f"Description: {ev.description}",
             f"Reason: {ev.reason}",
+            *cause,
             f"Runbook: {ev.runbook_url}",
             f"Dashboard: {ev.dashboard_url}",
             f"Fingerprint: {ev.fingerprint}",
@@ -101,6 +110,7 @@ def webhook_payload(n: Notification) -> dict[str, Any]:
         "fingerprint": ev.fingerprint,
         "runbook_url": ev.runbook_url,
         "dashboard_url": ev.dashboard_url,
+        "causes": ev.causes_as_dicts(),
         "text": text(n),
     }
 
@@ -131,6 +141,7 @@ def slack_payload(n: Notification) -> dict[str, Any]:
     return {
         "text": f"{n.status}: {title(ev)}",
         "attachments": [{"color": color, "fallback": text(n), "blocks": blocks}],
+        "causes": ev.causes_as_dicts(),
         "metadata": {
             "event_type": "ci_autoscaler_alert",
             "event_payload": {
@@ -165,7 +176,12 @@ def pagerduty_payload(n: Notification, routing_key: str) -> dict[str, Any]:
             "component": ev.scope,
             "group": ev.team,
             "class": ev.rule,
-            "custom_details": {"event_id": n.event_id, "text": text(n), **dict(ev.values)},
+            "custom_details": {
+                "event_id": n.event_id,
+                "text": text(n),
+                **dict(ev.values),
+                "causes": ev.causes_as_dicts(),
+            },
         },
         "links": links,
     }
@@ -192,6 +208,7 @@ def alertmanager_payload(n: Notification, receiver: str, external_url: str = "")
         "reason": ev.reason,
         "runbook_url": ev.runbook_url,
         "dashboard_url": ev.dashboard_url,
+        **({} if ev.cause is None else {"cause": ev.cause}),
         "event_id": n.event_id,
     }
     alert = {

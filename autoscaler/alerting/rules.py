@@ -20,6 +20,7 @@ Conventions (documented once, here):
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -27,7 +28,16 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from autoscaler.config import AlertRuleConfig, BuiltinAlertsConfig
-from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, QueueStats, ScalingProblem
+from autoscaler.domain import (
+    Cause,
+    ClockSkew,
+    PollBudget,
+    QueueSnapshot,
+    QueueStats,
+    ScalingProblem,
+)
+from autoscaler.observe.starts import FAST_BURN, SLOW_BURN, ObjectiveStatus
+from autoscaler.scale.diagnosis import UNMATCHED, cause_line
 
 FLEET = "fleet"
 UNMATCHED_RULE = "Jobs no runner type serves"
@@ -35,6 +45,12 @@ UNREACHABLE_RULE = "GitHub unreachable"
 PROVISIONING_RULE = "Runner pool provisioning failing"
 CLOCK_SKEW_RULE = "Controller clock skewed"
 BUDGET_RULE = "GitHub budget too small for this org"
+OBJECTIVE_RULE = "Queue-time objective burning"
+
+#: Runner type -> its causes this tick (:func:`autoscaler.scale.diagnosis.diagnose`).
+Causes = Mapping[str, Sequence[Cause]]
+#: An alert's causes: (runner type, cause), most important first.
+TypedCauses = tuple[tuple[str, Cause], ...]
 
 
 def fingerprint(rule: str, scope: str) -> str:
@@ -59,10 +75,22 @@ class Evaluation:
     for_: float = 0.0
     repeat_interval: float = 4 * 3600.0
     labels: Mapping[str, str] = field(default_factory=dict)
+    causes: TypedCauses | None = None
+    """Why the jobs wait, per runner type; None where the rule has no ``Cause:`` line
+    (alerts about the controller itself, and alerts stored before causes existed)."""
 
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.rule, self.scope)
+
+    @property
+    def cause(self) -> str | None:
+        """The ``Cause:`` line's text (None: the alert has no such line)."""
+        return None if self.causes is None else cause_line([c for _, c in self.causes])
+
+    def causes_as_dicts(self) -> list[dict[str, str]]:
+        """``[{runner_type, code, detail}]``, as every receiver's payload carries them."""
+        return [{"runner_type": rt, **c.as_dict()} for rt, c in self.causes or ()]
 
     @property
     def breached(self) -> bool:
@@ -86,6 +114,7 @@ class Evaluation:
             "for": self.for_,
             "repeat_interval": self.repeat_interval,
             "labels": dict(self.labels),
+            **({} if self.causes is None else {"causes": self.causes_as_dicts()}),
         }
 
     @classmethod
@@ -103,6 +132,12 @@ class Evaluation:
             for_=float(d.get("for", 0.0)),
             repeat_interval=float(d.get("repeat_interval", 4 * 3600.0)),
             labels={str(k): str(v) for k, v in d.get("labels", {}).items()},
+            causes=None
+            if d.get("causes") is None
+            else tuple(
+                (str(c["runner_type"]), Cause(str(c["code"]), str(c["detail"])))
+                for c in d["causes"]
+            ),
         )
 
     def with_values(self, values: Mapping[str, int]) -> Evaluation:
@@ -146,7 +181,24 @@ def reason_values(rule: AlertRuleConfig, size: int, seconds: float) -> dict[str,
     }
 
 
-def _from_rule(rule: AlertRuleConfig, scope: str, values: Mapping[str, int]) -> Evaluation:
+def typed_causes(types: Sequence[str], causes: Causes) -> TypedCauses:
+    """The causes of ``types`` in that order, each (runner type, cause) once."""
+    out: list[tuple[str, Cause]] = []
+    seen: set[tuple[str, str]] = set()
+    for name in types:
+        for c in causes.get(name, ()):
+            if (c.code, c.detail) not in seen:
+                seen.add((c.code, c.detail))
+                out.append((name, c))
+    return tuple(out)
+
+
+def _from_rule(
+    rule: AlertRuleConfig,
+    scope: str,
+    values: Mapping[str, int],
+    causes: TypedCauses | None = None,
+) -> Evaluation:
     labels = {} if scope == FLEET else {"runner_type": scope}
     return Evaluation(
         rule=rule.name,
@@ -161,22 +213,43 @@ def _from_rule(rule: AlertRuleConfig, scope: str, values: Mapping[str, int]) -> 
         for_=rule.for_,
         repeat_interval=rule.repeat_interval,
         labels=labels,
+        causes=causes,
     )
 
 
-def evaluate_rule(rule: AlertRuleConfig, snapshot: QueueSnapshot) -> list[Evaluation]:
-    """Evaluate one rule: one evaluation per covered type, or one fleet-wide."""
+def evaluate_rule(
+    rule: AlertRuleConfig, snapshot: QueueSnapshot, causes: Causes | None = None
+) -> list[Evaluation]:
+    """Evaluate one rule: one evaluation per covered type, or one fleet-wide.
+
+    With ``causes`` each evaluation carries its types' causes; a fleet-wide one those of
+    the covered types with counted jobs, the longest waiting first.
+    """
     names = covered_types(rule, snapshot.per_type)
     observed = {n: _observed(snapshot.per_type[n], rule.min_job_age) for n in names}
     if rule.per_runner_type:
-        return [_from_rule(rule, n, reason_values(rule, *observed[n])) for n in names]
+        return [
+            _from_rule(
+                rule,
+                n,
+                reason_values(rule, *observed[n]),
+                None if causes is None else typed_causes([n], causes),
+            )
+            for n in names
+        ]
     size = max((s for s, _ in observed.values()), default=0)
     seconds = max((t for _, t in observed.values()), default=0.0)
-    return [_from_rule(rule, FLEET, reason_values(rule, size, seconds))]
+    fleet = None
+    if causes is not None:
+        waiting = sorted((n for n in names if observed[n][0] > 0), key=lambda n: -observed[n][1])
+        fleet = typed_causes(waiting, causes)
+    return [_from_rule(rule, FLEET, reason_values(rule, size, seconds), fleet)]
 
 
-def evaluate_rules(rules: Sequence[AlertRuleConfig], snapshot: QueueSnapshot) -> list[Evaluation]:
-    return [e for rule in rules for e in evaluate_rule(rule, snapshot)]
+def evaluate_rules(
+    rules: Sequence[AlertRuleConfig], snapshot: QueueSnapshot, causes: Causes | None = None
+) -> list[Evaluation]:
+    return [e for rule in rules for e in evaluate_rule(rule, snapshot, causes)]
 
 
 def _builtin(
@@ -201,7 +274,10 @@ def _builtin(
 
 
 def evaluate_unmatched(
-    b: BuiltinAlertsConfig, snapshot: QueueSnapshot, all_receivers: tuple[str, ...]
+    b: BuiltinAlertsConfig,
+    snapshot: QueueSnapshot,
+    all_receivers: tuple[str, ...],
+    causes: Causes | None = None,
 ) -> Evaluation:
     """Built-in: queued jobs whose labels no runner type serves (nothing will run them)."""
     ages = snapshot.unmatched_ages_seconds
@@ -210,12 +286,57 @@ def evaluate_unmatched(
         "max_queue_time_mins": int(max(ages, default=0.0) // 60),
         "threshold_breached": int(snapshot.unmatched_jobs > 0),
     }
-    return _builtin(
+    evaluation = _builtin(
         b,
         UNMATCHED_RULE,
         "Queued jobs whose labels no configured runner type serves",
         values,
         all_receivers,
+    )
+    if causes is None:
+        return evaluation
+    return replace(evaluation, causes=typed_causes([UNMATCHED], causes))
+
+
+def _floor(value: float) -> int:
+    """Floored for display, forgiving float noise (0.5 / 0.05 reads 10, not 9)."""
+    return math.floor(value + 1e-9)
+
+
+def evaluate_objective(
+    b: BuiltinAlertsConfig,
+    status: ObjectiveStatus,
+    all_receivers: tuple[str, ...],
+    causes: Causes | None = None,
+) -> Evaluation:
+    """Built-in: a runner type's queue-time objective burns its error budget too fast
+    (multi-window: 1h and 5m above 14.4, or 6h and 30m above 6). Burn rates and shares
+    read floored in the Reason line; the check uses the exact values."""
+    slo = status.objective
+    long_fast, short_fast, _ = FAST_BURN
+    long_slow, short_slow, _ = SLOW_BURN
+    share = status.share(long_fast)
+    values = {
+        "queue_time_objective_secs": _floor(slo.queue_time),
+        "objective_pct": _floor(slo.objective * 100),
+        "jobs_started_1h": status.counts.get(long_fast, (0, 0))[1],
+        "within_objective_pct_1h": 100 if share is None else _floor(share * 100),
+        "burn_rate_5m": _floor(status.burn(short_fast)),
+        "burn_rate_1h": _floor(status.burn(long_fast)),
+        "burn_rate_30m": _floor(status.burn(short_slow)),
+        "burn_rate_6h": _floor(status.burn(long_slow)),
+        "threshold_breached": int(status.burning),
+    }
+    description = (
+        f"Jobs of {status.runner_type} wait longer than {int(slo.queue_time)}s too often:"
+        f" the {slo.objective:.4g} queue-time objective is burning its error budget"
+    )
+    evaluation = _builtin(b, OBJECTIVE_RULE, description, values, all_receivers)
+    return replace(
+        evaluation,
+        scope=status.runner_type,
+        labels={"runner_type": status.runner_type},
+        causes=None if causes is None else typed_causes([status.runner_type], causes),
     )
 
 

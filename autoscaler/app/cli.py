@@ -106,6 +106,34 @@ def cmd_once(args: argparse.Namespace) -> int:
     return 0 if result.poll_error is None else 2
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from autoscaler.app.explain import explain_json, format_explain, reports  # noqa: PLC0415
+    from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
+
+    config = _configure(args)
+    if config is None:
+        return 1
+    names = [rt.name for rt in config.runner_types]
+    if args.runner_type is not None and args.runner_type not in names:
+        print(
+            f"unknown runner type {args.runner_type!r} (configured: {', '.join(names)})",
+            file=sys.stderr,
+        )
+        return 1
+    runtime = build_runtime(config, Metrics(), dry_run=True)
+    try:
+        result = runtime.controller.tick(utc_now(), dry_run=True)
+        last_poll = runtime.controller.last_successful_poll
+    finally:
+        runtime.close()
+    types = [t for t in reports(result, config) if args.runner_type in (None, t.name)]
+    if args.output == "json":
+        sys.stdout.write(json.dumps(explain_json(types), indent=2) + "\n")
+    else:
+        sys.stdout.write(format_explain(types, result, last_poll))
+    return 0 if result.poll_error is None else 2
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from autoscaler.app.httpserver import StatusServer  # noqa: PLC0415
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
@@ -240,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument("--dry-run", action="store_true", help="deliver nothing, change nothing")
     p.set_defaults(func=cmd_once)
+
+    p = sub.add_parser(
+        "explain", help="one dry-run tick: why jobs wait, per runner type (pools, causes)"
+    )
+    p.add_argument("runner_type", nargs="?", default=None, metavar="RUNNER_TYPE")
+    p.add_argument("--config", required=True)
+    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
     p.add_argument("--config", required=True)

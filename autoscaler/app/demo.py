@@ -4,15 +4,17 @@ A fake GitHub with a scripted workload over CPU and GPU runner types; moto's ser
 an Auto Scaling group per pool; a fleet emulator that turns launched instances into
 runners after a boot delay and runs queued jobs on them; a local webhook sink that
 receives the alerts. The real controller (GitHub adapter, alerting, scaler, AWS adapter)
-runs against all of it and serves ``/metrics``.
+runs against all of it and serves ``/metrics`` and the status page at ``/``.
 
 The script repeats every :data:`CYCLE` seconds, so the default 60 s shows each promise of
 the README once: a burst of jobs (queues rise, pools grow, alerts fire), the GPU spot pool
 running out of capacity :data:`CAPACITY_FAULT_AT` seconds in (accepted scale-ups that
 launch nothing, with a Failed scaling activity, as real AWS reports it) so GPU demand fails
-over to on-demand, then calm (queues drain, alerts resolve, idle runners are scaled in),
-and no busy runner is ever killed. A closing summary counts it all
-(:mod:`autoscaler.app.demo_screen` draws the panels).
+over to on-demand (a rush of GPU jobs then waits on on-demand alone, so the GPU queue
+alert fires with ``Cause: capacity_backoff``), then calm (queues drain, alerts resolve,
+idle runners are scaled in), and no busy runner is ever killed. A panel says why jobs
+wait (the causes ``explain`` gives), each alert shows its Cause line, and a closing
+summary counts it all (:mod:`autoscaler.app.demo_screen` draws the panels).
 
 On a terminal the screen is redrawn each tick; piped, a full screen is printed every
 :data:`SCREEN_EVERY` seconds and one line per tick in between. Log lines go to a panel,
@@ -68,6 +70,10 @@ CAPACITY_FAULT_AT = 2.0
 """The GPU spot pool runs out of capacity (for good) at the first tick this many seconds
 in at which it has launched an instance: it worked, then it stops, whatever the load of
 the machine running the demo."""
+GPU_RUSH = ((0.0, 2), (4.0, 6))
+"""(seconds after the outage began, GPU jobs), once: spot is asked and fails, then a rush
+waits on the on-demand pool alone, so the GPU queue alert fires with
+``Cause: capacity_backoff`` naming the pool and AWS's message."""
 BOOT_DELAY = 3.0
 JOB_SECONDS = 8.0
 IDLE_TIMEOUT = "6s"
@@ -83,7 +89,8 @@ def burst_then_calm(t: float) -> float:
 class WebhookSink:
     """A local webhook receiver: keeps every alert notification it was sent.
 
-    ``received``: ``"STATE: title"`` lines; ``notices``: the same, timed by ``clock``.
+    ``received``: ``"STATE: title | Cause: ..."`` lines (the Cause line when the alert has
+    one); ``notices``: the same, timed by ``clock``.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -100,7 +107,7 @@ class WebhookSink:
                     sink.received.append("(unreadable notification)")
                 else:
                     sink.notices.append(notice)
-                    sink.received.append(f"{notice.state}: {notice.title}")
+                    sink.received.append(notice.line)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -331,10 +338,11 @@ def run_demo(
         except OSError:
             server = StatusServer(runtime.controller, metrics, host or "127.0.0.1", 0)
         server.start()
-        metrics_url = f"http://{host or '127.0.0.1'}:{server.port}/metrics"
+        base_url = f"http://{host or '127.0.0.1'}:{server.port}"
         started = time.monotonic()  # the story starts now, the world is up
         outage: CapacityOutage | None = None
         outage_at: float | None = None
+        rush: list[tuple[float, int]] = []
         last_screen, seen_notices, seen_logs, cancelled = -SCREEN_EVERY, 0, 0, -1
         try:
             while not stop.is_set():
@@ -345,20 +353,24 @@ def run_demo(
                 if outage is None and t >= CAPACITY_FAULT_AT and spot_up:
                     outage = CapacityOutage("ci-gpu-spot").install(pool.autoscaling)
                     outage_at = t
+                    rush = [(t + after, jobs) for after, jobs in GPU_RUSH]
                     log.info("demo: ci-gpu-spot is out of capacity from now on (injected)")
                 if t % CYCLE >= CANCEL_UNMATCHED_AT and cancelled != t // CYCLE:
                     cancelled = int(t // CYCLE)
                     _cancel_unmatched(github)
                 now = datetime.now(UTC)
+                while rush and t >= rush[0][0]:  # GPU jobs while spot is out
+                    workload.burst(WORLD[2][1], rush.pop(0)[1], now)
                 workload.step(now)
                 events = fleet.tick(now)
                 result = runtime.controller.tick(now)
                 notices = list(sink.notices)
                 story.update(t, result, events, metrics.registry, fleet.busy_terminations, notices)
                 panels = [
-                    ui.header_panel(t, metrics_url, _phase(t, outage_at)),
+                    ui.header_panel(t, base_url, _phase(t, outage_at)),
                     ui.queue_panel(result),
                     ui.pools_panel(result, fleet.live_instances),
+                    ui.causes_panel(result, config),
                     ui.activity_panel(story, events),
                     ui.alerts_panel(notices),
                     ui.log_panel(list(logs.lines)),
@@ -370,7 +382,7 @@ def run_demo(
                     last_screen = t
                     sys.stdout.write(ui.screen(panels) + "-" * 72 + "\n")
                 else:
-                    new = [f"{n.state}: {n.title}" for n in notices[seen_notices:]]
+                    new = [n.line for n in notices[seen_notices:]]
                     fresh = min(logs.seen - seen_logs, len(logs.lines))
                     new += list(logs.lines)[len(logs.lines) - fresh :]
                     sys.stdout.write(_tick_lines(t, result, fleet, events, new))

@@ -1,10 +1,11 @@
 """What the demo shows: one function per panel, the story's running totals, the summary.
 
 A screen is the panels in order (:func:`screen`); each panel is a function of plain data
-returning lines, so a new panel (or a new column, such as cause codes) is one function
-or one cell. :class:`Story` accumulates what happened across ticks (jobs, waits, scale
-actions read back from the controller's own metrics, alert notifications the webhook sink
-received) and :meth:`Story.summary` checks it against the README's promises.
+returning lines, so a new panel is one function (:func:`causes_panel`: why jobs wait, as
+``explain`` says it). :class:`Story` accumulates what happened across ticks (jobs, waits,
+scale actions read back from the controller's own metrics, alert notifications the
+webhook sink received, the cause codes named) and :meth:`Story.summary` checks it
+against the README's promises.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from autoscaler.app.explain import reports
 from autoscaler.app.report import _fmt_age, _plain, align
+from autoscaler.config import Config
 from autoscaler.controller import TickResult
 from autoscaler.sim.fleet import FleetEvents
 
@@ -30,6 +33,13 @@ class Notice:
     state: str
     title: str
     fingerprint: str
+    cause: str = ""
+    """The text of the alert's ``Cause:`` line ("" when it has none)."""
+
+    @property
+    def line(self) -> str:
+        """``FIRING: [P2] title | Cause: ...``: one line as the sink received it."""
+        return f"{self.state}: {self.title}" + (f" | Cause: {self.cause}" if self.cause else "")
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,8 @@ class AlertLine:
     fired_at: float
     resolved_at: float | None
     firings: int
+    cause: str = ""
+    """The Cause line of its latest FIRING."""
 
 
 def alert_history(notices: Iterable[Notice]) -> list[AlertLine]:
@@ -49,11 +61,15 @@ def alert_history(notices: Iterable[Notice]) -> list[AlertLine]:
         line = lines.get(n.fingerprint)
         if n.state == "FIRING":
             if line is None:
-                lines[n.fingerprint] = AlertLine(n.title, n.t, None, 1)
+                lines[n.fingerprint] = AlertLine(n.title, n.t, None, 1, n.cause)
             else:
-                lines[n.fingerprint] = AlertLine(line.title, line.fired_at, None, line.firings + 1)
+                lines[n.fingerprint] = AlertLine(
+                    line.title, line.fired_at, None, line.firings + 1, n.cause
+                )
         elif n.state == "RESOLVED" and line is not None:
-            lines[n.fingerprint] = AlertLine(line.title, line.fired_at, n.t, line.firings)
+            lines[n.fingerprint] = AlertLine(
+                line.title, line.fired_at, n.t, line.firings, line.cause
+            )
     return list(lines.values())
 
 
@@ -79,6 +95,11 @@ def p95(values: Sequence[float]) -> float | None:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
 
 
+SHOWN_CAUSES = ("capacity_backoff", "at_max", "no_runner_type")
+"""Cause codes the demo's script brings about: spot out of capacity, CPU types at their
+``max``, jobs asking for a label nobody serves."""
+
+
 @dataclass
 class Story:
     """Running totals of the demo, updated once per tick."""
@@ -96,6 +117,8 @@ class Story:
     runners_retired: int = 0
     busy_killed: int = 0
     notices: list[Notice] = field(default_factory=list)
+    causes_seen: set[str] = field(default_factory=set)
+    """Every cause code the controller named while jobs waited (``explain``'s causes)."""
 
     def update(  # noqa: PLR0917 - one tick's worth of inputs
         self,
@@ -125,6 +148,7 @@ class Story:
         self.failovers = int(metric_total(registry, "ci_autoscaler_pool_failovers_total"))
         self.busy_killed = busy_killed
         self.notices = list(notices)
+        self.causes_seen |= {c.code for found in result.causes.values() for c in found}
 
     @property
     def fired(self) -> int:
@@ -156,6 +180,10 @@ class Story:
                 f"GPU spot out of capacity -> on-demand ({plural(self.failovers, 'failover')})",
             ),
             (self.busy_killed == 0, f"no busy runner killed ({self.busy_killed} killed)"),
+            (
+                all(code in self.causes_seen for code in SHOWN_CAUSES),
+                "why jobs wait named (" + ", ".join(SHOWN_CAUSES) + ")",
+            ),
         ]
 
     def summary(self, elapsed: float) -> list[str]:
@@ -177,8 +205,11 @@ class Story:
 # --- panels: each returns lines ----------------------------------------------------------
 
 
-def header_panel(t: float, metrics_url: str, phase: str) -> list[str]:
-    return [f"ci-autoscaler demo  t={t:5.1f}s  {phase}", f"metrics: {metrics_url}  (Ctrl-C stops)"]
+def header_panel(t: float, base_url: str, phase: str) -> list[str]:
+    return [
+        f"ci-autoscaler demo  t={t:5.1f}s  {phase}",
+        f"status page: {base_url}/  metrics: {base_url}/metrics  (Ctrl-C stops)",
+    ]
 
 
 def queue_panel(result: TickResult) -> list[str]:
@@ -222,6 +253,18 @@ def pools_panel(result: TickResult, instances: Mapping[str, int]) -> list[str]:
     return align(rows, right={1, 2}).splitlines()
 
 
+def causes_panel(result: TickResult, config: Config, width: int = 160) -> list[str]:
+    """Why jobs wait, per runner type with a queue: the same causes as ``explain``, the
+    page at ``/`` and the alerts' Cause line (one line each, cut to ``width``)."""
+    lines = ["why jobs wait (explain):"]
+    for t in reports(result, config):
+        if not t.queue_size:
+            continue
+        lines.append(f"  {t.name}: {t.queue_size} queued")
+        lines.extend(f"    {c.code}: {c.detail}"[:width] for c in t.causes or ())
+    return lines if len(lines) > 1 else [*lines, "  (no queue)"]
+
+
 def activity_panel(story: Story, events: FleetEvents) -> list[str]:
     """This tick's fleet events, then the totals so far."""
     return [
@@ -248,6 +291,8 @@ def alerts_panel(notices: Sequence[Notice]) -> list[str]:
         )
         again = f" (fired {a.firings}x)" if a.firings > 1 else ""
         lines.append(f"  {state:<34} {a.title}{again}")
+        if a.cause:
+            lines.append(f"  {'':<34} | Cause: {a.cause}")
     return lines
 
 
@@ -271,5 +316,16 @@ def screen(panels: Sequence[Sequence[str]], width: int | None = None) -> str:
 
 
 def notice_from_payload(t: float, doc: Mapping[str, Any]) -> Notice:
-    """A webhook receiver's JSON (autoscaler.alerting.render.webhook_payload) as a Notice."""
-    return Notice(t, str(doc.get("state")), str(doc.get("title")), str(doc.get("fingerprint")))
+    """A webhook receiver's JSON (autoscaler.alerting.render.webhook_payload) as a Notice,
+    with the text's ``Cause:`` line when it has one."""
+    cause = next(
+        (
+            ln[len("Cause: ") :]
+            for ln in str(doc.get("text", "")).splitlines()
+            if ln[:7] == "Cause: "
+        ),
+        "",
+    )
+    return Notice(
+        t, str(doc.get("state")), str(doc.get("title")), str(doc.get("fingerprint")), cause
+    )

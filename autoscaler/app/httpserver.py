@@ -1,5 +1,7 @@
-"""The controller's HTTP face: /metrics for Prometheus, /healthz, /readyz and a status page,
-served so that no client can cost the controller a thread or the tick its time.
+"""The controller's HTTP face: /metrics for Prometheus, /healthz, /readyz and the status page
+at / (rendered by :mod:`autoscaler.app.status_page`: HTML for people, ``?format=text`` or
+``Accept: text/plain`` for a terminal, ``?format=json``), served so that no client can cost
+the controller a thread or the tick its time.
 
 ``/healthz`` answers 200 while the process serves; ``/readyz`` answers 503, one line per
 reason, while the last successful poll is older than three poll intervals or a stage
@@ -44,7 +46,7 @@ from http import HTTPStatus
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from autoscaler.app.report import format_table
+from autoscaler.app import status_page
 from autoscaler.controller import Controller
 from autoscaler.telemetry import Metrics
 
@@ -202,9 +204,14 @@ class StatusServer:
             return Response(200, b"ready\n")
         return Response(503, "".join(f"not ready: {why}\n" for why in reasons).encode())
 
-    def _status(self, _: Request) -> Response:
-        result = self.controller.last_result
-        return Response(200, (format_table(result) if result else "no tick yet\n").encode())
+    def _status(self, request: Request) -> Response:
+        """The status page (:mod:`autoscaler.app.status_page`): HTML with its CSP header,
+        text or JSON by ``?format=`` or the Accept header."""
+        target = f"{request.path}?{request.query}" if request.query else request.path
+        page = status_page.respond(
+            self.controller, self.clock(), target, request.headers.get("accept", "")
+        )
+        return Response(200, page.body, page.content_type, dict(page.headers))
 
     def _dispatch(self, request: Request) -> Response:
         if request.method not in ("GET", "HEAD"):

@@ -35,6 +35,7 @@ def to_json(result: TickResult) -> dict[str, Any]:
                         "busy": stats.runners.busy,
                         "offline": stats.runners.offline,
                     },
+                    "causes": [c.as_dict() for c in result.causes.get(name, ())],
                 }
             )
     return {

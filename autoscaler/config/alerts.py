@@ -106,6 +106,8 @@ class BuiltinAlertsConfig:
     github_budget: bool = True
     """Alert when GitHub's rate limit (``github.rate_limit_share`` of it) cannot cover
     re-listing the repositories with queued jobs every poll interval."""
+    queue_time_objective: bool = True
+    """Alert when a runner type's queue-time objective (its ``slo``) burns too fast."""
     runbook_url: str = ""
     dashboard_url: str = ""
 
@@ -291,6 +293,7 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
             "github_budget",
             "github_unreachable_after",
             "clock_skew_max",
+            "queue_time_objective",
             "runbook_url",
             "dashboard_url",
         ),
@@ -305,6 +308,9 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
             b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
         ),
         clock_skew_max=r.duration(b.get("clock_skew_max"), "alerts.builtin.clock_skew_max", 60.0),
+        queue_time_objective=r.boolean(
+            b.get("queue_time_objective"), "alerts.builtin.queue_time_objective", True
+        ),
         runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
         dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
     )

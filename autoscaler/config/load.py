@@ -32,6 +32,7 @@ from autoscaler.config.schema import (
     Config,
     GitHubAppConfig,
     GitHubConfig,
+    QueueObjective,
     RetryConfig,
     RunnerTypeConfig,
     ScalingConfig,
@@ -268,7 +269,16 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
         m = r.mapping(
             body,
             p,
-            ("labels", "pools", "min_idle", "max", "priority", "idle_timeout", "boot_timeout"),
+            (
+                "labels",
+                "pools",
+                "min_idle",
+                "max",
+                "priority",
+                "idle_timeout",
+                "boot_timeout",
+                "slo",
+            ),
         )
         boot_timeout = r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0)
         if boot_timeout < MIN_BOOT_TIMEOUT:
@@ -289,9 +299,33 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                     m.get("idle_timeout"), f"{p}.idle_timeout", RunnerTypeConfig.idle_timeout
                 ),
                 boot_timeout=boot_timeout,
+                slo=_slo(r, m.get("slo"), f"{p}.slo"),
             )
         )
     return tuple(out)
+
+
+def _slo(r: Reader, value: Any, p: str) -> QueueObjective | None:
+    """``{queue_time: 5m, objective: 0.95}``; both keys required. A value already reported
+    (not a mapping, not a number, an unset variable) gets no follow-on range problem."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        r.mapping(value, p, ())  # says what it got
+        return None
+    m = r.mapping(value, p, ("queue_time", "objective"))
+    queue_time = r.duration(m.get("queue_time"), f"{p}.queue_time", positive=True)
+    path = f"{p}.objective"
+    objective = 0.99  # only where a problem refuses the file
+    if m.get("objective") is None:
+        r.problem(path, "is required (a share such as 0.95)")
+    else:
+        share = r.number(m["objective"], path, objective)
+        if r.ok(path) and not 0 < share < 1:
+            r.problem(path, f"must be between 0 and 1 (exclusive), got {share:g}")
+        elif r.ok(path):
+            objective = share
+    return QueueObjective(queue_time=queue_time, objective=objective)
 
 
 def _aws(r: Reader, value: Any) -> AwsConfig:

@@ -270,9 +270,9 @@ class Reader:
         return value
 
     def number(self, value: Any, path: str, default: float) -> float:
-        """A plain number (int or float, not a bool); ``default`` when absent."""
+        """A plain number (int or float, not a bool); ``default`` when absent or unresolved."""
         value = self.expand(value, path)
-        if value is None:
+        if value is None or value is UNRESOLVED:
             return default
         if isinstance(value, str):
             with contextlib.suppress(ValueError):

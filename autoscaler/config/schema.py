@@ -61,6 +61,21 @@ class GitHubConfig:
 
 
 @dataclass(frozen=True)
+class QueueObjective:
+    """A queue-time objective: ``objective`` of the type's jobs start within ``queue_time``."""
+
+    queue_time: float
+    """Seconds a job may wait for a runner and still count as good."""
+    objective: float
+    """The share of jobs that must start within ``queue_time`` (0 < objective < 1)."""
+
+    @property
+    def error_budget(self) -> float:
+        """The share of jobs allowed to wait longer (1 - objective)."""
+        return 1.0 - self.objective
+
+
+@dataclass(frozen=True)
 class RunnerTypeConfig:
     name: str
     """The runner type's name (the key under ``runner_types``)."""
@@ -81,6 +96,9 @@ class RunnerTypeConfig:
     15-35% more runner-hours for a few seconds of p95 queue time."""
     boot_timeout: float = 900.0
     """An instance with no registered runner after this long is an orphan."""
+    slo: QueueObjective | None = None
+    """Optional queue-time objective (``slo: {queue_time: 5m, objective: 0.95}``): exported
+    as metrics and watched by the built-in "Queue-time objective burning" alert."""
 
     @property
     def runner_type(self) -> RunnerType:

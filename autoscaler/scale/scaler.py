@@ -59,6 +59,7 @@ from autoscaler.errors import (
 )
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
+from autoscaler.scale.diagnosis import CapacityFailure, ScalingView
 from autoscaler.scale.memory import Recollection, ScalingMemoryStore
 from autoscaler.scale.plan import (
     HOLD,
@@ -80,7 +81,8 @@ from autoscaler.scale.plan import (
     TerminateOrphan,
     slot_target,
 )
-from autoscaler.scale.policy import decide
+from autoscaler.scale.policy import decide, pool_of_runner
+from autoscaler.scale.provisioning import ProvisioningClock
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,11 @@ class Scaler:
         self.last_plan: Plan | None = None
         #: The peers' clock skew the last step decided with (the alert stage reads it).
         self.last_clock_skew = ClockSkew()
+        #: What this tick saw, decided and did, for diagnosis, ``explain`` and the page.
+        self.last_view: ScalingView | None = None
+        #: Pool -> its last capacity failure (code, AWS's message), while backed off.
+        self.failures: dict[str, CapacityFailure] = {}
+        self.provisioning = ProvisioningClock()
         self._type_of = {p: rt.name for rt in config.runner_types for p in rt.pools}
         self._deltas: dict[tuple[str, str], int] = {}
         self._actions: dict[tuple[str, str], set[str]] = {}
@@ -139,6 +146,7 @@ class Scaler:
         if self.memory is not None:
             self.state = self.memory.recall(self.state, acting=not dry_run)
         self.last_problems = []
+        self.last_view = None
         names = [p for rt in self.config.runner_types for p in rt.pools]
         if not names:
             return []
@@ -150,7 +158,9 @@ class Scaler:
             self._measure_skew(observation)
             self._problem(exc, "", "", "describe")
             reason = f"cannot describe pools ({exc.kind} {exc.code}): hold"
-            return [Decision(self._type_of[n], n, 0, 0, reason, HOLD) for n in names]
+            held = [Decision(self._type_of[n], n, 0, 0, reason, HOLD) for n in names]
+            self.last_view = ScalingView({}, None, held, self.state, dict(self.failures))
+            return held
         for name in names:
             if name not in pools:
                 msg = f"pool {name} not found in the cloud"
@@ -176,20 +186,25 @@ class Scaler:
             self.last_problems.append(
                 ScalingProblem("launch", lr.runner_type, lr.pool, lr.code, msg)
             )
+        if observation is not None:
+            self._provisioned(observation, names)
+        failures = {**self.failures, **_release_failures(plan, now)}
         if dry_run:  # remember what was observed, not the failures acted on
             self.state = replace(
                 self.state, idle_since=plan.state.idle_since, short_since=plan.state.short_since
             )
+            decisions, state = list(plan.decisions), plan.state
         else:
-            self.state = plan.state
-        if dry_run:
-            decisions = list(plan.decisions)
-        else:
+            self.state, self.failures = plan.state, failures
             self._deltas, self._actions, self._notes = {}, {}, {}
             self._execute(plan, now)
-            decisions = self._outcome(plan)
+            decisions, state = self._outcome(plan), self.state
+            self.failures = failures = {
+                p: f for p, f in self.failures.items() if p in self.state.backoff_seconds
+            }
             if self.memory is not None:
                 self.memory.remember(self.state)
+        self.last_view = ScalingView(pools, plan, tuple(decisions), state, failures)
         self._record(pools, decisions, plan, now)
         return decisions
 
@@ -197,6 +212,16 @@ class Scaler:
         github = observation.clock_skew_seconds if observation is not None else None
         self.last_clock_skew = ClockSkew(github=github, aws=self.pool.clock_skew())
         return self.last_clock_skew
+
+    def _provisioned(self, observation: Observation, names: list[str]) -> None:
+        """Observe how long each runner newly online took since its pool was asked."""
+        online = [
+            (r.id, pool)
+            for r in observation.runners
+            if r.online and (pool := pool_of_runner(r, names)) is not None
+        ]
+        for pool, seconds in self.provisioning.observed(online, observation.observed_at):
+            self.metrics.provisioning_seconds.labels(self._type_of[pool], pool).observe(seconds)
 
     def _execute(self, plan: Plan, now: datetime) -> None:
         for pt in plan.pending_terminations:
@@ -342,6 +367,7 @@ class Scaler:
                 )
             except CapacityError as exc:
                 self.state = self.state.capacity_failed(slot.pool, now, self.config.scaling)
+                self.failures[slot.pool] = CapacityFailure(slot.pool, now, code=exc.code)
                 seconds = self.state.backoff_seconds[slot.pool]
                 self.metrics.provisioning_failures.labels(
                     up.runner_type, slot.pool, "capacity"
@@ -363,6 +389,7 @@ class Scaler:
                 self._note(key, f"scale up failed ({exc.kind} {exc.code})")
                 return
             self.state = self.state.scaled_up(slot.pool, now)
+            self.provisioning.asked(slot.pool, target - slot.current, now)
             self.metrics.scale_actions.labels(up.runner_type, slot.pool, "scale_up").inc()
             text = f"scale up +{target - slot.current} after failover" if failed_over else ""
             self._done(key, target - slot.current, SCALE_UP, text)
@@ -395,6 +422,7 @@ class Scaler:
             "set_desired_capacity",
             partial(self.pool.set_desired_capacity, r.pool, r.desired),
         ):
+            self.provisioning.released(r.pool, r.current - r.desired)
             self._done(key, r.desired - r.current, RELEASE)
         else:
             self._note(key, f"lowering desired to {r.desired} failed")
@@ -505,3 +533,12 @@ class Scaler:
         for b in self.config.budgets:
             m.budget_instances.labels(b.name).set(plan.budget_use.get(b.name, 0))
             m.budget_max_instances.labels(b.name).set(b.max_instances)
+
+
+def _release_failures(plan: Plan, now: datetime) -> dict[str, CapacityFailure]:
+    """The pools the policy found failing to launch this tick, with AWS's code and last
+    words (the Failed activity's, as the adapter classified it)."""
+    return {
+        r.pool: CapacityFailure(r.pool, now, r.reason, code=r.code, message=r.message)
+        for r in plan.releases
+    }

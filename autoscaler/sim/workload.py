@@ -138,6 +138,10 @@ class Workload:
             new.extend(self._enqueue(UNMATCHED_LABELS, 1, now))
         return new
 
+    def burst(self, labels: Sequence[str], size: int, now: datetime) -> list[int]:
+        """A workflow run of ``size`` jobs at once (a rush the swing would not make)."""
+        return self._enqueue(labels, size, now)
+
     def _enqueue(self, labels: Sequence[str], size: int, now: datetime) -> list[int]:
         """One workflow run of ``size`` jobs in a random repository."""
         repo = self.rng.choice(self.repos)

@@ -370,6 +370,7 @@ def test_describe_reads_the_failed_activities_of_a_short_group_only(world: World
     pools = world.pool.describe(["gpu-spot", "gpu-od"])
     spot = pools["gpu-spot"]
     assert (spot.desired_capacity, spot.live_instances) == (2, 0)
+    # the StatusMessage comes along, for people, with its classification by AWS's code
     assert spot.activities == (
         ScalingActivity(
             at, ActivityStatus.FAILED, SPOT_CAPACITY_MESSAGE, "InsufficientInstanceCapacity"

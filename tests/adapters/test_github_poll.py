@@ -3,7 +3,7 @@ the rate limit as a budget, and a restart that is not a cold start."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -12,9 +12,10 @@ import pytest
 from autoscaler.config import GitHubConfig
 from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
-from autoscaler.errors import RateLimitedError
+from autoscaler.errors import RateLimitedError, StateUnusableError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.budget import BUSY_MAX_INTERVAL
+from autoscaler.observe.github.cache import PollCacheStore
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
@@ -30,7 +31,7 @@ class World:
     sleeps: list[float] = field(default_factory=list)
     now: datetime = T0
 
-    def source(self, store: SqliteStore | None = None, **config: object) -> GitHubSource:
+    def source(self, store: PollCacheStore | None = None, **config: object) -> GitHubSource:
         cfg = GitHubConfig(
             owner="demo-org",
             api_url=self.fake.url,
@@ -252,3 +253,39 @@ def test_a_broken_cache_entry_is_dropped_not_fatal(world: World, tmp_path: objec
         source.close()
     assert "http://127.0.0.1:1/x" not in store.load_poll_cache()
     store.close()
+
+
+class ReadOnlyCache:
+    """A poll-cache store on a state file the controller may only read."""
+
+    def load_poll_cache(self) -> dict[str, str]:
+        return {}
+
+    def save_poll_cache(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        raise StateUnusableError(
+            "state file /var/lib/x.db is read-only: make it writable",
+            path="/var/lib/x.db",
+            code="read_only",
+            operation="save_poll_cache",
+        )
+
+
+def test_a_state_file_that_cannot_take_the_cache_is_said_once_by_the_alert_stage(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression (merge of issue 9 into issue 11's state errors): a read-only state file
+    was said twice a tick, once as the alert stage's ERROR (the file and what to do) and
+    once more, at WARNING, with the same words by the poll's cache flush. The poll keeps its
+    picture and names only the kind of the problem."""
+    world.fake.queue_job("app", CPU)
+    source = world.source(ReadOnlyCache())
+    try:
+        with caplog.at_level("WARNING", logger="autoscaler.observe.github"):
+            assert len(source.observe(T0).jobs) == 1
+    finally:
+        source.close()
+    [line] = [r.getMessage() for r in caplog.records if "cache not saved" in r.getMessage()]
+    assert line == (
+        "GitHub cache not saved to the state store (state_unusable read_only);"
+        " the next flush retries"
+    )

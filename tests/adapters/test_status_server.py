@@ -186,6 +186,32 @@ def test_routes_are_a_table_and_other_methods_are_refused(
     assert httpx.get(f"{url}/readyz").text == "not ready: never polled\n"
 
 
+def test_the_page_for_on_call_is_the_route_at_root_with_its_formats(
+    make_server: Callable[..., StatusServer],
+) -> None:
+    """The status page (issue 12) is served from the bounded server's route table: HTML
+    under its CSP for a browser, text for curl or ``?format=text``, the explain JSON for
+    ``?format=json``; HEAD gets the headers only."""
+    server = make_server()
+    server.controller.tick(T0)
+    url = f"http://127.0.0.1:{server.port}/"
+    page = httpx.get(url, headers={"Accept": "text/html,application/xhtml+xml"})
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert "<html" in page.text and "cpu" in page.text
+    text = httpx.get(url, headers={"Accept": "text/plain"})
+    assert text.headers["content-type"] == "text/plain; charset=utf-8"
+    assert "RUNNER TYPE" in text.text
+    assert "RUNNER TYPE" in httpx.get(url + "?format=text").text
+    doc = httpx.get(url + "?format=json").json()
+    assert [t["name"] for t in doc["runner_types"]] == ["cpu"]
+    assert doc["runner_types"][0]["queue_size"] == 3
+    head = httpx.head(url, headers={"Accept": "text/html"})
+    assert head.status_code == 200 and head.content == b""
+    assert "content-security-policy" in head.headers
+
+
 def test_garbage_and_oversized_heads_are_answered_and_counted(
     make_server: Callable[..., StatusServer], metrics: Metrics
 ) -> None:

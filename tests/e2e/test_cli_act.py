@@ -103,12 +103,20 @@ def test_once_alerts_and_scales(
     assert decisions["ci-cpu"]["desired"] == 2, "2 queued CPU jobs (the one runner is not ours)"
     assert set(decisions["ci-gpu"]) >= {"runner_type", "pool", "current", "desired", "reason"}
 
+    causes = {t["name"]: [c["code"] for c in t["causes"]] for t in doc["runner_types"]}
     if dry_run:
         assert sink.received == []
         assert desired(moto_url) == {"ci-cpu": 0, "ci-gpu": 0}
+        assert causes["linux.g5.4xlarge.nvidia.gpu"] == ["dry_run"]
     else:
-        assert sink.received == ["FIRING: [P2] Jobs queueing too long"]
+        [received] = sink.received
+        assert received.startswith(
+            "FIRING: [P2] Jobs queueing too long"
+            " | Cause: at_max (linux.g5.4xlarge.nvidia.gpu 2/2 instances); "
+        ), received
         assert desired(moto_url) == {"ci-cpu": 2, "ci-gpu": 2}
+        assert causes["linux.g5.4xlarge.nvidia.gpu"] == ["at_max"]
+    assert "idle_runners_not_assigned" in causes["linux.4xlarge"]  # its one runner is idle
 
 
 def test_alerts_test_sends_firing_then_resolved(tmp_path: Path, sink: WebhookSink) -> None:
@@ -159,5 +167,44 @@ def test_a_second_process_does_not_page_again(
             assert json.loads(result.stdout)["alerts"][0]["state"] == "firing"
     finally:
         fake.stop()
-    assert sink.received == ["FIRING: [P2] Jobs queueing too long"]
+    assert [r.split(" | ")[0] for r in sink.received] == ["FIRING: [P2] Jobs queueing too long"]
     assert (tmp_path / "state.db").exists()
+
+
+def test_explain_one_dry_run_tick_per_runner_type(tmp_path: Path, moto_url: str) -> None:
+    """`explain` says why jobs wait, per runner type, and changes nothing."""
+    fake = seeded_github(gpu_jobs=3, gpu_age_minutes=62)
+    fake.queue_job("app", ["self-hosted", "linux.arm64"])
+    try:
+        config = acting_config(tmp_path, fake.url, "http://127.0.0.1:9/x", moto_url)
+        gpu = "linux.g5.4xlarge.nvidia.gpu"
+        as_json = cli("explain", gpu, "--config", str(config), "--output", "json", env=AWS_ENV)
+        text = cli("explain", "--config", str(config), env=AWS_ENV)
+        unknown = cli("explain", "linux.nope", "--config", str(config), env=AWS_ENV)
+    finally:
+        fake.stop()
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert list(doc) == ["runner_types"]
+    [entry] = doc["runner_types"]
+    assert list(entry) == ["name", "queue_size", "max_queue_time_seconds", "causes", "pools"]
+    assert (entry["name"], entry["queue_size"]) == (gpu, 3)
+    assert entry["max_queue_time_seconds"] >= 62 * 60
+    assert entry["causes"] == [
+        {"code": "dry_run", "detail": "+2 in ci-gpu planned, not asked (dry run)"}
+    ]
+    [pool] = entry["pools"]
+    assert pool["name"] == "ci-gpu" and pool["max_size"] == 5 and pool["desired"] == 0
+    assert pool["decision"]["action"] == "scale_up" and pool["decision"]["desired"] == 2
+    assert desired(moto_url) == {"ci-cpu": 0, "ci-gpu": 0}
+
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    assert f"{gpu}: 3 queued, oldest waiting 1h02m" in out
+    assert "  pool ci-gpu: desired 0, in service 0, pending 0, MaxSize 5" in out
+    assert "    dry_run: +2 in ci-gpu planned, not asked (dry run)" in out
+    assert "(unmatched): 1 queued" in out
+    assert "    no_runner_type: 1 queued job no runner type serves, by labels:" in out
+    assert "[linux.arm64, self-hosted] x1" in out
+    assert "  decision ci-gpu: scale_up -> 2: demand 3" in out
+    assert unknown.returncode == 1 and "unknown runner type 'linux.nope'" in unknown.stderr

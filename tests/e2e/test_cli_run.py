@@ -89,6 +89,12 @@ def test_run_serves_metrics_health_readiness_and_stops_on_sigterm(tmp_path: Path
             assert names >= DESIGN_METRICS
             assert 'ci_autoscaler_queue_size{runner_type="linux.4xlarge"} 2.0' in text
             assert "RUNNER TYPE" in httpx.get(f"{base}/").text
+            page = httpx.get(f"{base}/", headers={"Accept": "text/html"})
+            assert page.headers["content-type"] == "text/html; charset=utf-8"
+            assert page.headers["content-security-policy"].startswith("default-src 'none'")
+            assert 'data-code="scaling_disabled"' in page.text  # scaling is off here
+            assert "WHY JOBS WAIT" in httpx.get(f"{base}/?format=text").text
+            assert httpx.get(f"{base}/?format=json").json()["runner_types"][0]["causes"]
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=5) == 0, "SIGTERM stops the loop within an interval or so"
             assert "e2e-token" not in (proc.stderr.read() if proc.stderr else "")

@@ -129,6 +129,9 @@ class FakePool:
     outage: set[str] = field(default_factory=set)
     refusal: dict[str, tuple[str, str]] = field(default_factory=dict)
     activities: dict[str, list[ScalingActivity]] = field(default_factory=dict)
+    outage_message: str = "We currently do not have sufficient capacity in the zone requested."
+    """The StatusMessage of the Failed activities an outage adds (AWS's words; no code
+    found in it: a capacity failure, as the adapter classifies an unknown one)."""
     calls: list[tuple[str, str, object]] = field(default_factory=list)
     next_id: int = 1000
     now: datetime = T0
@@ -164,7 +167,7 @@ class FakePool:
         instances = list(p.instances)
         if pool in self.outage or pool in self.refusal:
             if desired > p.live_instances:
-                code, message = self.refusal.get(pool, ("", ""))
+                code, message = self.refusal.get(pool, ("", self.outage_message))
                 failed = ScalingActivity(
                     self.now, ActivityStatus.FAILED, message, code, permanent=bool(code)
                 )

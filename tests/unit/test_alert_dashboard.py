@@ -22,6 +22,8 @@ def exported() -> set[str]:
     for metric in Metrics(CollectorRegistry()).registry.collect():
         names.update(sample.name for sample in metric.samples)
         names.add(metric.name + ("_total" if metric.type == "counter" else ""))
+        if metric.type == "histogram":  # a labelled histogram has no samples until used
+            names.update(metric.name + suffix for suffix in ("_bucket", "_count", "_sum"))
     return names
 
 

@@ -338,3 +338,71 @@ def test_state_is_a_file_by_default() -> None:
     assert parse_config(minimal(), env={}).state.path == "ci-autoscaler-state.db"
     memory = parse_config(minimal(state={"path": ":memory:"}), env={})
     assert memory.state.path == ":memory:"
+
+
+def with_slo(slo: Any) -> dict[str, Any]:
+    return minimal(runner_types={"cpu": {"labels": ["self-hosted", "cpu"], "slo": slo}})
+
+
+def test_slo_is_optional_and_read_as_seconds_and_a_share() -> None:
+    assert parse_config(minimal(), env={}).runner_types[0].slo is None
+    slo = parse_config(with_slo({"queue_time": "5m", "objective": 0.95}), env={})
+    objective = slo.runner_types[0].slo
+    assert objective is not None
+    assert (objective.queue_time, objective.objective) == (300.0, 0.95)
+    assert objective.error_budget == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(
+    ("slo", "expected"),
+    [
+        pytest.param(
+            {"queue_time": "5m"}, "runner_types.cpu.slo.objective: is required", id="no-objective"
+        ),
+        pytest.param(
+            {"objective": 0.9}, "runner_types.cpu.slo.queue_time: is required", id="no-time"
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": 1},
+            "runner_types.cpu.slo.objective: must be between 0 and 1 (exclusive), got 1",
+            id="objective-1",
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": "ghp_x"},
+            "runner_types.cpu.slo.objective: must be a number, got a string",
+            id="objective-not-a-number-never-echoed",
+        ),
+        pytest.param(
+            {"queue_time": 300, "objective": 0.9},
+            "runner_types.cpu.slo.queue_time: must be a duration like 30s, 5m or 4h, got 300",
+            id="bare-number-time-refused",
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": "${NOPE}"},
+            "runner_types.cpu.slo.objective: environment variable NOPE is not set",
+            id="unset-variable-said-once",
+        ),
+        pytest.param(
+            "5m at 95%",
+            "runner_types.cpu.slo: must be a mapping, got a string",
+            id="not-a-mapping",
+        ),
+        pytest.param(
+            {"queue_time": "0s", "objective": 0.9},
+            "runner_types.cpu.slo.queue_time: must be greater than zero",
+            id="zero-time",
+        ),
+        pytest.param(
+            {"queue_time": "5m", "objective": 0.9, "window": "30d"},
+            "runner_types.cpu.slo.window: unknown key",
+            id="unknown-key",
+        ),
+    ],
+)
+def test_slo_problems_have_their_path(slo: Any, expected: str) -> None:
+    """Each mistake is one problem with its path (no follow-on: a word where the share
+    goes is not also 'out of range'; a string where the mapping goes is not also two
+    missing keys), and a value is never echoed where it could be a credential."""
+    found = problems(with_slo(slo))
+    assert len(found) == 1 and found[0].startswith(expected), found
+    assert "ghp_x" not in found[0]

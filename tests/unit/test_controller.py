@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,6 +14,7 @@ from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
 from autoscaler.domain import (
+    Cause,
     ClockSkew,
     Job,
     JobStatus,
@@ -25,6 +26,8 @@ from autoscaler.domain import (
     normalize_labels,
 )
 from autoscaler.errors import AutoscalerError, TransientError
+from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.scale.diagnosis import ScalingView
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
@@ -83,6 +86,7 @@ def observation(queued: int, at: datetime) -> Observation:
 class RecordingScaler:
     calls: list[tuple[int, bool]]
     last_problems: tuple[ScalingProblem, ...] = ()
+    last_view: ScalingView | None = None
     last_clock_skew: ClockSkew = field(default_factory=ClockSkew)
     returned: list[Sequence[Any]] = field(default_factory=list)
 
@@ -187,6 +191,8 @@ class RecordingAlerts:
         problems: Sequence[ScalingProblem] | None = None,
         clock_skew: ClockSkew | None = None,
         budget: PollBudget | None = None,
+        causes: Mapping[str, Sequence[Cause]] | None = None,
+        objectives: Mapping[str, ObjectiveStatus] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)
@@ -207,6 +213,131 @@ def test_alerting_hears_this_ticks_scaling_problems() -> None:
     controller.tick(T0)  # no observation yet: scaling cannot run, its alerts stay as they are
     controller.tick(T0 + timedelta(seconds=30))
     assert alerts.problems == [None, (denied,)]
+
+
+def test_the_tick_records_why_jobs_wait_and_alerting_hears_it() -> None:
+    """The diagnosis runs in the tick, after scaling and before alerting, on the same
+    values: here no pools are configured, and then the poll fails (the picture is stale)."""
+    alerts = RecordingCauses()
+    source = FakeSource([observation(2, T0), TransientError("down")])
+    controller = Controller(config(), source, Metrics(), alerts=alerts)
+    first = controller.tick(T0)
+    assert first.causes == {"cpu": (Cause("scaling_disabled", "cpu has no pools configured"),)}
+    second = controller.tick(T0 + timedelta(minutes=2))
+    assert [c.code for c in second.causes["cpu"]] == ["github_stale", "scaling_disabled"]
+    assert alerts.causes == [first.causes, second.causes]
+
+
+def started_job(job_id: int, at: datetime, waited: float) -> Job:
+    created = at - timedelta(seconds=waited)
+    labels = normalize_labels(["cpu"])
+    return Job(job_id, 1, "org/app", "b", labels, JobStatus.IN_PROGRESS, created, started_at=at)
+
+
+def test_each_started_job_is_one_queue_time_observation() -> None:
+    metrics = Metrics()
+    job = started_job(7, T0 + timedelta(seconds=20), waited=95)
+    source = FakeSource(
+        [
+            Observation(T0, (), ()),
+            Observation(T0 + timedelta(seconds=30), (job,), ()),
+            Observation(T0 + timedelta(seconds=60), (job,), ()),
+        ]
+    )
+    controller = Controller(config(), source, metrics)
+    for seconds in (0, 30, 60):
+        controller.tick(T0 + timedelta(seconds=seconds))
+    value = metrics.registry.get_sample_value
+    labels = {"runner_type": "cpu"}
+    assert value("ci_autoscaler_job_queue_seconds_count", labels) == 1
+    assert value("ci_autoscaler_job_queue_seconds_sum", labels) == 95
+    assert value("ci_autoscaler_job_queue_seconds_bucket", {**labels, "le": "120.0"}) == 1
+
+
+def test_a_bug_in_the_diagnosis_does_not_silence_the_alerts() -> None:
+    """Regression guard: a diagnosis that raises (here: a snapshot naming a type the config
+    does not have is fine, so the scaler's view is made to lie) must leave the alert stage
+    running and be counted."""
+    alerts = RecordingCauses()
+    scaler = RecordingScaler(calls=[], last_view=BrokenView())  # type: ignore[arg-type]
+    metrics = Metrics()
+    controller = Controller(
+        config_with_pools(), FakeSource([observation(1, T0)]), metrics, alerts=alerts, scaler=scaler
+    )
+    result = controller.tick(T0)
+    assert result.causes == {} and alerts.causes == [{}]
+    value = metrics.registry.get_sample_value
+    assert value("ci_autoscaler_stage_failures_total", {"stage": "diagnosis"}) == 1.0
+
+
+class BrokenView:
+    @property
+    def plan(self) -> object:
+        raise RuntimeError("bug")
+
+    pools: dict[str, object] = {}
+
+
+def config_with_pools() -> Config:
+    return parse_config(
+        {
+            "poll_interval": "30s",
+            "github": {"owner": "org", "token": "t"},
+            "runner_types": {"cpu": {"labels": ["self-hosted", "cpu"], "pools": ["ci-cpu"]}},
+        },
+        env={},
+    )
+
+
+@dataclass
+class RecordingCauses:
+    causes: list[Mapping[str, Sequence[Cause]] | None] = field(default_factory=list)
+
+    def step(
+        self, *args: Any, causes: Mapping[str, Sequence[Cause]] | None = None, **kw: Any
+    ) -> Sequence[Any]:
+        self.causes.append(causes)
+        return []
+
+
+def test_a_late_rush_fires_the_queue_time_objective_alert_with_its_cause() -> None:
+    """Ten cpu jobs start after waiting 10 minutes against a 5-minute, 95% objective:
+    every window burns at 20x the budget, so the built-in alert fires, per runner type,
+    with the type's Cause line (no pools here: scaling_disabled)."""
+    cfg = parse_config(
+        {
+            "poll_interval": "30s",
+            "github": {"owner": "org", "token": "t"},
+            "runner_types": {
+                "cpu": {
+                    "labels": ["self-hosted", "cpu"],
+                    "slo": {"queue_time": "5m", "objective": 0.95},
+                }
+            },
+            "state": {"path": ":memory:"},
+            "alerts": {"receivers": {"oncall": {"type": "webhook", "url": "http://127.0.0.1:9/"}}},
+        },
+        env={},
+    )
+    later = T0 + timedelta(seconds=30)
+    late = tuple(started_job(100 + i, later, waited=600) for i in range(10))
+    source = FakeSource(
+        [observation(1, T0), Observation(later, observation(1, later).jobs + late, ())]
+    )
+    metrics = Metrics()
+    engine = AlertEngine(cfg.alerts, SqliteStore(None), None, metrics)
+    controller = Controller(cfg, source, metrics, alerts=engine)
+    controller.tick(T0)
+    result = controller.tick(later)
+    [alert] = [a for a in result.alerts if a.rule == "Queue-time objective burning"]
+    assert alert.state == "firing" and alert.title.endswith("(cpu)")
+    assert alert.values["burn_rate_5m"] == 20 and alert.values["jobs_started_1h"] == 10
+    assert alert.cause == "scaling_disabled (cpu has no pools configured)"
+    value = metrics.registry.get_sample_value
+    assert (
+        value("ci_autoscaler_jobs_within_queue_time_objective_total", {"runner_type": "cpu"}) == 0
+    )
+    assert value("ci_autoscaler_queue_time_objective_attained_ratio", {"runner_type": "cpu"}) == 0
 
 
 def test_alerting_hears_the_clock_skew_measured_this_tick() -> None:

@@ -13,16 +13,21 @@ from autoscaler.app.demo_screen import (
     Story,
     alert_history,
     alerts_panel,
+    causes_panel,
+    notice_from_payload,
     p95,
     pools_panel,
     screen,
 )
 from autoscaler.controller import TickResult
+from autoscaler.domain import Cause, QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.scale.plan import Decision
 from autoscaler.sim.fleet import FleetEvents
 from autoscaler.sim.workload import Workload
 from autoscaler.telemetry import Metrics
+from tests.unit.scaling_fakes import CPU, GPU, rtype
+from tests.unit.scaling_fakes import config as scaling_config
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
@@ -95,6 +100,7 @@ def test_the_summary_lists_each_promise_and_whether_it_was_shown() -> None:
         scale_ins=7,
         failovers=1,
         notices=notices(),
+        causes_seen={"capacity_backoff", "at_max", "no_runner_type", "booting"},
     )
     assert story.summary(60.2) == [
         "summary after 60s",
@@ -109,8 +115,9 @@ def test_the_summary_lists_each_promise_and_whether_it_was_shown() -> None:
         "    [x] alerts FIRING then RESOLVED (4 of 4 alerts)",
         "    [x] GPU spot out of capacity -> on-demand (1 failover)",
         "    [x] no busy runner killed (0 killed)",
+        "    [x] why jobs wait named (capacity_backoff, at_max, no_runner_type)",
     ]
-    assert [ok for ok, _ in Story(busy_killed=1).promises()] == [False] * 7
+    assert [ok for ok, _ in Story(busy_killed=1).promises()] == [False] * 8
 
 
 @pytest.mark.parametrize(
@@ -147,3 +154,37 @@ def test_the_workload_bursts_then_goes_quiet_every_cycle() -> None:
     burst = workload.step(T0 + timedelta(seconds=BURST - 1))
     calm = workload.step(T0 + timedelta(seconds=CYCLE - 1))
     assert len(burst) > 10 and calm == []
+
+
+def test_a_queue_alert_shows_its_cause_line_as_the_sink_received_it() -> None:
+    """Issue 12 on the demo: each queue alert says why, in the per-tick line and under
+    the alert in the alerts panel (a FIRING seen only in a full screen keeps its cause)."""
+    text = "State: FIRING\nReason: max_queue_size=7\nCause: at_max (cpu 8/8 instances)\nRunbook: "
+    payload = {"state": "FIRING", "title": "[P2] Jobs (cpu)", "fingerprint": "fp", "text": text}
+    notice = notice_from_payload(4.0, payload)
+    assert notice.cause == "at_max (cpu 8/8 instances)"
+    assert notice.line == "FIRING: [P2] Jobs (cpu) | Cause: at_max (cpu 8/8 instances)"
+    resolved = notice_from_payload(9.0, {**payload, "state": "RESOLVED", "text": "State: OK"})
+    assert resolved.cause == "" and resolved.line == "RESOLVED: [P2] Jobs (cpu)"
+    assert alerts_panel([notice, resolved])[1:] == [
+        "  FIRING t=4s -> RESOLVED t=9s       [P2] Jobs (cpu)",
+        "                                     | Cause: at_max (cpu 8/8 instances)",
+    ]
+
+
+def test_the_causes_panel_lists_each_waiting_type_with_its_causes() -> None:
+    config = scaling_config(rtype(GPU), rtype(CPU, pools=("cpu",)))
+    stats = QueueStats(GPU, 3, 95.0, RunnerCounts())
+    snap = QueueSnapshot(T0, {GPU: stats, CPU: QueueStats(CPU, 0, 0.0, RunnerCounts())}, 0, 0)
+    backoff = Cause("capacity_backoff", "gpu-spot since 03:00:00 UTC; AWS: no capacity")
+    result = TickResult(now=T0, snapshot=snap, causes={GPU: (backoff,)})
+    assert causes_panel(result, config) == [
+        "why jobs wait (explain):",
+        f"  {GPU}: 3 queued",
+        "    capacity_backoff: gpu-spot since 03:00:00 UTC; AWS: no capacity",
+    ]
+    story = Story()
+    story.update(1.0, result, FleetEvents(), Metrics(CollectorRegistry()).registry, 0, [])
+    assert story.causes_seen == {"capacity_backoff"}
+    idle = TickResult(now=T0, snapshot=None)
+    assert causes_panel(idle, config) == ["why jobs wait (explain):", "  (no queue)"]

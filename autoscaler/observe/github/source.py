@@ -41,7 +41,13 @@ import httpx
 
 from autoscaler.config import GitHubConfig
 from autoscaler.domain import Observation, Runner
-from autoscaler.errors import AutoscalerError, ConfigError, NotFoundError, TransientError
+from autoscaler.errors import (
+    AutoscalerError,
+    ConfigError,
+    NotFoundError,
+    StateError,
+    TransientError,
+)
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
 from autoscaler.observe.github.fetch import Settings
@@ -149,6 +155,14 @@ class GitHubSource:
             return
         try:
             cache.flush(self._cache_store)
+        except StateError as exc:
+            # The alert stage says this store's problem once a tick, as an ERROR naming the
+            # file and what to do (and fails readiness): not repeated here, only its kind.
+            log.warning(
+                "GitHub cache not saved to the state store (%s %s); the next flush retries",
+                exc.kind,
+                exc.code,
+            )
         except Exception as exc:  # the poll's picture is fine; the next flush retries
             log.warning("GitHub cache not saved to the state store: %s", exc)
 

@@ -1,0 +1,214 @@
+"""``ci-autoscaler explain``: per runner type, the queue, the runners, the pools, the budgets,
+the causes and the last decisions, from one tick.
+
+:func:`reports` turns a :class:`~autoscaler.controller.TickResult` into one
+:class:`TypeReport` per runner type (plus one for jobs no type serves); ``explain`` prints
+them (:func:`format_explain`, :func:`explain_json`), and the status page and the demo show
+the same reports, so every view says the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+from typing import Any
+
+from autoscaler.config import Config
+from autoscaler.controller import TickResult
+from autoscaler.domain import Cause, InstanceLifecycle, RunnerCounts
+from autoscaler.scale.diagnosis import UNMATCHED, fmt_age
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One pool as described this tick, and what the tick decided for it."""
+
+    name: str
+    desired: int | None = None
+    in_service: int | None = None
+    pending: int | None = None
+    max_size: int | None = None
+    backoff_until: datetime | None = None
+    action: str = ""
+    target: int | None = None
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "desired": self.desired,
+            "in_service": self.in_service,
+            "pending": self.pending,
+            "max_size": self.max_size,
+            "backoff_until": None if self.backoff_until is None else self.backoff_until.isoformat(),
+            "decision": {"action": self.action, "desired": self.target, "reason": self.reason}
+            if self.action
+            else None,
+        }
+
+
+@dataclass(frozen=True)
+class TypeReport:
+    """Everything on-call needs about one runner type, from one tick."""
+
+    name: str
+    queue_size: int
+    max_queue_time_seconds: float
+    runners: RunnerCounts
+    causes: tuple[Cause, ...]
+    pools: tuple[PoolRow, ...] = ()
+    budgets: tuple[tuple[str, int, int], ...] = ()
+    """(budget, instances held, limit) for each budget covering the type."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``explain --output json`` entry: exactly these keys."""
+        return {
+            "name": self.name,
+            "queue_size": self.queue_size,
+            "max_queue_time_seconds": round(self.max_queue_time_seconds, 3),
+            "causes": [c.as_dict() for c in self.causes],
+            "pools": [p.as_dict() for p in self.pools],
+        }
+
+
+def _pools(result: TickResult, config: Config, name: str) -> tuple[PoolRow, ...]:
+    view = result.scaling
+    rows = []
+    for pool in config.runner_type(name).pools:
+        if view is None:
+            rows.append(PoolRow(pool))
+            continue
+        decision = next(
+            (d for d in view.decisions if d.pool == pool and d.runner_type == name), None
+        )
+        decided: dict[str, Any] = (
+            {}
+            if decision is None
+            else {"action": decision.action, "target": decision.desired, "reason": decision.reason}
+        )
+        p = view.pools.get(pool)
+        if p is None:
+            rows.append(PoolRow(pool, **decided))
+            continue
+        until = view.state.backoff_until.get(pool)
+        rows.append(
+            PoolRow(
+                pool,
+                # a live tick's decision is what the pool now has; a dry run's is a plan
+                desired=decision.desired
+                if decision is not None and not result.dry_run
+                else p.desired_capacity,
+                in_service=sum(
+                    1 for i in p.instances if i.lifecycle is InstanceLifecycle.IN_SERVICE
+                ),
+                pending=sum(1 for i in p.instances if i.lifecycle is InstanceLifecycle.PENDING),
+                max_size=p.max_size,
+                backoff_until=until if view.state.in_backoff(pool, result.now) else None,
+                **decided,
+            )
+        )
+    return tuple(rows)
+
+
+def _budgets(result: TickResult, config: Config, name: str) -> tuple[tuple[str, int, int], ...]:
+    plan = result.scaling.plan if result.scaling is not None else None
+    if plan is None:
+        return ()
+    return tuple(
+        (b.name, plan.budget_use.get(b.name, 0), b.max_instances)
+        for b in config.budgets
+        if any(fnmatchcase(name, pattern) for pattern in b.runner_types)
+    )
+
+
+def reports(result: TickResult, config: Config) -> list[TypeReport]:
+    """One report per configured runner type, then one for unmatched jobs when any wait."""
+    snap = result.snapshot
+    out = []
+    for rt in config.runner_types:
+        stats = snap.per_type.get(rt.name) if snap is not None else None
+        out.append(
+            TypeReport(
+                rt.name,
+                stats.queue_size if stats else 0,
+                stats.max_queue_time_seconds if stats else 0.0,
+                stats.runners if stats else RunnerCounts(),
+                tuple(result.causes.get(rt.name, ())),
+                _pools(result, config, rt.name),
+                _budgets(result, config, rt.name),
+            )
+        )
+    if snap is not None and snap.unmatched_jobs:
+        ages = snap.unmatched_ages_seconds
+        out.append(
+            TypeReport(
+                UNMATCHED,
+                snap.unmatched_jobs,
+                ages[0] if ages else 0.0,
+                RunnerCounts(),
+                tuple(result.causes.get(UNMATCHED, ())),
+            )
+        )
+    return out
+
+
+def explain_json(types: Sequence[TypeReport]) -> dict[str, Any]:
+    """``{"runner_types": [{"name", "queue_size", "max_queue_time_seconds", "causes",
+    "pools"}]}``."""
+    return {"runner_types": [t.as_dict() for t in types]}
+
+
+def _clock(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%H:%M:%S UTC")
+
+
+def format_type(t: TypeReport, now: datetime, *, decisions: bool = True) -> list[str]:
+    """One runner type for a person: a heading, runners, pools, budgets, causes, decisions."""
+    oldest = f", oldest waiting {fmt_age(t.max_queue_time_seconds)}" if t.queue_size else ""
+    lines = [f"{t.name}: {t.queue_size} queued{oldest}"]
+    if t.name != UNMATCHED:
+        r = t.runners
+        lines.append(f"  runners: {r.idle} idle, {r.busy} busy, {r.offline} offline")
+    for p in t.pools:
+        if p.desired is None:
+            lines.append(f"  pool {p.name}: not described")
+            continue
+        backoff = ""
+        if p.backoff_until is not None:
+            left = fmt_age((p.backoff_until - now).total_seconds())
+            backoff = f", backed off until {_clock(p.backoff_until)} ({left} left)"
+        lines.append(
+            f"  pool {p.name}: desired {p.desired}, in service {p.in_service},"
+            f" pending {p.pending}, MaxSize {p.max_size}{backoff}"
+        )
+    lines.extend(f"  budget {b}: {used}/{limit} instances" for b, used, limit in t.budgets)
+    if t.causes:
+        lines.append("  causes:")
+        lines.extend(f"    {c.code}: {c.detail}" for c in t.causes)
+    elif t.queue_size:
+        lines.append("  causes: none found")
+    if decisions:
+        for p in t.pools:
+            if p.action:
+                lines.append(f"  decision {p.name}: {p.action} -> {p.target}: {p.reason}")
+    return lines
+
+
+def format_explain(
+    types: Sequence[TypeReport], result: TickResult, last_successful_poll: datetime | None
+) -> str:
+    """The ``explain`` text."""
+    when = (result.snapshot.observed_at if result.snapshot else result.now).strftime(
+        "%Y-%m-%d %H:%M:%S UTC"
+    )
+    head = [f"observed at {when} (one dry-run tick: nothing was changed)"]
+    if result.poll_error:
+        head.append(f"poll failed: {result.poll_error}")
+    if last_successful_poll is None:
+        head.append("no successful poll of GitHub")
+    lines = [*head, ""]
+    for t in types:
+        lines += [*format_type(t, result.now), ""]
+    return "\n".join(lines)

@@ -1,0 +1,294 @@
+"""The page for on-call at ``/``: per runner type the queue, the runners, the pools and the
+causes in words; firing alerts with their Reason and Cause lines; recent decisions; the age
+of the picture.
+
+HTML for a browser (no JavaScript at all: it refreshes itself with a meta refresh every
+poll interval, at least every 5 s, and reads on a phone: one column of cards, wide tables
+scroll sideways);
+plain text at ``/?format=text``, for ``Accept: text/plain`` and for clients that do not ask
+for HTML (curl); the ``explain`` JSON of the last tick at ``/?format=json``.
+
+Runner type names, labels and AWS messages come from the config, GitHub and AWS: every
+dynamic string is escaped, and the page is served with a Content-Security-Policy that
+allows no script at all, so a hostile label can neither run nor load anything.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from autoscaler.app.explain import TypeReport, explain_json, format_type, reports
+from autoscaler.app.report import format_table
+from autoscaler.controller import Controller, TickResult
+from autoscaler.scale.diagnosis import UNMATCHED, WORDS, fmt_age
+
+#: Seconds between the page's own reloads at least (a 1 s tick would hammer a phone).
+MIN_REFRESH = 5
+#: Recent decisions shown (the controller keeps more).
+DECISIONS_SHOWN = 10
+#: No script, no external anything: styles inline only.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+_SEVERITY = {
+    "demand_met": "ok",
+    "booting": "warn",
+    "runners_offline": "warn",
+    "dry_run": "warn",
+    "scaling_disabled": "warn",
+}  # everything else is "bad": it keeps jobs waiting until someone acts
+
+
+@dataclass(frozen=True)
+class Page:
+    body: bytes
+    content_type: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def wants(target: str, accept: str) -> str:
+    """``html``, ``text`` or ``json`` for a request to ``target`` with this Accept header."""
+    fmt = parse_qs(urlsplit(target).query).get("format", [""])[0].lower()
+    if fmt in ("html", "text", "json"):
+        return fmt
+    if "text/html" in accept.lower():
+        return "html"
+    return "text"
+
+
+def respond(controller: Controller, now: datetime, target: str, accept: str) -> Page:
+    """The page for ``GET target`` (path and query) as the controller stands at ``now``."""
+    kind = wants(target, accept)
+    result = controller.last_result
+    if kind == "json":
+        types = reports(result, controller.config) if result is not None else []
+        body = json.dumps(explain_json(types), indent=2) + "\n"
+        return Page(body.encode(), "application/json")
+    if kind == "text":
+        return Page(render_text(controller, now).encode(), "text/plain; charset=utf-8")
+    return Page(
+        render_html(controller, now).encode(),
+        "text/html; charset=utf-8",
+        {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def _poll_age(controller: Controller, now: datetime) -> str:
+    last = controller.last_successful_poll
+    if last is None:
+        return "no successful poll yet"
+    return f"last successful poll {fmt_age((now - last).total_seconds())} ago"
+
+
+def _firing(result: TickResult | None) -> list[Any]:
+    return [a for a in (result.alerts if result else ()) if getattr(a, "state", "") == "firing"]
+
+
+def render_text(controller: Controller, now: datetime) -> str:
+    """The plain-text page: the tick's table, then why jobs wait and what is firing."""
+    result = controller.last_result
+    if result is None:
+        return "no tick yet\n"
+    out = [format_table(result).rstrip("\n"), "", _poll_age(controller, now)]
+    waiting = [t for t in reports(result, controller.config) if t.queue_size]
+    if waiting:
+        out += ["", "WHY JOBS WAIT"]
+        for t in waiting:
+            out += format_type(t, now, decisions=False)
+    for alert in _firing(result):
+        out += ["", f"FIRING {alert.title}", f"  Reason: {alert.reason}"]
+        if alert.cause is not None:
+            out.append(f"  Cause: {alert.cause}")
+    return "\n".join(out) + "\n"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+_STYLE = """
+*{box-sizing:border-box}
+body{margin:0;font:15px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
+ color:#1b1f24;background:#f3f4f6}
+header{background:#1f3a5f;color:#fff;padding:12px 16px}
+header h1{margin:0;font-size:20px}
+header p{margin:4px 0 0;font-size:13px;opacity:.9}
+main{max-width:980px;margin:0 auto;padding:8px}
+section{margin:12px 0}
+h2{font-size:16px;margin:8px 4px;color:#374151}
+.card{background:#fff;border-radius:8px;padding:12px;margin:8px 0;
+ box-shadow:0 1px 2px rgba(0,0,0,.12);border-left:6px solid #9ca3af}
+.card.bad{border-left-color:#c62828}.card.warn{border-left-color:#ef8f00}
+.card.ok{border-left-color:#2e7d32}
+.card h3{margin:0 0 6px;font-size:16px;word-break:break-all}
+.stats{display:flex;flex-wrap:wrap;gap:4px 10px;margin:0 0 8px}
+.stats div{min-width:56px}.stats dt{font-size:12px;color:#6b7280}
+.stats dd{margin:0;font-size:18px;font-weight:600}
+ul.causes{list-style:none;margin:6px 0;padding:0}
+ul.causes li{margin:4px 0;padding:6px 8px;border-radius:6px;background:#fdecea}
+ul.causes li.warn{background:#fff4e0}ul.causes li.ok{background:#e8f5e9}
+ul.causes strong{display:block}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#eef0f3;
+ padding:1px 4px;border-radius:4px}
+.detail{display:block;font-size:13px;color:#374151;word-break:break-word}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:4px 6px;border-bottom:1px solid #e5e7eb;white-space:nowrap}
+td.reason{white-space:normal;min-width:220px}
+.alert p{margin:4px 0;font:13px ui-monospace,SFMono-Regular,Menlo,monospace;
+ word-break:break-word}
+.quiet{color:#6b7280}
+footer{font-size:12px;color:#6b7280;padding:8px 12px 24px;text-align:center}
+"""
+
+
+def _severity(t: TypeReport) -> str:
+    if not t.causes:
+        return "ok" if not t.queue_size else "warn"
+    levels = {_SEVERITY.get(c.code, "bad") for c in t.causes}
+    return "bad" if "bad" in levels else "warn" if "warn" in levels else "ok"
+
+
+def _card(t: TypeReport, now: datetime) -> str:
+    stats = [("queued", t.queue_size), ("oldest", fmt_age(t.max_queue_time_seconds))]
+    if t.name != UNMATCHED:
+        stats += [
+            ("idle", t.runners.idle),
+            ("busy", t.runners.busy),
+            ("offline", t.runners.offline),
+        ]
+    parts = [
+        f'<article class="card rt {_severity(t)}" data-runner-type="{_e(t.name)}">',
+        f"<h3>{_e(t.name)}</h3>",
+        '<dl class="stats">'
+        + "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in stats)
+        + "</dl>",
+    ]
+    if t.causes:
+        parts.append('<ul class="causes">')
+        for c in t.causes:
+            words = WORDS.get(c.code, c.code)
+            parts.append(
+                f'<li class="{_SEVERITY.get(c.code, "bad")}" data-code="{_e(c.code)}">'
+                f"<strong>{_e(words)}</strong> <code>{_e(c.code)}</code>"
+                f'<span class="detail">{_e(c.detail)}</span></li>'
+            )
+        parts.append("</ul>")
+    elif t.queue_size:
+        parts.append('<p class="quiet">No cause found.</p>')
+    if t.pools:
+        parts.append(_pools_table(t, now))
+    if t.budgets:
+        parts.append(
+            "<p>"
+            + ", ".join(f"budget {_e(b)}: {used}/{limit}" for b, used, limit in t.budgets)
+            + "</p>"
+        )
+    parts.append("</article>")
+    return "".join(parts)
+
+
+def _pools_table(t: TypeReport, now: datetime) -> str:
+    rows = []
+    for p in t.pools:
+        backoff = "-"
+        if p.backoff_until is not None:
+            backoff = f"{fmt_age((p.backoff_until - now).total_seconds())} left"
+        cells = [
+            p.name,
+            _dash(p.desired),
+            _dash(p.in_service),
+            _dash(p.pending),
+            _dash(p.max_size),
+            backoff,
+        ]
+        rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>" for h in ("pool", "desired", "in service", "pending", "MaxSize", "back-off")
+    )
+    return f'<div class="scroll"><table><tr>{head}</tr>{"".join(rows)}</table></div>'
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _alerts(alerts: Iterable[Any]) -> str:
+    cards = []
+    for a in alerts:
+        lines = [f"<p>Reason: {_e(a.reason)}</p>"]
+        if a.cause is not None:
+            lines.append(f'<p class="cause-line">Cause: {_e(a.cause)}</p>')
+        cards.append(
+            f'<article class="card bad alert"><h3>{_e(a.title)}</h3>{"".join(lines)}</article>'
+        )
+    return "".join(cards) or '<p class="quiet">No alert is firing.</p>'
+
+
+def _decisions(recent: Sequence[tuple[datetime, Any]]) -> str:
+    if not recent:
+        return '<p class="quiet">No scaling decision changed anything yet.</p>'
+    rows = []
+    for when, d in list(recent)[-DECISIONS_SHOWN:][::-1]:
+        cells = [
+            when.astimezone(UTC).strftime("%H:%M:%S"),
+            getattr(d, "runner_type", ""),
+            getattr(d, "pool", ""),
+            getattr(d, "action", ""),
+            f"{getattr(d, 'current', '')} -> {getattr(d, 'desired', '')}",
+        ]
+        tds = "".join(f"<td>{_e(c)}</td>" for c in cells)
+        rows.append(f'<tr>{tds}<td class="reason">{_e(getattr(d, "reason", ""))}</td></tr>')
+    head = "".join(
+        f"<th>{h}</th>" for h in ("time", "runner type", "pool", "action", "desired", "why")
+    )
+    return f'<div class="scroll card"><table><tr>{head}</tr>{"".join(rows)}</table></div>'
+
+
+def render_html(controller: Controller, now: datetime) -> str:
+    """The HTML page (every dynamic string escaped)."""
+    result = controller.last_result
+    refresh = max(MIN_REFRESH, round(controller.config.poll_interval))
+    head = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta http-equiv="refresh" content="{refresh}">'
+        f"<title>ci-autoscaler</title><style>{_STYLE}</style></head><body>"
+    )
+    observed = ""
+    if result is not None and result.snapshot is not None:
+        observed = f" · observed {result.snapshot.observed_at.astimezone(UTC):%H:%M:%S} UTC"
+    poll_error = ""
+    if result is not None and result.poll_error:
+        poll_error = f"<p>Last poll failed: {_e(result.poll_error)}</p>"
+    header = (
+        "<header><h1>ci-autoscaler</h1>"
+        f'<p id="poll-age">{_e(_poll_age(controller, now))}{_e(observed)}'
+        f" · refreshes every {refresh}s</p>{poll_error}</header>"
+    )
+    if result is None:
+        body = '<main><p class="quiet">No tick yet.</p></main>'
+    else:
+        types = reports(result, controller.config)
+        waiting = sorted(
+            (t for t in types if t.queue_size), key=lambda t: -t.max_queue_time_seconds
+        )
+        quiet = [t for t in types if not t.queue_size]
+        body = (
+            "<main>"
+            f'<section id="alerts"><h2>Firing alerts</h2>{_alerts(_firing(result))}</section>'
+            '<section id="runner-types"><h2>Runner types</h2>'
+            + "".join(_card(t, now) for t in waiting + quiet)
+            + "</section>"
+            f'<section id="decisions"><h2>Recent decisions</h2>'
+            f"{_decisions(controller.recent_decisions)}</section></main>"
+        )
+    footer = (
+        '<footer><a href="/metrics">/metrics</a> · <a href="/?format=text">text</a> · '
+        '<a href="/?format=json">json</a></footer></body></html>'
+    )
+    return head + header + body + footer
