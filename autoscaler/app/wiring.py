@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
@@ -17,6 +19,9 @@ from autoscaler.scale.scaler import Scaler
 from autoscaler.state.fence import FencedPool, FencedSource
 from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.telemetry import Metrics
+
+if TYPE_CHECKING:
+    import boto3
 
 
 @dataclass
@@ -41,17 +46,21 @@ def build_runtime(
     source: JobSource | None = None,
     pool: RunnerPool | None = None,
     dry_run: bool = False,
+    session: boto3.session.Session | None = None,
+    wall_clock: Callable[[], float] = time.time,
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
     ``source`` and ``pool`` override the real adapters (the demo passes a pool with
-    moto's credentials; tests may pass fakes). Scaling is wired only when enabled. With a
-    lease (``state.backend: dynamodb``) every change to a pool, every deregistration and
-    every notification passes the lease's fence first.
+    moto's credentials; tests may pass fakes); ``session`` is the state table's boto3
+    session and ``wall_clock`` the GitHub source's (the benchmark passes moto's
+    credentials and its virtual clock). Scaling is wired only when
+    enabled. With a lease (``state.backend: dynamodb``) every change to a pool, every
+    deregistration and every notification passes the lease's fence first.
     """
     closers: list[Callable[[], None]] = []
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
-    backend = open_backend(config, metrics, health)
+    backend = open_backend(config, metrics, health, session=session)
     store = backend.store
     closers.append(store.close)
     if backend.keeper is not None:
@@ -68,6 +77,7 @@ def build_runtime(
             metrics,
             poll_interval=config.poll_interval,
             cache_store=None if dry_run else store,
+            wall_clock=wall_clock,
         )
         closers.append(github.close)
         source = github
