@@ -31,7 +31,9 @@ fenced (a scale call to AWS, a POST to a receiver) is preceded by ``acting()`` w
 margin left; the README lists what remains.
 
 A leader that stops cleanly releases the lease (``owner`` empty): a follower takes it at
-its next step instead of waiting out the duration (rolling deploys).
+its next step instead of waiting out the duration (rolling deploys). A process that finds
+its *own* owner id in the item (a takeover whose answer was lost, or a lease it let lapse
+that nobody took since) takes it again at once, conditional on that version.
 """
 
 from __future__ import annotations
@@ -241,7 +243,11 @@ class Lease:
         seen_at = self._monotonic()
         if stored is None:
             return self._take(None)
-        if stored.owner == "":
+        if stored.owner in ("", self.owner):
+            # Released, or ours: a takeover (or renewal) of ours whose answer was lost, or a
+            # lease this process let lapse that nobody took since. The write is conditional
+            # on this very version, so no other process can hold it: take it now rather
+            # than wait a whole lease for our own record to expire.
             return self._take(stored)
         with self._lock:
             if self._seen is None or stored.version != self._seen.version:

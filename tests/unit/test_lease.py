@@ -249,6 +249,37 @@ def test_a_renewal_whose_answer_was_lost_is_adopted(table: FakeTable) -> None:
     assert a.acting() and table.record is not None and table.record.epoch == 1
 
 
+def test_a_takeover_whose_answer_was_lost_is_taken_at_the_next_step(table: FakeTable) -> None:
+    """Seen in the kill -9 e2e test on a loaded machine: a follower's takeover write
+    applied in DynamoDB but its answer timed out. The follower then read its own record,
+    watched it like anyone else's and took the lease over from itself only a whole lease
+    later: a lease of nobody acting, failover time doubled. Now its next step takes its own
+    record at once (conditional on that version: nobody else can hold it)."""
+    a, b = lease(table, "a"), lease(table, "b")
+    a.step()
+    b.step()
+    table.clock.advance(D)  # a died
+    table.lose_answer = 1
+    assert b.step().event is Event.ERROR
+    assert table.record is not None and table.record.owner == "b" and not b.acting()
+    table.clock.advance(D / 6)
+    taken = b.step()
+    assert taken.event is Event.ACQUIRED and b.acting()
+    assert taken.record is not None and taken.record.epoch == 3, "a new epoch: fenced again"
+    assert table.record == taken.record
+
+
+def test_a_lapsed_leader_retakes_its_own_lease_nobody_took(table: FakeTable) -> None:
+    """Alone, a leader that could not renew in time stops acting (LOST), but the item is
+    still its own and unchanged: its next watch takes it again instead of waiting a lease."""
+    a = lease(table, "a")
+    a.step()
+    table.clock.advance(D)
+    assert a.step().event is Event.LOST and not a.acting()
+    assert a.step().event is Event.ACQUIRED and a.acting()
+    assert table.record is not None and table.record.epoch == 2
+
+
 def test_two_followers_racing_for_an_expired_lease_one_wins(table: FakeTable) -> None:
     a, b, c = lease(table, "a"), lease(table, "b"), lease(table, "c")
     a.step()
