@@ -8,7 +8,8 @@ Everything runs against moto's server on 127.0.0.1 (the table, the Auto Scaling 
 fake GitHub with a fleet emulator and a bursty workload, and a receiver that knows which
 controller sent each notification (tests/e2e/pair.py). Lease 2 s, poll interval 2 s. moto's
 server runs one request at a time here: DynamoDB's conditional writes are atomic, moto's
-threaded ones are not (two controllers both "created" the lease).
+threaded ones are not (two controllers both "created" the lease). It runs in a process of
+its own (the test process runs the fake GitHub, the fleet and the receiver).
 """
 
 from __future__ import annotations
@@ -24,8 +25,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autoscaler.sim.fleet import aws_clients, reset_moto_server, start_moto_server
-from tests.e2e.pair import TABLE, Controller, Pair, create_table, pair, wait_until
+from autoscaler.sim.fleet import aws_clients, reset_moto_server
+from tests.e2e.pair import (
+    TABLE,
+    Controller,
+    Pair,
+    atomic_moto_process,
+    create_table,
+    pair,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -36,13 +45,8 @@ SEED = 13
 
 @pytest.fixture(scope="module")
 def atomic_moto() -> Iterator[str]:
-    server, endpoint = start_moto_server(atomic=True)
-    reset_moto_server(endpoint)
-    try:
+    with atomic_moto_process() as endpoint:
         yield endpoint
-    finally:
-        reset_moto_server(endpoint)
-        server.stop()
 
 
 @pytest.fixture
