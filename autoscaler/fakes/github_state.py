@@ -90,8 +90,7 @@ class GitHubState:
         self._faults: list[Fault] = []
         #: Issues per repository (the github_issue alert receiver's endpoints).
         self.issue_tracker = IssueTracker()
-        #: Just-in-time runner configs (generate-jitconfig), runner groups, the 403 switch.
-        self.jit = JitRegistry()
+        self._jit: JitRegistry | None = None
         #: Called with (method, path with query, status) once a reply is decided and its
         #: effect applied, before it is sent: a test can act at the moment the fake has
         #: done the work and the client has not heard back (kill the client, say). A true
@@ -100,6 +99,15 @@ class GitHubState:
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None
+
+    @property
+    def jit(self) -> JitRegistry:
+        """Just-in-time runner configs (generate-jitconfig), runner groups, the 403 switch;
+        made on first use."""
+        with self.lock:
+            if self._jit is None:
+                self._jit = JitRegistry()
+            return self._jit
 
     # --- state
     def _new_id(self) -> int:
