@@ -143,7 +143,10 @@ def config(github: FakeGitHub, moto: str, receiver: Receiver, name: str) -> Conf
                     "labels": list(LABELS),
                     "pools": ["ci-cpu"],
                     "idle_timeout": "2m",
-                    "boot_timeout": "10m",
+                    # The virtual clock runs ahead of moto's (instances' launch times are
+                    # real): a boot_timeout past the run's length keeps booting instances
+                    # from looking like orphans that never registered.
+                    "boot_timeout": "3h",
                 }
             },
             "aws": {"region": "us-east-1", "endpoint_url": moto},
