@@ -50,6 +50,11 @@ PURE = [
     "autoscaler.sim.simulate",
     "autoscaler.sim.shapes",
     "autoscaler.alerting.alertmanager",
+    "autoscaler.retry.model",
+    "autoscaler.retry.classify",
+    "autoscaler.retry.ledger",
+    "autoscaler.retry.decide",
+    "autoscaler.alerting.job_retry_alerts",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
