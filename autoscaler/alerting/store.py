@@ -1,6 +1,7 @@
 """SQLite state store: alert states, the outbox of undelivered notifications, the
-GitHub issue numbers the ``github_issue`` receiver keeps, and the GitHub poll's ETag cache
-(the :class:`~autoscaler.observe.github.cache.PollCacheStore` port). All of it survives a
+GitHub issue numbers the ``github_issue`` receiver keeps, the GitHub poll's ETag cache
+(the :class:`~autoscaler.observe.github.cache.PollCacheStore` port) and the job-retry
+ledger (the :class:`~autoscaler.retry.ledger.JobRetryStore` port). All of it survives a
 restart, so a new process neither pages again for a firing alert nor forgets to resolve
 it, and its first poll of GitHub is mostly 304s.
 
@@ -61,6 +62,10 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error TEXT
 );
 CREATE TABLE IF NOT EXISTS poll_cache (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_retries (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
@@ -285,4 +290,17 @@ class StateStore:
             self._db.executemany("DELETE FROM poll_cache WHERE key = ?", [(k,) for k in drop])
             self._db.executemany(
                 "INSERT OR REPLACE INTO poll_cache (key, value) VALUES (?, ?)", list(put.items())
+            )
+
+    # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
+    @_operation("load_job_retries")
+    def load_job_retries(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM job_retries").fetchall())
+
+    @_operation("save_job_retries")
+    def save_job_retries(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        with self._db:
+            self._db.executemany("DELETE FROM job_retries WHERE key = ?", [(k,) for k in drop])
+            self._db.executemany(
+                "INSERT OR REPLACE INTO job_retries (key, value) VALUES (?, ?)", list(put.items())
             )

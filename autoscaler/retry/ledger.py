@@ -16,7 +16,7 @@ import logging
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ DENIED_PAUSE = timedelta(hours=6)
 ALERT_WINDOW = timedelta(hours=1)
 
 
+@runtime_checkable
 class JobRetryStore(Protocol):
     """Where the ledger survives a restart: a bounded mapping of string to string."""
 

@@ -30,7 +30,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from autoscaler.config import Config
 from autoscaler.errors import (
@@ -71,6 +71,7 @@ MAX_PENDING = 2000
 WAITING = frozenset({DEFERRED, DENIED, FAILED})
 
 
+@runtime_checkable
 class CompletedJobSource(Protocol):
     """Completed jobs to judge: the poll's recently completed runs with failed jobs (and,
     once webhooks land, ``workflow_job`` ``completed`` events)."""
@@ -81,6 +82,7 @@ class CompletedJobSource(Protocol):
         ...
 
 
+@runtime_checkable
 class JobRerunner(Protocol):
     def rerun_job(self, repo: str, job_id: int) -> None:
         """Ask the CI provider to re-run one job. RejectedError: already re-run (422);
