@@ -16,7 +16,7 @@ from autoscaler.controller import Controller
 from autoscaler.domain import Observation
 from autoscaler.health import Health
 from autoscaler.ports import JobSource, RunnerPool
-from autoscaler.retry.interruptions import InterruptionHandler, RecordingPool
+from autoscaler.retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
 from autoscaler.retry.ledger import JobRetryStore
 from autoscaler.retry.model import InstanceEvents
 from autoscaler.retry.stage import CompletedJobSource, JobRerunner, RetryStage
@@ -157,4 +157,5 @@ def _interruption_handler(
         errors=metrics.interruption_queue_errors,
         observed=observed,
         backoff=scaler,
+        long_poll=min(LONG_POLL, config.poll_interval / 10),
     )

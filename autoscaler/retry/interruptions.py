@@ -49,8 +49,9 @@ WARNINGS = frozenset({SPOT_INTERRUPTION, REBALANCE})
 #: Metric kinds of messages that carry no event we use.
 NOT_EC2 = "not_ec2"
 OTHER_STATE = "other_state"
-#: Seconds the first receive of a tick waits for a message (SQS long poll); later batches
-#: of the same tick do not wait. Warnings give two minutes; a tick is every poll_interval.
+#: Seconds the first receive of a tick waits for a message (SQS long poll; at most a tenth
+#: of ``poll_interval``); later batches of the same tick do not wait. Warnings give two
+#: minutes; a tick is every poll_interval.
 LONG_POLL = 2.0
 BATCHES_PER_TICK = 5
 
@@ -143,8 +144,10 @@ class InterruptionHandler:
         errors: Counter,
         observed: Callable[[], Observation | None],
         backoff: PoolBackoff | None = None,
+        long_poll: float = LONG_POLL,
     ) -> None:
         self.queue = queue
+        self.long_poll = long_poll
         self.pool = pool
         self.pool_names = tuple(pool_names)
         self.source = source
@@ -159,7 +162,7 @@ class InterruptionHandler:
         handled: list[Parsed] = []
         for batch in range(BATCHES_PER_TICK):
             try:
-                messages = self.queue.receive(LONG_POLL if batch == 0 else 0.0)
+                messages = self.queue.receive(self.long_poll if batch == 0 else 0.0)
             except AutoscalerError as exc:
                 self.errors.labels("receive", exc.kind).inc()
                 log.warning("interruption queue not read (%s): %s", exc.kind, exc)
