@@ -32,6 +32,7 @@ from autoscaler.app.wiring import Runtime, build_runtime
 from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns
+from autoscaler.scale.scaler import Scaler
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, reset_moto_server
 from autoscaler.telemetry import Metrics
 from tests.adapters.aws_events import body, spot_warning
@@ -176,10 +177,9 @@ def test_a_spot_interrupted_job_is_rerun_exactly_once_and_a_users_failure_never(
     assert world.fake.reruns == [("app", lost)]
     assert world.retries("spot_interruption", "rerun") == 1
     assert world.retries("user", "skip") == 1
-    state = world.runtime.controller.scaler
-    assert state is not None and state.state.in_backoff(
-        "ci-gpu-spot", world.now - timedelta(minutes=5)
-    )
+    scaler = world.runtime.controller.scaler
+    warned = world.now - timedelta(minutes=5)
+    assert isinstance(scaler, Scaler) and scaler.state.in_backoff("ci-gpu-spot", warned)
     interrupted = world.metrics.registry.get_sample_value(
         "ci_autoscaler_interruptions_total", {"pool": "ci-gpu-spot", "kind": "spot_interruption"}
     )
