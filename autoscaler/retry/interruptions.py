@@ -9,8 +9,10 @@ EventBridge puts the managed groups' EC2 events in an SQS queue (terraform creat
   a busy one is left to finish (AWS gives two minutes); the instance is remembered for the
   job-retry classifier; the pool gets the capacity back-off a failed launch gets, so
   demand moves to the type's next pool.
-- **EC2 Instance State-change Notification** ``shutting-down``/``terminated``: remembered
-  (a job that ran there was lost to infrastructure); other states are counted and dropped.
+- **EC2 Instance State-change Notification** ``shutting-down``/``terminated``, and the
+  Auto Scaling group's **EC2 Instance Terminate Successful** (a health check, rebalancing):
+  remembered (a job that ran there was lost to infrastructure); other states are counted
+  and dropped.
 
 A message that is not an EC2 event, or names an instance no managed pool holds, is
 counted (``ci_autoscaler_interruptions_total{pool="none"|"unmanaged",kind}``), logged and
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 REBALANCE_RECOMMENDATION = "EC2 Instance Rebalance Recommendation"
 STATE_CHANGE = "EC2 Instance State-change Notification"
+ASG_TERMINATED = "EC2 Instance Terminate Successful"
 #: Kinds that are warnings: the pool is backed off, an idle runner deregistered.
 WARNINGS = frozenset({SPOT_INTERRUPTION, REBALANCE})
 #: Metric kinds of messages that carry no event we use.
@@ -72,6 +75,8 @@ def parse_event(body: str, received: datetime) -> Parsed:
         event: Any = json.loads(body)
     except (ValueError, RecursionError):
         return Parsed(None, NOT_EC2)
+    if isinstance(event, dict) and event.get("source") == "aws.autoscaling":
+        return _autoscaling(event, received)
     if not isinstance(event, dict) or event.get("source") != "aws.ec2":
         return Parsed(None, NOT_EC2)
     detail = event.get("detail")
@@ -93,6 +98,26 @@ def parse_event(body: str, received: datetime) -> Parsed:
             return Parsed(InstanceEvent(instance, TERMINATED, at, f"state {state}"), TERMINATED)
         return Parsed(None, OTHER_STATE)
     return Parsed(None, NOT_EC2)
+
+
+def _autoscaling(event: dict[str, Any], received: datetime) -> Parsed:
+    """``EC2 Instance Terminate Successful``: the group ended an instance (a failed health
+    check, rebalancing, a scale-in); its ``Cause`` says which, for people."""
+    detail = event.get("detail")
+    if event.get("detail-type") != ASG_TERMINATED or not isinstance(detail, dict):
+        return Parsed(None, NOT_EC2)
+    instance = detail.get("EC2InstanceId")
+    if not isinstance(instance, str) or instance_id_of(instance) != instance:
+        return Parsed(None, NOT_EC2)
+    cause = detail.get("Cause")
+    why = (
+        f"terminated by its Auto Scaling group: {cause[:300]}"
+        if isinstance(cause, str)
+        else ("terminated by its Auto Scaling group")
+    )
+    return Parsed(
+        InstanceEvent(instance, TERMINATED, _time(event.get("time"), received), why), TERMINATED
+    )
 
 
 def _time(value: Any, fallback: datetime) -> datetime:

@@ -54,3 +54,33 @@ def state_change(instance: str, state: str = "terminated") -> dict[str, Any]:
 
 def body(event: dict[str, Any]) -> str:
     return json.dumps(event)
+
+
+def asg_terminated(instance: str, group: str) -> dict[str, Any]:
+    """The EC2 Auto Scaling User Guide's "EC2 Instance Terminate Successful" sample."""
+    return {
+        "version": "0",
+        "id": "12345678-1234-1234-1234-123456789012",
+        "detail-type": "EC2 Instance Terminate Successful",
+        "source": "aws.autoscaling",
+        "account": "123456789012",
+        "time": "yyyy-mm-ddThh:mm:ssZ",
+        "region": "us-west-2",
+        "resources": [
+            "auto-scaling-group-arn",
+            f"arn:aws:ec2:us-west-2:123456789012:instance/{instance}",
+        ],
+        "detail": {
+            "StatusCode": "InProgress",
+            "Description": f"Terminating EC2 instance: {instance}",
+            "AutoScalingGroupName": group,
+            "ActivityId": "87654321-4321-4321-4321-210987654321",
+            "Details": {"Availability Zone": "us-west-2b", "Subnet ID": "subnet-12345678"},
+            "RequestId": "12345678-1234-1234-1234-123456789012",
+            "StatusMessage": "",
+            "EndTime": "yyyy-mm-ddThh:mm:ssZ",
+            "EC2InstanceId": instance,
+            "StartTime": "yyyy-mm-ddThh:mm:ssZ",
+            "Cause": "description-text",
+        },
+    }

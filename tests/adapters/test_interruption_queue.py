@@ -22,7 +22,13 @@ from autoscaler.scale.aws.sqs import SqsInterruptionQueue
 from autoscaler.scale.scaler import Scaler
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
-from tests.adapters.aws_events import body, rebalance, spot_warning, state_change
+from tests.adapters.aws_events import (
+    asg_terminated,
+    body,
+    rebalance,
+    spot_warning,
+    state_change,
+)
 from tests.unit.scaling_fakes import GPU, FakeSource, config, rtype
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -208,6 +214,16 @@ def test_our_own_terminations_are_remembered(world: World) -> None:
     (event,) = world.events.of(victim)
     assert event.kind == TERMINATED
     assert "this controller" in event.detail
+
+
+def test_an_auto_scaling_termination_is_remembered_with_its_cause(world: World) -> None:
+    instance = world.spot_instances()[0]
+    world.send(body(asg_terminated(instance, "ci-gpu-spot")))
+    world.handler.step(NOW)
+    (event,) = world.events.of(instance)
+    assert event.kind == TERMINATED and "description-text" in event.detail
+    assert not world.scaler.state.in_backoff("gpu-spot", NOW)
+    assert world.count("gpu-spot", TERMINATED) == 1
 
 
 def test_parse_keeps_a_real_time() -> None:

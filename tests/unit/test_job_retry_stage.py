@@ -286,3 +286,53 @@ def test_the_alert_stage_sends_exhausted_and_denied_once() -> None:
     )
     assert transitions == 1
     store.close()
+
+
+def test_instance_events_are_bounded_in_time_and_number() -> None:
+    from autoscaler.retry.model import InstanceEvents  # noqa: PLC0415
+
+    events = InstanceEvents(keep=timedelta(hours=1), limit=3)
+    for i in range(5):
+        events.add(InstanceEvent(f"i-{i:08x}", SPOT_INTERRUPTION, NOW + timedelta(minutes=i)))
+    assert sum(len(v) for v in events.snapshot().values()) == 3
+    assert events.of("i-00000004") and not events.of("i-00000000")  # the newest kept
+    events.prune(NOW + timedelta(hours=2))
+    assert events.snapshot() == {}
+
+
+class BrokenRetries:
+    def step(self, now: datetime, *, dry_run: bool = False) -> Any:
+        raise RuntimeError("a bug in the retry stage")
+
+
+def test_a_broken_retry_stage_never_ends_the_tick_and_alerts_keep_their_state() -> None:
+    """The stage runs guarded like the others; with no report this tick, the alert stage
+    keeps the job-retry alerts as they are (unknown is not fine)."""
+    from autoscaler.controller import Controller  # noqa: PLC0415
+    from autoscaler.domain import Observation  # noqa: PLC0415
+
+    class PollSource:
+        def observe(self, now: datetime) -> Observation:
+            return Observation(now, (), ())
+
+        def remove_runner(self, runner_id: int) -> None: ...
+
+        def find_runner(self, name: str) -> None:
+            return None
+
+    metrics = Metrics(CollectorRegistry())
+    cfg = config()
+    store = StateStore(None)
+    engine = AlertEngine(cfg.alerts, store, None, metrics)
+    s = RetryStage(cfg, Source([job(9, attempt=2)]), Rerunner(), metrics)
+    engine.step(None, NOW, NOW, retries=s.step(NOW))
+    controller = Controller(cfg, PollSource(), metrics, alerts=engine, retries=BrokenRetries())
+    result = controller.tick(NOW + timedelta(minutes=1))
+    assert [(a.rule, a.state) for a in result.alerts if a.rule == EXHAUSTED_RULE] == [
+        (EXHAUSTED_RULE, "firing")
+    ]
+    failures = metrics.registry.get_sample_value(
+        "ci_autoscaler_stage_failures_total", {"stage": "job_retry"}
+    )
+    assert failures == 1
+    store.close()

@@ -25,6 +25,9 @@ from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
+#: The IAM actions these calls need (DeleteMessageBatch is authorised as DeleteMessage); the
+#: terraform task role grants exactly these, on the interruption queue only.
+SQS_IAM_ACTIONS: frozenset[str] = frozenset({"sqs:ReceiveMessage", "sqs:DeleteMessage"})
 #: SQS's own limits: 10 messages a receive, 20 s the longest long poll.
 MAX_BATCH = 10
 MAX_WAIT = 20

@@ -70,7 +70,8 @@ locals {
         boot_timeout = "15m"
       }
     }
-    aws   = { region = var.region }
+    # The controller module's interruption queue (its URL reaches the task as a variable).
+    aws   = { region = var.region, interruption_queue_url = "$${INTERRUPTION_QUEUE_URL}" }
     state = { path = "/var/lib/ci-autoscaler/state.db" }
     alerts = {
       receivers = local.receivers
@@ -103,4 +104,6 @@ module "controller" {
   subnet_ids                     = var.controller_subnet_ids
   metrics_ingress_cidrs          = var.metrics_ingress_cidrs
   service_discovery_namespace_id = var.service_discovery_namespace_id
+  interruption_queue             = true
+  managed_group_names            = [module.cpu_pool.asg_name, module.gpu_pool.asg_name]
 }
