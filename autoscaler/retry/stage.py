@@ -139,7 +139,9 @@ class RetryStage:
             if not dry_run:
                 result = self._act(choice, now)
             self._count(choice, result)
-            if result in WAITING:
+            if result in WAITING or (dry_run and result in (RERUN, EXHAUSTED)):
+                # (a dry run acts on nothing: the job is still to be decided for real, by
+                # this controller or, for a follower, by the leader whose ledger says so)
                 waiting[choice.job.key] = choice.job
             choices.append(replace(choice, result=result))
         self.pending = waiting

@@ -241,11 +241,15 @@ def test_a_broken_store_keeps_the_ledger_in_memory_and_saves_later() -> None:
 
 
 def test_dry_run_decides_and_changes_nothing() -> None:
+    """A dry run (``once --dry-run``, a follower's tick) acts on nothing and keeps the job
+    to be decided for real by the next real tick."""
     rerunner, store = Rerunner(), Store()
     s, _ = stage(Source([job(1)]), rerunner, store)
     assert [c.result for c in s.step(NOW, dry_run=True).choices] == [RERUN]
     assert rerunner.calls == []
     assert store.data == {}
+    assert [c.result for c in s.step(NOW + timedelta(seconds=30)).choices] == [RERUN]
+    assert rerunner.calls == [("pytorch", 1)]
 
 
 def test_disabled_looks_at_nothing() -> None:
