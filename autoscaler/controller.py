@@ -144,6 +144,8 @@ class TickResult:
     """Runner type -> why its jobs wait (:func:`autoscaler.scale.diagnosis.diagnose`)."""
     scaling: ScalingView | None = None
     """The pools, plan and back-offs the scaling stage saw (None: it did not run)."""
+    retries: RetryReport | None = None
+    """What the job-retry stage judged and did this tick (None: it did not run)."""
     dry_run: bool = False
 
 
@@ -238,6 +240,7 @@ class Controller:
                     "job_retry", lambda: [retry_step.step(now, dry_run=dry_run)]
                 )
                 retry_report = reports[0] if reports else None
+                result.retries = retry_report
             # Only a controller with a retry stage passes its report (older AlertSteps).
             extra: dict[str, Any] = {} if self.retries is None else {"retries": retry_report}
             if alerts is not None:

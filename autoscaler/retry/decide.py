@@ -52,6 +52,22 @@ class Choice:
     result: str
     why: str
 
+    def as_dict(self) -> dict[str, object]:
+        """One line of ``once --output json``'s ``job_retries``."""
+        j = self.job
+        return {
+            "repo": j.repo,
+            "run_id": j.run_id,
+            "job_id": j.job_id,
+            "job": j.name,
+            "run_attempt": j.run_attempt,
+            "runner": j.runner_name,
+            "reason": self.verdict.reason,
+            "evidence": self.verdict.evidence,
+            "result": self.result,
+            "why": self.why,
+        }
+
 
 @dataclass(frozen=True)
 class RetryReport:

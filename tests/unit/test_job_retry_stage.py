@@ -3,6 +3,7 @@ idempotent across ticks, restarts and a second controller on the same ledger."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -340,3 +341,18 @@ def test_a_broken_retry_stage_never_ends_the_tick_and_alerts_keep_their_state() 
     )
     assert failures == 1
     store.close()
+
+
+def test_once_json_shows_what_job_retry_judged() -> None:
+    from autoscaler.app.report import to_json  # noqa: PLC0415
+    from autoscaler.controller import TickResult  # noqa: PLC0415
+
+    s, _ = stage(Source([job(1), job(2, annotations=())]), Rerunner())
+    result = TickResult(now=NOW, snapshot=None, retries=s.step(NOW))
+    lines = to_json(result)["job_retries"]
+    assert [(x["job_id"], x["reason"], x["result"]) for x in lines] == [
+        (1, "runner_lost", RERUN),
+        (2, "user", SKIP),
+    ]
+    assert json.dumps(lines)  # plain JSON
+    assert "job_retries" not in to_json(TickResult(now=NOW, snapshot=None))
