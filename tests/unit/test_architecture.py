@@ -59,7 +59,7 @@ PURE = [
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
-LAYERED = ["observe", "scale", "alerting", "config"]
+LAYERED = ["observe", "scale", "alerting", "config", "retry"]
 SHARED = [
     "domain.py",
     "errors.py",
