@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from autoscaler.config import Config
@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 SETTLE = timedelta(minutes=2)
 #: Jobs waiting for a decision at most (the oldest are dropped past it, and logged).
 MAX_PENDING = 2000
+#: Sorts before every completion time (a job without one is dropped first).
+_EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 #: Results that keep a job in the buffer for a later tick.
 WAITING = frozenset({DEFERRED, DENIED, FAILED})
 
@@ -100,8 +102,10 @@ class RetryStage:
         *,
         store: JobRetryStore | None = None,
         events: InstanceEvents | None = None,
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self.config = config
+        self.max_pending = max_pending
         self.retry = config.job_retry
         self.source = source
         self.rerunner = rerunner
@@ -158,12 +162,14 @@ class RetryStage:
         for job in jobs:
             if job.failed or job.conclusion == "cancelled":
                 self.pending.setdefault(job.key, job)
-        if len(self.pending) > MAX_PENDING:
-            drop = sorted(self.pending.values(), key=lambda j: j.completed_at or datetime.min)
-            excess = drop[: len(self.pending) - MAX_PENDING]
+        if len(self.pending) > self.max_pending:
+            drop = sorted(self.pending.values(), key=lambda j: j.completed_at or _EARLIEST)
+            excess = drop[: len(self.pending) - self.max_pending]
             for job in excess:
                 del self.pending[job.key]
-            log.warning("job retry: %d waiting jobs dropped (over %d)", len(excess), MAX_PENDING)
+            log.warning(
+                "job retry: %d waiting jobs dropped (over %d)", len(excess), self.max_pending
+            )
 
     def _judge(
         self, now: datetime

@@ -356,3 +356,18 @@ def test_once_json_shows_what_job_retry_judged() -> None:
     ]
     assert json.dumps(lines)  # plain JSON
     assert "job_retries" not in to_json(TickResult(now=NOW, snapshot=None))
+
+
+def test_past_the_bound_the_oldest_waiting_jobs_are_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Regression: the bound sorted completion times against a naive datetime.min, which
+    cannot be compared with the aware times of GitHub's jobs (TypeError, the stage failed)."""
+    jobs = [job(i, completed_at=NOW - timedelta(minutes=i)) for i in range(1, 6)]
+    jobs.append(job(9, completed_at=None))
+    metrics = Metrics(CollectorRegistry())
+    cfg = config(max_per_hour=0)
+    s = RetryStage(cfg, Source(jobs), Rerunner(), metrics, max_pending=3)
+    s.step(NOW)
+    assert sorted(j.job_id for j in s.pending.values()) == [1, 2, 3]
+    assert "dropped" in caplog.text
