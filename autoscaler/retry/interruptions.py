@@ -14,7 +14,9 @@ EventBridge puts the managed groups' EC2 events in an SQS queue (terraform creat
   remembered (a job that ran there was lost to infrastructure); other states are counted
   and dropped.
 
-A message that is not an EC2 event, or names an instance no managed pool holds, is
+An instance's pool is the group that lists it, or listed it (a ``terminated`` event
+arrives when the group no longer does), or the pool its runner is named after. A message
+that is not an EC2 event, or names an instance no managed pool holds, is
 counted (``ci_autoscaler_interruptions_total{pool="none"|"unmanaged",kind}``), logged and
 deleted: it would only come back. A message is deleted once handled; with ``dry_run``
 nothing is acted on or deleted. :class:`RecordingPool` remembers the instances this
@@ -57,6 +59,8 @@ OTHER_STATE = "other_state"
 #: minutes; a tick is every poll_interval.
 LONG_POLL = 2.0
 BATCHES_PER_TICK = 5
+#: Instances whose pool is remembered after they leave it, at most.
+KNOWN_INSTANCES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +186,7 @@ class InterruptionHandler:
         self.observed = observed
         self.backoff = backoff
         self._logged: set[str] = set()
+        self._known: dict[str, str] = {}
 
     def step(self, now: datetime, *, dry_run: bool = False) -> list[Parsed]:
         handled: list[Parsed] = []
@@ -210,7 +215,7 @@ class InterruptionHandler:
 
     def _handle(self, parsed: Sequence[Parsed], now: datetime, *, dry_run: bool) -> list[Parsed]:
         pools = self._pools() if any(p.event is not None for p in parsed) else {}
-        where = {i.id: name for name, p in pools.items() for i in p.instances}
+        self._remember({i.id: name for name, p in pools.items() for i in p.instances})
         for p in parsed:
             if p.event is None:
                 self.interruptions.labels("none", p.kind).inc()
@@ -220,7 +225,7 @@ class InterruptionHandler:
                     f"we use ({p.kind}); deleted, further ones only counted",
                 )
                 continue
-            pool = where.get(p.event.instance_id)
+            pool = self._known.get(p.event.instance_id) or self._pool_of_runner(p.event.instance_id)
             if pool is None:
                 self.interruptions.labels("unmanaged", p.kind).inc()
                 log.info(
@@ -237,6 +242,27 @@ class InterruptionHandler:
                     self.backoff.pool_interrupted(pool, now, p.event.detail)
                 self._release_runner(p.event.instance_id)
         return list(parsed)
+
+    def _remember(self, where: Mapping[str, str]) -> None:
+        """Instance -> pool as described, kept after the instance leaves its group (a
+        ``terminated`` event arrives when the group no longer lists it); bounded."""
+        self._known.update(where)
+        while len(self._known) > KNOWN_INSTANCES:
+            del self._known[next(iter(self._known))]
+
+    def _pool_of_runner(self, instance: str) -> str | None:
+        """The pool a runner on ``instance`` is named after (``<pool>-<instance id>``, the
+        runner-pool module's convention), or None."""
+        observation = self.observed()
+        runner = (
+            next((r for r in observation.runners if instance_id_of(r.name) == instance), None)
+            if observation is not None
+            else None
+        )
+        if runner is None:
+            return None
+        named = [p for p in self.pool_names if runner.name.startswith(f"{p}-")]
+        return max(named, key=len) if named else None
 
     def _pools(self) -> Mapping[str, PoolState]:
         try:

@@ -100,9 +100,10 @@ def world() -> Iterator[World]:
         yield World(queue.sqs, url, pool, source, scaler, handler, events, metrics)
 
 
-def add_runner(w: World, instance: str, *, busy: bool) -> int:
+def add_runner(w: World, instance: str, *, busy: bool, name: str = "gpu-spot") -> int:
+    """A runner named as the runner-pool module names them: ``<pool>-<instance id>``."""
     rid = len(w.source.runners) + 1
-    w.source.runners[rid] = Runner(rid, f"ci-gpu-spot-{instance}", frozenset(), True, busy)
+    w.source.runners[rid] = Runner(rid, f"{name}-{instance}", frozenset(), True, busy)
     return rid
 
 
@@ -170,7 +171,7 @@ def test_messages_that_are_not_ec2_events_are_counted_and_deleted(world: World, 
 
 
 def test_an_unmanaged_instance_is_counted_and_deleted(world: World) -> None:
-    add_runner(world, "i-0fffffffffffffff0", busy=False)
+    add_runner(world, "i-0fffffffffffffff0", busy=False, name="someones-laptop")
     world.send(body(spot_warning("i-0fffffffffffffff0")))
     world.handler.step(NOW)
     assert world.count("unmanaged", SPOT_INTERRUPTION) == 1
@@ -229,3 +230,22 @@ def test_an_auto_scaling_termination_is_remembered_with_its_cause(world: World) 
 def test_parse_keeps_a_real_time() -> None:
     parsed = parse_event(body(state_change("i-abcd1111")), NOW - timedelta(days=1))
     assert parsed.event is not None and parsed.event.at.year == 2021
+
+
+def test_a_termination_reported_after_the_group_let_go_is_still_ours(world: World) -> None:
+    """Regression: EC2's ``terminated`` event arrives after the group stopped listing the
+    instance, so it read as an unmanaged instance and the job lost there as the user's.
+    The pool is remembered from an earlier description, or read from the runner's name."""
+    remembered, named = world.spot_instances()
+    world.send(body(rebalance(remembered)))  # described now, while the group lists it
+    world.handler.step(NOW)
+    add_runner(world, named, busy=True)
+    for instance in (remembered, named):
+        world.pool.terminate_instance("gpu-spot", instance)
+    assert world.spot_instances() == []
+    world.send(body(state_change(remembered, "terminated")))
+    world.send(body(state_change(named, "terminated")))
+    world.handler.step(NOW + timedelta(minutes=5))
+    assert world.count("gpu-spot", TERMINATED) == 2
+    assert world.count("unmanaged", TERMINATED) == 0
+    assert [e.kind for e in world.events.of(named)] == [TERMINATED]
