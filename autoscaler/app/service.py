@@ -31,8 +31,13 @@ def run_loop(
     clock: Callable[[], datetime] = utc_now,
     on_tick: Callable[[], None] | None = None,
     max_ticks: int | None = None,
+    wake: threading.Event | None = None,
 ) -> int:
-    """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run."""
+    """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run.
+
+    ``wake`` set (the lease keeper: this controller just became the leader) starts the
+    next tick at once instead of at the end of the interval; :func:`stop_on_signals`
+    sets it too, so a stop is not held up by the wait."""
     ticks = 0
     while not stop.is_set():
         started = time.monotonic()
@@ -46,16 +51,22 @@ def run_loop(
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:
             break
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        left = max(0.0, interval - (time.monotonic() - started))
+        if wake is None:
+            stop.wait(left)
+        elif wake.wait(left):
+            wake.clear()
     return ticks
 
 
-def stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT end the loop cleanly."""
+def stop_on_signals(stop: threading.Event, wake: threading.Event | None = None) -> None:
+    """SIGTERM and SIGINT end the loop cleanly (``wake``: the loop's wake-up, set too)."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
+        if wake is not None:
+            wake.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

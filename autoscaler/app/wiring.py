@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
+from autoscaler.app.backend import open_backend
 from autoscaler.app.service import utc_now
 from autoscaler.config import Config
 from autoscaler.controller import Controller
@@ -21,7 +23,12 @@ from autoscaler.retry.ledger import JobRetryStore
 from autoscaler.retry.model import InstanceEvents
 from autoscaler.retry.stage import CompletedJobSource, JobRerunner, RetryStage
 from autoscaler.scale.scaler import Scaler
+from autoscaler.state.fence import Fence, FencedPool, FencedSource
+from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.telemetry import Metrics
+
+if TYPE_CHECKING:
+    import boto3
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +39,9 @@ class Runtime:
 
     controller: Controller
     closers: list[Callable[[], None]] = field(default_factory=list)
+    keeper: LeaseKeeper | None = None
+    """The leader lease's keeper (``state.backend: dynamodb``): ``run`` starts its thread,
+    ``once`` steps it once; closing releases the lease."""
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -45,16 +55,28 @@ def build_runtime(
     source: JobSource | None = None,
     pool: RunnerPool | None = None,
     dry_run: bool = False,
+    session: boto3.session.Session | None = None,
+    wall_clock: Callable[[], float] = time.time,
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
     ``source`` and ``pool`` override the real adapters (the demo passes a pool with
-    moto's credentials; tests may pass fakes). Scaling is wired only when enabled.
+    moto's credentials; tests may pass fakes); ``session`` is the state table's boto3
+    session and ``wall_clock`` the GitHub source's (the benchmark passes moto's
+    credentials and its virtual clock). Scaling is wired only when
+    enabled. With a lease (``state.backend: dynamodb``) every change to a pool, every
+    deregistration and every notification passes the lease's fence first.
     """
     closers: list[Callable[[], None]] = []
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
-    store = StateStore.from_config(config.state)
+    backend = open_backend(config, metrics, health, session=session)
+    store = backend.store
     closers.append(store.close)
+    if backend.keeper is not None:
+        # Released after the deliverer and the source closed (run in reverse): deliveries
+        # in flight finish as the leader, then a follower takes over at once.
+        keeper = backend.keeper
+        closers.append(lambda: keeper.stop(release=True))
     if source is None:
         from autoscaler.observe.github.source import GitHubSource  # noqa: PLC0415 (light CLI start)
 
@@ -64,11 +86,14 @@ def build_runtime(
             metrics,
             poll_interval=config.poll_interval,
             cache_store=None if dry_run else store,
+            wall_clock=wall_clock,
         )
         closers.append(github.close)
         source = github
 
-    deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run, health=health)
+    deliverer = Deliverer.from_config(
+        config, metrics, dry_run=dry_run, health=health, gate=backend.gate
+    )
     closers.append(deliverer.close)
     sync = None
     if any(rc.type == "alertmanager" for rc in config.alerts.receivers.values()):
@@ -78,6 +103,9 @@ def build_runtime(
 
     #: What happened to which instance (interruptions, our terminations): job retry reads it.
     events = InstanceEvents()
+    runners: JobSource = source
+    if backend.fence is not None:
+        runners = FencedSource(source, backend.fence)
     scaler = None
     has_pools = any(rt.pools for rt in config.runner_types)
     if config.scaling.enabled and has_pools:
@@ -85,16 +113,20 @@ def build_runtime(
             from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
 
             pool = AwsAsgPool(config.aws, metrics)
-        scaler = Scaler(RecordingPool(pool, events, utc_now), source, config, metrics)
+        # Recorded only once the real call went through (inside the fence).
+        acting: RunnerPool = RecordingPool(pool, events, utc_now)
+        if backend.fence is not None:
+            acting = FencedPool(acting, backend.fence)
+        scaler = Scaler(acting, runners, config, metrics, memory=store)
 
-    retries = _retry_stage(config, source, metrics, store, events)
+    retries = _retry_stage(config, source, metrics, store, events=events, fence=backend.fence)
     observed: list[Controller] = []
     interruptions = None
     if config.aws.interruption_queue_url and has_pools:
         interruptions = _interruption_handler(
             config,
             metrics,
-            source=source,
+            source=runners,
             pool=pool,
             scaler=scaler,
             events=events,
@@ -107,15 +139,34 @@ def build_runtime(
         alerts=alerts,
         scaler=scaler,
         health=health,
+        leadership=backend.lease,
         retries=retries,
         interruptions=interruptions,
     )
     observed.append(controller)
-    return Runtime(controller, closers)
+    return Runtime(controller, closers, backend.keeper)
+
+
+class FencedRerunner:
+    """A re-run is a leader-only write: asked of the fence right before it is sent."""
+
+    def __init__(self, rerunner: JobRerunner, fence: Fence) -> None:
+        self.rerunner = rerunner
+        self.fence = fence
+
+    def rerun_job(self, repo: str, job_id: int) -> None:
+        self.fence.require("rerun", f"{repo} job {job_id}")
+        self.rerunner.rerun_job(repo, job_id)
 
 
 def _retry_stage(
-    config: Config, source: JobSource, metrics: Metrics, store: object, events: InstanceEvents
+    config: Config,
+    source: JobSource,
+    metrics: Metrics,
+    store: object,
+    *,
+    events: InstanceEvents,
+    fence: Fence | None,
 ) -> RetryStage | None:
     """The job-retry stage, when enabled and the source can see completed jobs and re-run."""
     if not config.job_retry.enabled:
@@ -129,7 +180,8 @@ def _retry_stage(
             "this state backend keeps no job-retry ledger: re-runs are remembered in "
             "memory only (a restart may re-run a job once more)"
         )
-    return RetryStage(config, source, source, metrics, store=ledger, events=events)
+    rerunner: JobRerunner = source if fence is None else FencedRerunner(source, fence)
+    return RetryStage(config, source, rerunner, metrics, store=ledger, events=events)
 
 
 def _interruption_handler(

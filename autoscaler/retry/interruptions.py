@@ -18,9 +18,11 @@ An instance's pool is the group that lists it, or listed it (a ``terminated`` ev
 arrives when the group no longer does), or the pool its runner is named after. A message
 that is not an EC2 event, or names an instance no managed pool holds, is
 counted (``ci_autoscaler_interruptions_total{pool="none"|"unmanaged",kind}``), logged and
-deleted: it would only come back. A message is deleted once handled; with ``dry_run``
-nothing is acted on or deleted. :class:`RecordingPool` remembers the instances this
-controller terminates itself (scale-in, orphans), for the classifier too.
+deleted: it would only come back. A message is deleted once handled; a dry run (a
+follower's tick, ``once --dry-run``) does not read the queue at all: a message received is
+hidden from the leader for the queue's visibility timeout. :class:`RecordingPool`
+remembers the instances this controller terminates itself (scale-in, orphans), for the
+classifier too.
 """
 
 from __future__ import annotations
@@ -189,6 +191,11 @@ class InterruptionHandler:
         self._known: dict[str, str] = {}
 
     def step(self, now: datetime, *, dry_run: bool = False) -> list[Parsed]:
+        if dry_run:
+            # Not even read: a received message is hidden from every other reader for the
+            # queue's visibility timeout, and the leader must act on it (a follower's ticks
+            # and ``once --dry-run`` are dry runs).
+            return []
         handled: list[Parsed] = []
         for batch in range(BATCHES_PER_TICK):
             try:
@@ -200,9 +207,7 @@ class InterruptionHandler:
             if not messages:
                 break
             parsed = [parse_event(m.body, now) for m in messages]
-            handled += self._handle(parsed, now, dry_run=dry_run)
-            if dry_run:
-                break  # nothing deleted: the next receive would only see them again
+            handled += self._handle(parsed, now)
             try:
                 refused = self.queue.delete([m.receipt for m in messages])
             except AutoscalerError as exc:
@@ -213,7 +218,7 @@ class InterruptionHandler:
                 self.errors.labels("delete", "refused").inc(refused)
         return handled
 
-    def _handle(self, parsed: Sequence[Parsed], now: datetime, *, dry_run: bool) -> list[Parsed]:
+    def _handle(self, parsed: Sequence[Parsed], now: datetime) -> list[Parsed]:
         pools = self._pools() if any(p.event is not None for p in parsed) else {}
         self._remember({i.id: name for name, p in pools.items() for i in p.instances})
         for p in parsed:
@@ -237,7 +242,7 @@ class InterruptionHandler:
             self.interruptions.labels(pool, p.kind).inc()
             self.events.add(p.event)
             log.warning("%s: %s of pool %s", p.event.detail, p.event.instance_id, pool)
-            if p.kind in WARNINGS and not dry_run:
+            if p.kind in WARNINGS:
                 if self.backoff is not None:
                     self.backoff.pool_interrupted(pool, now, p.event.detail)
                 self._release_runner(p.event.instance_id)

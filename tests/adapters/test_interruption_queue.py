@@ -189,14 +189,18 @@ def test_batches_past_ten_messages_are_all_read_in_one_tick(world: World) -> Non
     assert world.left() == 0
 
 
-def test_dry_run_deletes_and_does_nothing(world: World) -> None:
+def test_dry_run_does_not_even_read_the_queue(world: World) -> None:
+    """A follower's ticks are dry runs: a message it received would be hidden from the
+    leader for the visibility timeout, so it reads nothing."""
     instance = world.spot_instances()[0]
-    add_runner(world, instance, busy=False)
+    rid = add_runner(world, instance, busy=False)
     world.send(body(spot_warning(instance)))
     world.handler.step(NOW, dry_run=True)
     assert world.source.removed == []
     assert not world.scaler.state.in_backoff("gpu-spot", NOW)
-    assert world.left() == 1
+    world.handler.step(NOW)  # the leader sees it at once: it was never hidden
+    assert world.source.removed == [rid]
+    assert world.left() == 0
 
 
 def test_a_queue_that_cannot_be_read_does_not_fail_the_tick(world: World) -> None:

@@ -55,11 +55,15 @@ PURE = [
     "autoscaler.retry.ledger",
     "autoscaler.retry.decide",
     "autoscaler.alerting.job_retry_alerts",
+    "autoscaler.scale.memory",
+    "autoscaler.state.port",
+    "autoscaler.state.lease",
+    "autoscaler.state.fence",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
-LAYERED = ["observe", "scale", "alerting", "config", "retry"]
+LAYERED = ["observe", "scale", "alerting", "config", "state", "retry"]
 SHARED = [
     "domain.py",
     "errors.py",

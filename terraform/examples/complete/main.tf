@@ -39,6 +39,8 @@ module "gpu_pool" {
 }
 
 locals {
+  state_table = "ci-autoscaler-state"
+
   receivers = var.alert_webhook_secret_arn == null ? {} : {
     slack = { type = "slack", url = "$${SLACK_WEBHOOK_URL}" }
   }
@@ -71,8 +73,10 @@ locals {
       }
     }
     # The controller module's interruption queue (its URL reaches the task as a variable).
-    aws   = { region = var.region, interruption_queue_url = "$${INTERRUPTION_QUEUE_URL}" }
-    state = { path = "/var/lib/ci-autoscaler/state.db" }
+    aws = { region = var.region, interruption_queue_url = "$${INTERRUPTION_QUEUE_URL}" }
+    # Two controllers share this table; one holds the lease and acts (README: Running two
+    # controllers).
+    state = { backend = "dynamodb", table = local.state_table, lease_duration = "30s" }
     alerts = {
       receivers = local.receivers
       rules = length(local.receivers) == 0 ? [] : [
@@ -98,6 +102,7 @@ module "controller" {
   name                           = "ci-autoscaler"
   image                          = var.image
   config_yaml                    = yamlencode(local.config)
+  state_table_name               = local.state_table
   github_token_secret_arn        = var.github_token_secret_arn
   extra_secrets                  = var.alert_webhook_secret_arn == null ? {} : { SLACK_WEBHOOK_URL = var.alert_webhook_secret_arn }
   vpc_id                         = var.vpc_id

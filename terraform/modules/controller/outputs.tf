@@ -47,3 +47,13 @@ output "service_discovery_service_arn" {
   description = "Cloud Map service the task registers in (Prometheus resolves `<name>.<namespace>` with dns_sd_configs), or null without a namespace."
   value       = one(aws_service_discovery_service.this[*].arn)
 }
+
+output "state_table_name" {
+  description = "The DynamoDB state table (null without state_table_name)."
+  value       = one(aws_dynamodb_table.state[*].name)
+}
+
+output "state_table_arn" {
+  description = "ARN of the DynamoDB state table (null without state_table_name)."
+  value       = one(aws_dynamodb_table.state[*].arn)
+}
