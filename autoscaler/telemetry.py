@@ -403,6 +403,32 @@ class Metrics:
             buckets=_FAST,
             registry=r,
         )
+        self._job_retry_metrics(r)
+
+    def _job_retry_metrics(self, r: CollectorRegistry) -> None:
+        """Jobs lost to infrastructure (issue 14): re-runs and EC2 interruptions."""
+        self.job_retries = Counter(
+            P + "job_retries_total",
+            "Failed jobs judged by the job-retry stage, by runner type, reason (the"
+            " classifier's evidence: spot_interruption, runner_lost, user, ...) and result"
+            " (rerun, skip, already, outage, exhausted, denied, deferred, failed).",
+            ["runner_type", "reason", "result"],
+            registry=r,
+        )
+        self.interruptions = Counter(
+            P + "interruptions_total",
+            "EC2 events read from the interruption queue, by pool and kind"
+            " (spot_interruption, rebalance_recommendation, spot_terminated, terminated;"
+            " pool 'unmanaged' or kind 'not_ec2' for messages that are not ours).",
+            ["pool", "kind"],
+            registry=r,
+        )
+        self.interruption_queue_errors = Counter(
+            P + "interruption_queue_errors_total",
+            "Failed reads or deletes of the interruption queue, by operation and error kind.",
+            ["operation", "kind"],
+            registry=r,
+        )
 
     # --- the controller's Reporter port
     def poll_succeeded(self, snapshot: QueueSnapshot, now: datetime) -> None:

@@ -23,6 +23,7 @@ from autoscaler.fakes.github_listing import (
     owner_serves,
     repo_of,
 )
+from autoscaler.fakes.github_reruns import RERUN, rerun
 from autoscaler.fakes.github_shapes import FakeRequest, Fault, Reply, error_reply, rate_limit_json
 from autoscaler.fakes.github_state import GitHubState
 
@@ -127,6 +128,10 @@ class Handler(BaseHTTPRequestHandler):
                 if not owner_serves(fake, m.group(1), orgs=False) or repo_of(fake, path) is None:
                     return error_reply(404, "Not Found", _rate_headers(fake, count=True))
                 return generate(fake, m.group(2), self.body, _rate_headers(fake, count=True))
+            if method == "POST" and (m := RERUN.match(path)):
+                reran = rerun(fake, m.group(1), m.group(2), int(m.group(3)), fake.clock())
+                reran.headers.update(_rate_headers(fake, count=True))
+                return reran
             if method in ("POST", "PATCH") and repo_of(fake, path) is not None:
                 done = fake.issue_tracker.handle(
                     fake.url, fake.owner, method, path, raw=self.body, now=fake.clock()

@@ -96,6 +96,10 @@ class GitHubState:
         #: done the work and the client has not heard back (kill the client, say). A true
         #: return drops the connection unanswered: the response is lost.
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
+        #: Job re-runs: every re-run answers this status (403, 422) when set
+        #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted.
+        self.rerun_refusal: int | None = None
+        self.reruns: list[tuple[str, int]] = []
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None

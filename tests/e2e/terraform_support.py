@@ -129,7 +129,18 @@ def init(terraform: str, cwd: Path, env: dict[str, str], mirror: Path) -> None:
 
 
 MOTO_REGION = "us-east-1"
-MOTO_SERVICES = ("autoscaling", "dynamodb", "ec2", "ecs", "iam", "logs", "sts", "ssm")
+MOTO_SERVICES = (
+    "autoscaling",
+    "dynamodb",
+    "ec2",
+    "ecs",
+    "events",
+    "iam",
+    "logs",
+    "sqs",
+    "sts",
+    "ssm",
+)
 
 
 def moto_provider(endpoint: str, region: str = MOTO_REGION) -> str:

@@ -77,7 +77,8 @@ locals {
       }
     }
     jit = { parameter_path = var.jit_parameter_path }
-    aws = { region = var.region }
+    # The controller module's interruption queue (its URL reaches the task as a variable).
+    aws = { region = var.region, interruption_queue_url = "$${INTERRUPTION_QUEUE_URL}" }
     # Two controllers share this table; one holds the lease and acts (README: Running two
     # controllers).
     state = { backend = "dynamodb", table = local.state_table, lease_duration = "30s" }
@@ -114,4 +115,6 @@ module "controller" {
   subnet_ids                     = var.controller_subnet_ids
   metrics_ingress_cidrs          = var.metrics_ingress_cidrs
   service_discovery_namespace_id = var.service_discovery_namespace_id
+  interruption_queue             = true
+  managed_group_names            = [module.cpu_pool.asg_name, module.gpu_pool.asg_name]
 }

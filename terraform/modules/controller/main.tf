@@ -127,6 +127,17 @@ data "aws_iam_policy_document" "task" {
     ]
   }
 
+  # With interruption_queue: read and delete on that one queue (interruptions.tf), exactly
+  # the calls autoscaler/scale/aws/sqs.py makes (SQS_IAM_ACTIONS; a test keeps them in step).
+  dynamic "statement" {
+    for_each = aws_sqs_queue.interruptions
+    content {
+      sid       = "ReadInterruptionQueue"
+      actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage"]
+      resources = [statement.value.arn]
+    }
+  }
+
   # The state table's calls (autoscaler/state/dynamodb_table.py IAM_ACTIONS), on that table
   # only: TransactWriteItems is authorised per action as PutItem, UpdateItem, DeleteItem
   # and ConditionCheckItem.
@@ -339,11 +350,14 @@ resource "aws_ecs_task_definition" "this" {
       readonlyRootFilesystem = true
       command                = ["run", "--config", "${local.config_dir}/config.yaml"]
       secrets                = [for k, v in local.controller_secrets : { name = k, valueFrom = v }]
-      environment            = [{ name = "AWS_DEFAULT_REGION", value = data.aws_region.current.name }]
-      portMappings           = [{ containerPort = var.metrics_port, protocol = "tcp", name = "metrics" }]
-      dependsOn              = [{ containerName = "config", condition = "SUCCESS" }]
-      stopTimeout            = 30
-      linuxParameters        = { initProcessEnabled = true }
+      environment = concat(
+        [{ name = "AWS_DEFAULT_REGION", value = data.aws_region.current.name }],
+        [for q in aws_sqs_queue.interruptions : { name = "INTERRUPTION_QUEUE_URL", value = q.url }],
+      )
+      portMappings    = [{ containerPort = var.metrics_port, protocol = "tcp", name = "metrics" }]
+      dependsOn       = [{ containerName = "config", condition = "SUCCESS" }]
+      stopTimeout     = 30
+      linuxParameters = { initProcessEnabled = true }
       mountPoints = [
         { sourceVolume = "config", containerPath = local.config_dir, readOnly = true },
         { sourceVolume = "state", containerPath = local.state_dir, readOnly = false },
