@@ -16,6 +16,8 @@
     │   ├── AuthenticationError  credentials rejected (GitHub 401, AWS AccessDenied)
     │   ├── NotFoundError        the resource does not exist (GitHub 404)
     │   ├── RejectedError        the request was understood and refused (GitHub 422)
+    │   ├── ConflictError        the resource exists already (GitHub 409: a runner name
+    │   │                        is taken)
     │   └── StateUnusableError   (also a StateError) the state file is corrupt, not a
     │                            database, read-only, unreachable or its disk is full
     └── StateError           the state store cannot be used; ``path`` names its file (or
@@ -101,6 +103,13 @@ class RejectedError(PermanentError):
     """The peer understood the request and refused it (GitHub 422: runner is busy)."""
 
     kind = "rejected"
+
+
+class ConflictError(PermanentError):
+    """The resource exists already (GitHub 409: generate-jitconfig for a runner name that
+    is taken). Asking again the same way cannot help; resolve the conflict first."""
+
+    kind = "conflict"
 
 
 class StateError(AutoscalerError):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from autoscaler.config.secrets import Secret
 from autoscaler.domain import Observation, PoolState, Runner
 
 _INSTANCE_ID = re.compile(r"(i-[0-9a-f]{8,17})$")
@@ -65,3 +67,12 @@ class RunnerPool(Protocol):
         """The cloud's clock minus ours, in seconds, from its last answer (None: unknown).
         Instance launch times are the cloud's clock; the policy compares them with ours."""
         ...
+
+
+@dataclass(frozen=True)
+class JitRunner:
+    """GitHub's answer to generate-jitconfig: the runner it created (offline until its
+    machine connects) and its single-use config, a secret handed to that machine only."""
+
+    runner_id: int
+    encoded_jit_config: Secret

@@ -374,6 +374,22 @@ class Metrics:
         self.budget_max_instances = Gauge(
             P + "budget_max_instances", "A budget's limit.", ["budget"], registry=r
         )
+        # --- ephemeral runners (issue 17): JIT configs and spent machines
+        self.jit_configs = Counter(
+            P + "jit_configs_total",
+            "Just-in-time runner configs asked of GitHub for ephemeral instances, by result"
+            " (created, adopted, conflict, rejected, forbidden, rate_limited, failed,"
+            " handover_failed).",
+            ["runner_type", "result"],
+            registry=r,
+        )
+        self.spent_instances_terminated = Counter(
+            P + "spent_instances_terminated_total",
+            "Ephemeral instances terminated (desired capacity decremented) because their"
+            " runner ran its one job.",
+            ["pool"],
+            registry=r,
+        )
         self.aws_calls = Counter(
             P + "aws_calls_total",
             "AWS API calls by operation and error code ('' = ok).",

@@ -59,6 +59,10 @@ WORLD: tuple[tuple[str, tuple[str, ...], tuple[tuple[str, int], ...]], ...] = (
         (("ci-gpu-multi", 3),),
     ),
 )
+EPHEMERAL_TYPES = frozenset({"linux.g4dn.12xlarge.nvidia.gpu"})
+"""Runner types the demo runs in ``mode: ephemeral``: the controller registers each new
+machine's runner just in time (a JIT config in moto's SSM), the machine takes one job, and
+the controller terminates it at once; machines come and go. The others are persistent."""
 CYCLE = 60.0
 """Seconds of one round of the script (burst, then calm); it repeats in longer runs."""
 BURST = 12.0
@@ -141,6 +145,7 @@ def demo_config(github_url: str, token: str, aws_url: str, sink_url: str, tick: 
             "priority": 10 if "gpu" in name else 5,
             "idle_timeout": IDLE_TIMEOUT,
             "boot_timeout": "30s",
+            "mode": "ephemeral" if name in EPHEMERAL_TYPES else "persistent",
         }
         for name, labels, pools in WORLD
     }
@@ -201,12 +206,19 @@ def demo_world(
         stack.callback(sink.stop)
         autoscaling, ec2 = aws_clients(aws_url)
         specs = [
-            PoolSpec(pool, name, labels, max_size=size)
+            PoolSpec(pool, name, labels, max_size=size, ephemeral=name in EPHEMERAL_TYPES)
             for name, labels, pools in WORLD
             for pool, size in pools
         ]
         create_pools(autoscaling, ec2, specs)
-        fleet = Fleet(github, autoscaling, specs, boot_delay=BOOT_DELAY, job_duration=JOB_SECONDS)
+        fleet = Fleet(
+            github,
+            autoscaling,
+            specs,
+            boot_delay=BOOT_DELAY,
+            job_duration=JOB_SECONDS,
+            ssm=_session().client("ssm", endpoint_url=aws_url),
+        )
         workload = Workload(
             github,
             [(name, labels) for name, labels, _ in WORLD],
@@ -219,6 +231,17 @@ def demo_world(
         )
         config = demo_config(github.url, github.token, aws_url, sink.url, tick)
         yield config, github, (workload, autoscaling), fleet, sink
+
+
+def _session() -> Any:
+    """A boto3 session with moto's dummy credentials (the fleet's instances read SSM)."""
+    import boto3  # noqa: PLC0415
+
+    return boto3.session.Session(
+        aws_access_key_id="demo",
+        aws_secret_access_key="demo",  # noqa: S106 - moto accepts any credentials
+        region_name="us-east-1",
+    )
 
 
 class _LogLines(logging.Handler):
@@ -308,6 +331,7 @@ def run_demo(
 
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
     from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
+    from autoscaler.scale.aws.ssm import SsmParameters  # noqa: PLC0415
     from autoscaler.sim.aws_faults import CapacityOutage  # noqa: PLC0415
     from autoscaler.telemetry import Metrics  # noqa: PLC0415
 
@@ -331,7 +355,8 @@ def run_demo(
             region_name="us-east-1",
         )
         pool = AwsAsgPool(config.aws, metrics, session=session)
-        runtime = build_runtime(config, metrics, pool=pool)
+        ssm = SsmParameters(config.aws, metrics, session=session)
+        runtime = build_runtime(config, metrics, pool=pool, parameters=ssm)
         host, _, port = listen.rpartition(":")
         try:
             server = StatusServer(runtime.controller, metrics, host, int(port))

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
@@ -22,6 +22,7 @@ from autoscaler.retry.interruptions import LONG_POLL, InterruptionHandler, Recor
 from autoscaler.retry.ledger import JobRetryStore
 from autoscaler.retry.model import InstanceEvents
 from autoscaler.retry.stage import CompletedJobSource, JobRerunner, RetryStage
+from autoscaler.scale.jit import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.keeper import LeaseKeeper
@@ -54,17 +55,18 @@ def build_runtime(
     *,
     source: JobSource | None = None,
     pool: RunnerPool | None = None,
+    parameters: ParameterStore | None = None,
     dry_run: bool = False,
     session: boto3.session.Session | None = None,
     wall_clock: Callable[[], float] = time.time,
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
-    ``source`` and ``pool`` override the real adapters (the demo passes a pool with
-    moto's credentials; tests may pass fakes); ``session`` is the state table's boto3
-    session and ``wall_clock`` the GitHub source's (the benchmark passes moto's
-    credentials and its virtual clock). Scaling is wired only when
-    enabled. With a lease (``state.backend: dynamodb``) every change to a pool, every
+    ``source``, ``pool`` and ``parameters`` (SSM, for ephemeral types) override the real
+    adapters (the demo passes a pool with moto's credentials; tests may pass fakes);
+    ``session`` is the state table's boto3 session and ``wall_clock`` the GitHub source's
+    (the benchmark passes moto's credentials and its virtual clock). Scaling is wired only
+    when enabled. With a lease (``state.backend: dynamodb``) every change to a pool, every
     deregistration and every notification passes the lease's fence first.
     """
     closers: list[Callable[[], None]] = []
@@ -117,7 +119,17 @@ def build_runtime(
         acting: RunnerPool = RecordingPool(pool, events, utc_now)
         if backend.fence is not None:
             acting = FencedPool(acting, backend.fence)
-        scaler = Scaler(acting, runners, config, metrics, memory=store)
+        registrar, parameters = _ephemeral_ports(config, metrics, source, parameters)
+        scaler = Scaler(
+            acting,
+            runners,
+            config,
+            metrics,
+            memory=store,
+            registrar=registrar,
+            parameters=parameters,
+            jit_store=store,
+        )
 
     retries = _retry_stage(config, source, metrics, store, events=events, fence=backend.fence)
     observed: list[Controller] = []
@@ -145,6 +157,26 @@ def build_runtime(
     )
     observed.append(controller)
     return Runtime(controller, closers, backend.keeper)
+
+
+def _ephemeral_ports(
+    config: Config,
+    metrics: Metrics,
+    source: JobSource,
+    parameters: ParameterStore | None,
+) -> tuple[RunnerRegistrar | None, ParameterStore | None]:
+    """GitHub's generate-jitconfig (the source, when it speaks it) and SSM, only when a
+    runner type is ephemeral."""
+    if not any(rt.ephemeral for rt in config.runner_types):
+        return None, None
+    registrar = source if hasattr(source, "generate_jit_config") else None
+    if registrar is None:
+        raise ValueError("an ephemeral runner type needs a source that can register runners")
+    if parameters is None:
+        from autoscaler.scale.aws.ssm import SsmParameters  # noqa: PLC0415
+
+        parameters = SsmParameters(config.aws, metrics)
+    return cast("RunnerRegistrar", registrar), parameters
 
 
 class FencedRerunner:

@@ -18,6 +18,7 @@ from typing import Any
 
 from autoscaler.config.alerts import read_alerts
 from autoscaler.config.checks import cross_check
+from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, MODES, read_jit
 from autoscaler.config.job_retry import read_job_retry
 from autoscaler.config.reader import Reader, join_path
 from autoscaler.config.schedule import read_min_idle
@@ -67,6 +68,7 @@ _TOP_KEYS = (
     "state",
     "alerts",
     "simulation",
+    "jit",
     "job_retry",
 )
 
@@ -169,6 +171,7 @@ def _parse(
         state=_state(r, top.get("state")),
         alerts=read_alerts(r, top.get("alerts"), base),
         simulation=read_simulation(r, top.get("simulation")),
+        jit=read_jit(r, top.get("jit")),
         job_retry=read_job_retry(r, top.get("job_retry")),
     )
     cross_check(r, config)
@@ -281,6 +284,8 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 "idle_timeout",
                 "boot_timeout",
                 "slo",
+                "mode",
+                "runner_group_id",
             ),
         )
         boot_timeout = r.duration(m.get("boot_timeout"), f"{p}.boot_timeout", 900.0)
@@ -303,6 +308,13 @@ def _runner_types(r: Reader, value: Any) -> tuple[RunnerTypeConfig, ...]:
                 ),
                 boot_timeout=boot_timeout,
                 slo=_slo(r, m.get("slo"), f"{p}.slo"),
+                mode=r.choice(m.get("mode"), f"{p}.mode", MODES, DEFAULT_MODE),
+                runner_group_id=r.integer(
+                    m.get("runner_group_id"),
+                    f"{p}.runner_group_id",
+                    DEFAULT_RUNNER_GROUP_ID,
+                    minimum=1,
+                ),
             )
         )
     return tuple(out)

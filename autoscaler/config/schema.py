@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autoscaler.config.alerts import AlertsConfig
+from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, EPHEMERAL, JitConfig
 from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.config.reader import Secret
 from autoscaler.config.schedule import MinIdle
@@ -100,10 +101,22 @@ class RunnerTypeConfig:
     slo: QueueObjective | None = None
     """Optional queue-time objective (``slo: {queue_time: 5m, objective: 0.95}``): exported
     as metrics and watched by the built-in "Queue-time objective burning" alert."""
+    mode: str = DEFAULT_MODE
+    """``ephemeral`` (one job per machine, registered just in time by the controller) or
+    ``persistent`` (machines register their own runner and run job after job). New configs
+    say ``ephemeral``; the default stays ``persistent`` so an existing file keeps its
+    meaning (:mod:`autoscaler.config.jit` says why)."""
+    runner_group_id: int = DEFAULT_RUNNER_GROUP_ID
+    """The GitHub runner group ephemeral runners join (1: Default)."""
 
     @property
     def runner_type(self) -> RunnerType:
         return RunnerType(self.name, self.labels)
+
+    @property
+    def ephemeral(self) -> bool:
+        """Its instances run one job each and get a JIT config from the controller."""
+        return self.mode == EPHEMERAL
 
 
 @dataclass(frozen=True)
@@ -205,6 +218,8 @@ class Config:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     """Only ``ci-autoscaler simulate`` reads it: the emulated fleet's boot times and
     outages."""
+    jit: JitConfig = field(default_factory=JitConfig)
+    """Where ephemeral runners' JIT configs are handed over (SSM parameter path)."""
     job_retry: JobRetryConfig = field(default_factory=JobRetryConfig)
     """Re-run jobs lost to infrastructure (off by default: it writes to repositories)."""
 

@@ -33,8 +33,8 @@ What it does not model (a test that needs one of these must add it, docs first):
 - the run filters other than ``status`` and ``created`` (``branch``, ``event``...) are
   ignored;
 - repositories have no description, topics, counts or history;
-- runners have no groups, versions, ephemeral mode or JIT configuration; one App
-  installation with fixed permissions;
+- runners have no versions; runner groups are ids only (``jit.groups``, for
+  generate-jitconfig's 422); one App installation with fixed permissions;
 - the rate limit meters ``core`` only (secondary limits only when injected), and there
   are no webhooks.
 

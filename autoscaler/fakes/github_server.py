@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from autoscaler.fakes.github_app import app_token, authorized, installation_token
+from autoscaler.fakes.github_jit import ORG_JIT, REPO_JIT, generate
 from autoscaler.fakes.github_listing import (
     BadQuery,
     Forbidden,
@@ -119,6 +120,14 @@ class Handler(BaseHTTPRequestHandler):
                 return _delete_runner(fake, m.group(1), None, int(m.group(2)))
             if method == "DELETE" and (m := _REPO_RUNNER.match(path)):
                 return _delete_runner(fake, m.group(1), m.group(2), int(m.group(3)))
+            if method == "POST" and (m := ORG_JIT.match(path)):
+                if not owner_serves(fake, m.group(1), orgs=True):
+                    return error_reply(404, "Not Found", _rate_headers(fake, count=True))
+                return generate(fake, None, self.body, _rate_headers(fake, count=True))
+            if method == "POST" and (m := REPO_JIT.match(path)):
+                if not owner_serves(fake, m.group(1), orgs=False) or repo_of(fake, path) is None:
+                    return error_reply(404, "Not Found", _rate_headers(fake, count=True))
+                return generate(fake, m.group(2), self.body, _rate_headers(fake, count=True))
             if method == "POST" and (m := RERUN.match(path)):
                 reran = rerun(fake, m.group(1), m.group(2), int(m.group(3)), fake.clock())
                 reran.headers.update(_rate_headers(fake, count=True))

@@ -114,6 +114,8 @@ class FakeRunner:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: The repositories it is registered on; empty for an org runner.
     repos: tuple[str, ...] = ()
+    #: Registered just in time: takes one job, and GitHub removes it when that job ends.
+    ephemeral: bool = False
 
 
 @dataclass
@@ -424,7 +426,7 @@ def runner_json(runner: FakeRunner) -> dict[str, Any]:
         "os": "Linux",
         "status": "online" if runner.online else "offline",
         "busy": runner.busy,
-        "ephemeral": False,
+        "ephemeral": runner.ephemeral,
         "labels": labels,
     }
     body.update(runner.overrides)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
+from autoscaler.fakes.github_jit import JitRegistry
 from autoscaler.fakes.github_shapes import (
     FakeJob,
     FakeRepo,
@@ -89,6 +90,7 @@ class GitHubState:
         self._faults: list[Fault] = []
         #: Issues per repository (the github_issue alert receiver's endpoints).
         self.issue_tracker = IssueTracker()
+        self._jit: JitRegistry | None = None
         #: Called with (method, path with query, status) once a reply is decided and its
         #: effect applied, before it is sent: a test can act at the moment the fake has
         #: done the work and the client has not heard back (kill the client, say). A true
@@ -101,6 +103,15 @@ class GitHubState:
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None
+
+    @property
+    def jit(self) -> JitRegistry:
+        """Just-in-time runner configs (generate-jitconfig), runner groups, the 403 switch;
+        made on first use."""
+        with self.lock:
+            if self._jit is None:
+                self._jit = JitRegistry()
+            return self._jit
 
     # --- state
     def _new_id(self) -> int:
@@ -177,7 +188,8 @@ class GitHubState:
             runner.busy = True
 
     def complete_job(self, job_id: int) -> None:
-        """The job completes; its runner (if any) is idle again."""
+        """The job completes; its runner (if any) is idle again, or, ephemeral, removed
+        (GitHub removes an ephemeral runner once its one job ends)."""
         with self.lock:
             job = self._jobs[job_id]
             now = self.clock()
@@ -186,6 +198,20 @@ class GitHubState:
             runner = self._runners.get(job.runner_id) if job.runner_id is not None else None
             if runner is not None:
                 runner.busy = False
+                if runner.ephemeral:
+                    del self._runners[runner.id]
+
+    def connect_jit(self, encoded_jit_config: str) -> int:
+        """A machine runs ``run.sh --jitconfig``: its runner comes online. Returns the
+        runner id; ValueError when the config was used already (single-use), never issued,
+        or its runner was deleted meanwhile."""
+        runner_id = self.jit.take(encoded_jit_config)
+        with self.lock:
+            runner = self._runners.get(runner_id)
+            if runner is None:
+                raise ValueError("the runner of this JIT config was deleted")
+            runner.online = True
+            return runner_id
 
     def remove_runner(self, runner_id: int) -> None:
         """Deregister a runner. KeyError when unknown, ValueError when busy (the 422)."""

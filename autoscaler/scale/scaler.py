@@ -60,6 +60,8 @@ from autoscaler.errors import (
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.diagnosis import CapacityFailure, ScalingView
+from autoscaler.scale.ephemeral import JitLedgerStore
+from autoscaler.scale.jit import EphemeralRunners, ParameterStore, RunnerRegistrar
 from autoscaler.scale.memory import Recollection, ScalingMemoryStore
 from autoscaler.scale.plan import (
     HOLD,
@@ -104,6 +106,9 @@ class Scaler:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        registrar: RunnerRegistrar | None = None,
+        parameters: ParameterStore | None = None,
+        jit_store: JitLedgerStore | None = None,
         memory: ScalingMemoryStore | None = None,
     ) -> None:
         self.pool = pool
@@ -127,6 +132,12 @@ class Scaler:
         self._deltas: dict[tuple[str, str], int] = {}
         self._actions: dict[tuple[str, str], set[str]] = {}
         self._notes: dict[tuple[str, str], list[str]] = {}
+        #: Ephemeral pools' duties (JIT configs, spent machines), when a type is ephemeral.
+        self.ephemeral: EphemeralRunners | None = None
+        if registrar is not None and parameters is not None:
+            self.ephemeral = EphemeralRunners(
+                config, source, registrar, parameters, pool, metrics, self.retry, store=jit_store
+            )
         #: Back-offs, last scale-ups, refused launches and pending terminations, kept in
         #: the state store across restarts and failovers.
         self.memory = None if memory is None else Recollection(memory, self._memory_failed)
@@ -178,6 +189,20 @@ class Scaler:
                 )
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
+        if self.ephemeral is not None and dry_run:
+            # Another process may act meanwhile (a leader, when this one follows): read the
+            # JIT ledger again before this one acts next.
+            self.ephemeral.forget()
+        if self.ephemeral is not None and not dry_run:
+            # Spent and expired ephemeral instances go first: the policy plans without them.
+            pools, runners = self.ephemeral.step(
+                pools,
+                observation,
+                now,
+                observation_fresh=fresh,
+                exclude=set(self.state.pending_terminations),
+            )
+            self.last_problems.extend(self.ephemeral.problems)
         plan = decide(
             snapshot,
             runners,
@@ -206,6 +231,9 @@ class Scaler:
         else:
             self.state, self.failures = plan.state, failures
             self._deltas, self._actions, self._notes = {}, {}, {}
+            if self.ephemeral is not None:
+                for key, n in self.ephemeral.terminated.items():
+                    self._note(key, f"{n} ephemeral instance(s) done with their job terminated")
             self._execute(plan, now)
             decisions, state = self._outcome(plan), self.state
             self.failures = failures = {

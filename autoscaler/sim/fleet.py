@@ -47,6 +47,9 @@ class PoolSpec:
     max_size: int = 10
     min_size: int = 0
     instance_type: str = "t3.micro"
+    ephemeral: bool = False
+    """Its instances boot like the runner-pool module's ephemeral boot script: read their
+    JIT config from SSM, connect once, take one job; GitHub then removes the runner."""
 
 
 def start_moto_server(port: int = 0, *, atomic: bool = False) -> tuple[Any, str]:
@@ -154,6 +157,8 @@ class _Booted:
     pool: str
     job_id: int | None = None
     job_done_at: datetime | None = None
+    ran: bool = False
+    """It took a job (an ephemeral runner takes one, ever)."""
 
 
 @dataclass
@@ -182,6 +187,8 @@ class Fleet:
         *,
         boot_delay: float = 20.0,
         job_duration: float | Callable[[int], float] = 60.0,
+        ssm: Any = None,
+        parameter_path: str = "/ci-autoscaler/jit",
     ) -> None:
         self.github = github
         self.autoscaling = autoscaling
@@ -196,6 +203,12 @@ class Fleet:
         self._first_seen: dict[str, datetime] = {}
         self._booted: dict[str, _Booted] = {}  # instance id -> its runner
         self._retired: set[str] = set()  # instances whose runner was deregistered
+        #: SSM client (moto's) ephemeral instances read their JIT config from.
+        self.ssm = ssm
+        self.parameter_path = parameter_path
+        self.jit_refused = 0
+        """Ephemeral instances whose config GitHub refused (used already, runner deleted):
+        they never get a runner (the controller cleans them up)."""
 
     def _instances(self) -> dict[str, str]:
         """Live instance id -> pool, for our pools."""
@@ -210,6 +223,24 @@ class Fleet:
             if not page.get("NextToken"):
                 return out
             kwargs["NextToken"] = page["NextToken"]
+
+    def _connect(self, pool: str, iid: str) -> int | None:
+        """The boot script of an ephemeral instance: its parameter (none yet: try again next
+        tick), then ``run.sh --jitconfig`` once. Returns the runner id, or None."""
+        if self.ssm is None:
+            raise ValueError(f"pool {pool} is ephemeral: the fleet needs an ssm client")
+        name = f"{self.parameter_path}/{pool}/{iid}"
+        try:
+            value = self.ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
+        except self.ssm.exceptions.ParameterNotFound:
+            return None
+        try:
+            return self.github.connect_jit(str(value))
+        except ValueError:
+            self.jit_refused += 1
+            self._retired.add(iid)  # the boot script gives up; the controller cleans up
+            log.warning("instance %s: its JIT config was refused", iid)
+            return None
 
     def _duration(self, job_id: int) -> float:
         d = self.job_duration
@@ -252,6 +283,12 @@ class Fleet:
                 self.github.complete_job(booted.job_id)
                 events.completed.append(booted.job_id)
                 booted.job_id = booted.job_done_at = None
+        # Ephemeral runners that ran their job are gone (GitHub removed them): their
+        # instance never takes another one; the controller terminates it.
+        for iid, booted in list(self._booted.items()):
+            if self.specs[booted.pool].ephemeral and booted.job_id is None and booted.ran:
+                self._retired.add(iid)
+                del self._booted[iid]
         # Instances that finished booting.
         for iid, pool in live.items():
             first = self._first_seen.setdefault(iid, now)
@@ -259,7 +296,13 @@ class Fleet:
                 continue
             if now - first >= timedelta(seconds=self.boot_delay):
                 name = f"{pool}-{iid}"
-                rid = self.github.register_runner(name, self.specs[pool].labels)
+                if self.specs[pool].ephemeral:
+                    connected = self._connect(pool, iid)
+                    if connected is None:
+                        continue
+                    rid = connected
+                else:
+                    rid = self.github.register_runner(name, self.specs[pool].labels)
                 self._booted[iid] = _Booted(rid, pool)
                 events.registered.append(name)
         # Idle runners pick queued jobs their labels cover, oldest first.
@@ -273,7 +316,7 @@ class Fleet:
                 continue
             queued.remove(job)
             self.github.assign_job(job.id, booted.runner_id)
-            booted.job_id = job.id
+            booted.job_id, booted.ran = job.id, True
             booted.job_done_at = now + timedelta(seconds=self._duration(job.id))
             events.assigned.append(job.id)
             events.waited.append(max(0.0, (now - job.created_at).total_seconds()))

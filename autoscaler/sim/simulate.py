@@ -3,13 +3,21 @@
 ``simulate(config, trace, name)`` builds a fresh :class:`Emulator`, attaches the policy's
 driver and runs virtual time until the trace's last job completed. Every policy sees the
 same jobs, the same boot times per pool (in launch order) and the same outages.
+
+``ci-autoscaler-ephemeral`` is this project's policy with every runner type in
+``mode: ephemeral``: each machine runs one job and is terminated when it ends (the live
+controller terminates it at its next tick; here at once), so a user sees on the same
+trace what clean machines cost against ``ci-autoscaler`` (persistent) in runner-hours and
+queue time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from autoscaler.config import Config
+from autoscaler.config.jit import EPHEMERAL
 from autoscaler.sim.drivers import PEERS, PeerDriver
 from autoscaler.sim.emulator import Emulator
 from autoscaler.sim.metrics import PolicyResult, summarize
@@ -17,15 +25,26 @@ from autoscaler.sim.project import ProjectDriver
 from autoscaler.sim.trace import Trace
 
 PROJECT = "ci-autoscaler"
-POLICIES = (PROJECT, *PEERS)
+PROJECT_EPHEMERAL = "ci-autoscaler-ephemeral"
+POLICIES = (PROJECT, PROJECT_EPHEMERAL, *PEERS)
+
+
+def as_ephemeral(config: Config) -> Config:
+    """The same config with every runner type in ``mode: ephemeral``."""
+    return replace(
+        config, runner_types=tuple(replace(rt, mode=EPHEMERAL) for rt in config.runner_types)
+    )
 
 
 def simulate(config: Config, trace: Trace, name: str = PROJECT, *, label: str = "") -> PolicyResult:
     """One replay. ``label`` names the result (default: the policy's name)."""
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    if name == PROJECT_EPHEMERAL:
+        config = as_ephemeral(config)
     em = Emulator(config, trace)
-    if name == PROJECT:
+    if name in (PROJECT, PROJECT_EPHEMERAL):
+        em.ephemeral = name == PROJECT_EPHEMERAL
         ProjectDriver(em, config)
     else:
         PeerDriver(em, config, name)

@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 
 LEASE = "lease"
 ALERT, OUTBOX, ISSUE, POOL, CACHE = "alert", "outbox", "issue", "pool", "cache"
+#: Ephemeral runners' JIT ledger: one item per instance (autoscaler.scale.ephemeral).
+JIT = "jit"
 #: The job-retry ledger's partition (issue 14): re-runs asked, retries exhausted, 403s.
 RETRY = "retry"
 #: A confirmed notification stays a week (what was delivered, for people), then TTL.
@@ -439,6 +441,20 @@ class DynamoStore:
         ]
         groups += [_Group([self._delete(POOL, p)]) for p in drop]
         self._write("save_pools", groups)
+
+    # --- ephemeral runners' JIT ledger (JitLedgerStore): fenced like the pools' memory, so
+    # a controller that lost the lease cannot record an intent, and so never asks GitHub.
+    def load_jit_records(self) -> dict[str, str]:
+        self._open("load_jit_records")
+        return {i["sk"]["S"]: i["data"]["S"] for i in self.table.query(JIT)}
+
+    def save_jit_records(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        _, epoch = self._token("save_jit_records")
+        groups = [
+            _Group([self._put(JIT, iid, {"data": S(text)}, epoch)]) for iid, text in put.items()
+        ]
+        groups += [_Group([self._delete(JIT, iid)]) for iid in drop]
+        self._write("save_jit_records", groups)
 
     # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
 

@@ -3,8 +3,9 @@
 Narrow and owned by its users: the alert stage and its delivery workers
 (:class:`AlertStore`), the GitHub poll's ETag cache
 (:class:`~autoscaler.observe.github.cache.PollCacheStore`), the scaler's memory of
-back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`)
-and the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`).
+back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`),
+the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`) and ephemeral
+runners' JIT ledger (:class:`~autoscaler.scale.ephemeral.JitLedgerStore`).
 A backend implements all four plus :meth:`StateStore.close`. Every method raises only
 :class:`autoscaler.errors.StateError` (the backend translates its vendor's errors);
 :class:`autoscaler.errors.NotLeaderError` when a write is fenced off because this
@@ -28,6 +29,7 @@ from typing import Protocol
 from autoscaler.alerting.lifecycle import AlertState, Notification
 from autoscaler.observe.github.cache import PollCacheStore
 from autoscaler.retry.ledger import JobRetryStore
+from autoscaler.scale.ephemeral import JitLedgerStore
 from autoscaler.scale.memory import ScalingMemoryStore
 
 
@@ -76,7 +78,9 @@ class AlertStore(Protocol):
     def set_issue_number(self, receiver: str, fingerprint: str, number: int | None) -> None: ...
 
 
-class StateStore(AlertStore, PollCacheStore, ScalingMemoryStore, JobRetryStore, Protocol):
+class StateStore(
+    AlertStore, PollCacheStore, ScalingMemoryStore, JobRetryStore, JitLedgerStore, Protocol
+):
     """Everything that must survive a restart, in one backend."""
 
     #: What messages call the store (a file's path, ``dynamodb table NAME``).

@@ -81,6 +81,10 @@ CREATE TABLE IF NOT EXISTS pools (
     pool TEXT PRIMARY KEY,
     memory TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS jit_records (
+    instance_id TEXT PRIMARY KEY,
+    record TEXT NOT NULL
+);
 """
 
 
@@ -303,6 +307,24 @@ class SqliteStore:
             self._db.executemany(
                 "INSERT OR REPLACE INTO pools (pool, memory) VALUES (?, ?)",
                 [(p, json.dumps(m.to_dict())) for p, m in put.items()],
+            )
+
+    # --- ephemeral runners' JIT ledger (autoscaler.scale.ephemeral.JitLedgerStore)
+    @_operation("load_jit_records")
+    def load_jit_records(self) -> dict[str, str]:
+        """Instance id -> its JIT record (JSON written by the scaler), saved before GitHub
+        is asked, so a restart never asks twice for one instance."""
+        return dict(self._db.execute("SELECT instance_id, record FROM jit_records").fetchall())
+
+    @_operation("save_jit_records")
+    def save_jit_records(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        with self._db:
+            self._db.executemany(
+                "DELETE FROM jit_records WHERE instance_id = ?", [(k,) for k in drop]
+            )
+            self._db.executemany(
+                "INSERT OR REPLACE INTO jit_records (instance_id, record) VALUES (?, ?)",
+                list(put.items()),
             )
 
     # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 from autoscaler.fakes.github import FakeGitHub
+from autoscaler.fakes.github_jit import generate
 from autoscaler.sim.fleet import (
     Fleet,
     PoolSpec,
@@ -104,3 +106,39 @@ def test_a_started_job_reports_how_long_it_waited(asg: Any) -> None:
     asg.set_desired_capacity(AutoScalingGroupName="cpu", DesiredCapacity=1)
     events = fleet.tick(T0 + timedelta(seconds=42))
     assert len(events.assigned) == 1 and events.waited == [42.0]
+
+
+def test_an_ephemeral_instance_takes_one_job_and_never_another(
+    asg: Any, moto_endpoint: str
+) -> None:
+    """Story: in the demo a finished ephemeral runner (removed by GitHub after its job) was
+    handed the next queued job, and the fake raised KeyError for the runner it no longer
+    had. An ephemeral instance reads its JIT config from SSM, connects once, runs one job,
+    and takes no other; the next job waits for another machine."""
+    import boto3  # noqa: PLC0415
+
+    ssm = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
+    ).client("ssm", endpoint_url=moto_endpoint)
+    gh = FakeGitHub()
+    spec = PoolSpec("cpu", "linux.4xlarge", LABELS, ephemeral=True)
+    fleet = Fleet(gh, asg, [spec], boot_delay=0, job_duration=10, ssm=ssm)
+    asg.set_desired_capacity(AutoScalingGroupName="cpu", DesiredCapacity=1)
+    [iid] = [
+        i["InstanceId"]
+        for i in asg.describe_auto_scaling_groups()["AutoScalingGroups"][0]["Instances"]
+    ]
+    assert fleet.tick(T0).registered == []  # no parameter yet: the boot script waits
+    body = {"name": f"cpu-{iid}", "runner_group_id": 1, "labels": list(LABELS)}
+    answer = json.loads(generate(gh, None, json.dumps(body).encode(), {}).raw)
+    config = answer["encoded_jit_config"]
+    ssm.put_parameter(Name=f"/ci-autoscaler/jit/cpu/{iid}", Value=config, Type="SecureString")
+    jobs = [gh.queue_job("app", list(LABELS)) for _ in range(2)]
+    events = fleet.tick(T0 + timedelta(seconds=5))
+    assert events.registered == [f"cpu-{iid}"] and events.assigned == [jobs[0]]
+    assert fleet.tick(T0 + timedelta(seconds=20)).completed == [jobs[0]]
+    assert gh.runners() == []  # GitHub removed the ephemeral runner
+    assert fleet.tick(T0 + timedelta(seconds=30)).assigned == []
+    assert [j.id for j in gh.queued_jobs()] == [jobs[1]]
+    with pytest.raises(ValueError, match="used already"):
+        gh.connect_jit(config)  # single-use

@@ -169,6 +169,13 @@ def test_issue_numbers_cache_and_pools_round_trip(store: StateStore) -> None:
     assert store.load_pools() == {"gpu-spot": memory}
 
 
+def test_the_jit_ledger_round_trips(store: StateStore) -> None:
+    """Ephemeral runners' JIT records (issue 17), the same in both backends."""
+    store.save_jit_records({"i-1": '{"a": 1}', "i-2": '{"b": 2}'}, ())
+    store.save_jit_records({"i-1": '{"a": 3}'}, ["i-2"])
+    assert store.load_jit_records() == {"i-1": '{"a": 3}'}
+
+
 def test_the_job_retry_ledger_round_trips(store: StateStore) -> None:
     """Issue 14: what was re-run survives a restart and a change of leader, on both
     backends, through the ledger's own codec."""
@@ -226,10 +233,12 @@ def test_a_paused_leader_cannot_write_after_its_successor(moto: str) -> None:
         old.save_pools({"gpu-spot": PoolMemory(scaled_up_at=T0)}, ())
     with pytest.raises(NotLeaderError):
         old.set_issue_number("issues", "fp", 3)
+    with pytest.raises(NotLeaderError):  # no intent recorded: no JIT config asked
+        old.save_jit_records({"i-1": "{}"}, ())
     with pytest.raises(NotLeaderError):
         old.save_job_retries({"rerun:app#7": "{}"}, ())
     assert items(moto, "pool") == [] and items(moto, "issue") == []
-    assert items(moto, "retry") == []
+    assert items(moto, "retry") == [] and items(moto, "jit") == []
 
 
 def test_a_follower_writes_nothing_and_sends_no_request(moto: str) -> None:

@@ -19,6 +19,8 @@ from autoscaler.retry.interruptions import (
 )
 from autoscaler.scale.aws.asg import IAM_ACTIONS
 from autoscaler.scale.aws.sqs import SQS_IAM_ACTIONS
+from autoscaler.scale.aws.ssm import IAM_ACTIONS as SSM_IAM_ACTIONS
+from autoscaler.scale.aws.ssm import INSTANCE_TAG
 from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import SCHEMA, TableSchema
 from tests.conftest import require_tool
@@ -134,8 +136,9 @@ def test_task_role_allows_exactly_the_adapter_calls(
     granted = {a for s in task_statements for a in s["actions"]}
     assert all(s.get("effect", "Allow") == "Allow" for s in task_statements)
     assert not any("*" in a for a in granted), f"wildcard actions: {sorted(granted)}"
-    assert granted == set(IAM_ACTIONS), (
-        f"missing: {sorted(set(IAM_ACTIONS) - granted)}, extra: {sorted(granted - IAM_ACTIONS)}"
+    wanted = set(IAM_ACTIONS) | set(SSM_IAM_ACTIONS)
+    assert granted == wanted, (
+        f"missing: {sorted(wanted - granted)}, extra: {sorted(granted - wanted)}"
     )
 
 
@@ -145,6 +148,8 @@ def test_describe_unconditioned_mutating_only_on_managed_groups(
     kinds = set()
     for statement in task_statements:
         actions = statement["actions"]
+        if all(a.startswith("ssm:") for a in actions):
+            continue  # the JIT parameters: test_task_role_writes_jit_parameters_on_its_path_only
         describes = {a.split(":", 1)[1].startswith("Describe") for a in actions}
         assert len(describes) == 1, f"keep Describe and mutating calls apart: {actions}"
         conditions = statement.get("condition", [])
@@ -297,3 +302,51 @@ def test_two_tasks_and_rolling_deploys_only_with_the_lease(controller: dict[str,
     assert "var.state_table_name" in precondition["condition"]
     local_values = {k: v for entry in unquote(controller["locals"]) for k, v in entry.items()}
     assert local_values["high_availability"] == "${var.state_table_name != null}"
+
+
+# ------------------------------------------------------------------ ephemeral runners (JIT)
+
+
+def test_task_role_writes_jit_parameters_on_its_path_only(
+    task_statements: list[dict[str, Any]],
+) -> None:
+    """The controller's SSM calls (scale/aws/ssm.py) on ``jit.parameter_path`` and below,
+    nowhere else."""
+    [jit] = [s for s in task_statements if any(a.startswith("ssm:") for a in s["actions"])]
+    assert set(jit["actions"]) == set(SSM_IAM_ACTIONS)
+    assert not jit.get("condition")
+    for arn in jit["resources"]:
+        assert arn.endswith(
+            ("parameter${var.jit_parameter_path}", "parameter${var.jit_parameter_path}/*")
+        ), arn
+
+
+def test_instance_reads_only_its_own_jit_parameter() -> None:
+    """The runner-pool instance role: GetParameter on its pool's JIT parameters, only the
+    one tagged (by the controller's SsmParameters) with the reading instance's own id."""
+    with (TERRAFORM_DIR / "modules" / "runner-pool" / "main.tf").open(encoding="utf-8") as f:
+        doc = dict(hcl2.load(f))
+    policy = blocks(doc, "data", "aws_iam_policy_document")["runner"]
+    dynamic = [d["statement"] for d in policy.get("dynamic", []) if "statement" in d]
+    [jit] = [c for d in dynamic for c in d["content"] if c["sid"] == "ReadOwnJitConfig"]
+    assert jit["actions"] == ["ssm:GetParameter"]
+    assert jit["resources"] == ["${statement.value}"]
+    locals_ = {k: v for entry in unquote(doc["locals"]) for k, v in entry.items()}
+    assert locals_["jit_parameters_arn"].endswith("/${var.pool_name}/*")
+    [condition] = jit["condition"]
+    assert condition["test"] == "StringEquals"
+    assert condition["variable"] == f"ssm:resourceTag/{INSTANCE_TAG}"
+    assert condition["values"] == ["$${ec2:InstanceID}"]
+
+
+def test_boot_script_reads_the_parameter_the_controller_writes() -> None:
+    """The name the boot script asks SSM for is JitConfig.parameter_name's."""
+    from autoscaler.config.jit import JitConfig  # noqa: PLC0415
+
+    template = (
+        TERRAFORM_DIR / "modules" / "runner-pool" / "templates" / "user-data.sh.tftpl"
+    ).read_text(encoding="utf-8")
+    assert 'JIT_PARAMETER="${jit_parameter_path}/${pool_name}/$${INSTANCE_ID}"' in template
+    assert JitConfig("/p").parameter_name("pool", "i-1") == "/p/pool/i-1"
+    assert 'run.sh --jitconfig "$JIT_CONFIG"' in template
+    assert "169.254.169.254/latest/api/token" in template  # IMDSv2 for its instance id

@@ -159,8 +159,8 @@ def tag(group: dict[str, Any], key: str) -> str:
     return str(value)
 
 
-def registered_labels(endpoint: str, group: dict[str, Any]) -> frozenset[str]:
-    """The labels the group's runners register with (from the launch template's user data)."""
+def user_data_of(endpoint: str, group: dict[str, Any]) -> str:
+    """The boot script of the group's launch template (its latest version)."""
     spec = (
         group.get("MixedInstancesPolicy", {})
         .get("LaunchTemplate", {})
@@ -170,7 +170,12 @@ def registered_labels(endpoint: str, group: dict[str, Any]) -> frozenset[str]:
     versions = client("ec2", endpoint).describe_launch_template_versions(
         LaunchTemplateId=spec["LaunchTemplateId"]
     )["LaunchTemplateVersions"]
-    user_data = base64.b64decode(versions[-1]["LaunchTemplateData"]["UserData"]).decode()
+    return base64.b64decode(versions[-1]["LaunchTemplateData"]["UserData"]).decode()
+
+
+def registered_labels(endpoint: str, group: dict[str, Any]) -> frozenset[str]:
+    """The labels a self-registering group's runners register with (its boot script)."""
+    user_data = user_data_of(endpoint, group)
     match = re.search(r'--labels "([^"]*)"', user_data)
     assert match is not None, user_data
     passed = {label.strip().lower() for label in match.group(1).split(",") if label.strip()}
@@ -212,6 +217,15 @@ def test_generated_config_names_exactly_the_pools_terraform_made(
     by_name = {g["AutoScalingGroupName"]: g for g in groups}
     for rt in config.runner_types:
         for pool in rt.pools:
+            user_data = user_data_of(applied.endpoint, by_name[pool])
+            if rt.ephemeral:
+                # The controller registers these runners (with the type's labels); the
+                # boot script reads the parameter the controller writes for it.
+                wanted = config.jit.parameter_name(pool, "${INSTANCE_ID}")
+                assert f'JIT_PARAMETER="{wanted}"' in user_data, (pool, wanted)
+                assert 'run.sh --jitconfig "$JIT_CONFIG"' in user_data
+                continue
+            assert "--jitconfig" not in user_data, pool
             labels = registered_labels(applied.endpoint, by_name[pool])
             # Runners of the pool carry every label of their type, and nothing more was
             # asked for than the type lists (besides the runner's own defaults).
@@ -220,6 +234,7 @@ def test_generated_config_names_exactly_the_pools_terraform_made(
     assert config.github.owner == OWNER
     assert config.github.repos == (tuple(REPOS) if variant == "full" else None)
     assert config.aws.region == MOTO_REGION
+    assert [rt.mode for rt in config.runner_types] == ["persistent", "ephemeral"]
 
 
 def test_config_output_is_what_the_controller_reads(applied: Applied) -> None:

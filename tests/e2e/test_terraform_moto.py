@@ -25,6 +25,7 @@ import pytest
 from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
 from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
+from autoscaler.scale.aws.ssm import IAM_ACTIONS as SSM_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import DynamoTable, create_table
 from autoscaler.telemetry import Metrics
@@ -257,7 +258,7 @@ def test_controller_task_role_grants_exactly_the_adapter_calls(applied: str) -> 
             if any(a.startswith("dynamodb:") for a in actions):
                 assert actions == STATE_IAM_ACTIONS
                 assert statement["Resource"] in (table_arn, [table_arn]), "that table only"
-    assert granted == set(IAM_ACTIONS) | STATE_IAM_ACTIONS
+    assert granted == set(IAM_ACTIONS) | STATE_IAM_ACTIONS | set(SSM_IAM_ACTIONS)
 
 
 def described(endpoint: str, table: str) -> dict[str, Any]:

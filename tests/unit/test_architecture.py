@@ -31,6 +31,7 @@ PURE = [
     "autoscaler.scale.capacity",
     "autoscaler.scale.diagnosis",
     "autoscaler.scale.provisioning",
+    "autoscaler.scale.ephemeral",
     "autoscaler.observe.starts",
     "autoscaler.scale.aws.activities",
     "autoscaler.config.schedule",

@@ -11,7 +11,8 @@
   poll has left raises :class:`RateLimitedError`.
 - 5xx, timeouts and connection errors: retried with full-jitter backoff, then
   :class:`TransientError`. 401 -> AuthenticationError, 404 -> NotFoundError,
-  422 -> RejectedError; messages name the method and URL path, never a credential.
+  422 -> RejectedError, 409 -> ConflictError; messages name the method and URL path,
+  never a credential.
 - Every answer's ``Date`` header gives GitHub's clock against ours (the injected wall
   clock): :attr:`GitHubHttp.clock_skew` and ``ci_autoscaler_clock_skew_seconds{peer="github"}``.
 """
@@ -34,6 +35,7 @@ import httpx
 from autoscaler import __version__
 from autoscaler.errors import (
     AuthenticationError,
+    ConflictError,
     NotFoundError,
     PermanentError,
     RateLimitedError,
@@ -219,12 +221,14 @@ class GitHubHttp:
         authorization: str | None = None,
         deadline: float | None = None,
         exempt: bool = False,
+        body: bytes | None = None,
     ) -> Answer:
         """One call with retries; returns a 2xx or 304 answer, else raises our errors.
 
         ``deadline``: ``time.monotonic()`` after which no rate-limit wait may end (default
         :data:`CALL_WAIT` from now); ``exempt``: the call does not count against the rate limit
-        (``GET /rate_limit``), so it goes out even while the gate is closed.
+        (``GET /rate_limit``), so it goes out even while the gate is closed; ``body``: a
+        JSON request body (sent with ``Content-Type: application/json``).
         """
         url = self.url(url)
         where = f"{method} {_path(url)}"
@@ -235,13 +239,15 @@ class GitHubHttp:
             if not exempt:
                 self.gate.before(where, max(0.0, deadline - time.monotonic()))
             request_headers = dict(headers or {})
+            if body is not None:
+                request_headers["Content-Type"] = "application/json"
             if authorization is not None:
                 request_headers["Authorization"] = authorization
             elif self.auth is not None:
                 request_headers["Authorization"] = self.auth.authorization()
             try:
                 with self.metrics.timed_github(endpoint):
-                    answer = self._request(method, url, request_headers)
+                    answer = self._request(method, url, request_headers, body)
             except BadPage:
                 self.metrics.github_requests.labels(endpoint, "too_large").inc()
                 raise
@@ -311,12 +317,16 @@ class GitHubHttp:
                 )
             if status == 422:
                 raise RejectedError(f"GitHub {where}: 422 {message}", code=code)
+            if status == 409:
+                raise ConflictError(f"GitHub {where}: 409 {message}", code=code)
             raise PermanentError(f"GitHub {where}: {status} {message}", code=code)
 
-    def _request(self, method: str, url: str, headers: dict[str, str]) -> Answer:
+    def _request(
+        self, method: str, url: str, headers: dict[str, str], body: bytes | None = None
+    ) -> Answer:
         """Send and read the body, refusing one over MAX_PAGE_BYTES before parsing it."""
         client = self.client
-        request = client.build_request(method, url, headers=headers)
+        request = client.build_request(method, url, headers=headers, content=body)
         response = client.send(request, stream=True)
         try:
             declared = response.headers.get("content-length")

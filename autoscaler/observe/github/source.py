@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -53,11 +53,13 @@ from autoscaler.observe.github.cache import EtagCache, PollCacheStore
 from autoscaler.observe.github.failures import CompletedRuns
 from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
+from autoscaler.observe.github.jit import generate_jit_config
 from autoscaler.observe.github.parse import Skips
 from autoscaler.observe.github.poll import Poll
 from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
+from autoscaler.ports import JitRunner
 from autoscaler.retry.model import CompletedJob
 from autoscaler.telemetry import Metrics
 
@@ -214,6 +216,26 @@ class GitHubSource:
             path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners/{runner_id}"
         self._http.send("DELETE", path, "runner_delete")
         self._poll.runner_repos.pop(runner_id, None)
+
+    # --- RunnerRegistrar (ephemeral runners)
+    def generate_jit_config(
+        self, name: str, labels: Sequence[str], runner_group_id: int, work_folder: str
+    ) -> JitRunner:
+        """Create an ephemeral runner and its single-use config (:mod:`.jit`): at the org,
+        or, for a user owner (the "repos" scope), at the first watched repository, where
+        ``remove_runner`` then finds it."""
+        path = f"/orgs/{self._owner}/actions/runners/generate-jitconfig"
+        repo = None
+        if self._poll.runner_scope == "repos":
+            repos = sorted(self._poll.watched_repos())
+            if not repos:
+                raise NotFoundError("no watched repository to register a runner at", code="404")
+            repo = repos[0]
+            path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners/generate-jitconfig"
+        jit = generate_jit_config(self._http, path, name, labels, runner_group_id, work_folder)
+        if repo is not None:
+            self._poll.runner_repos[jit.runner_id] = repo
+        return jit
 
     # --- job retry (autoscaler.retry.stage's CompletedJobSource and JobRerunner)
     def completed_jobs(self, now: datetime) -> list[CompletedJob]:

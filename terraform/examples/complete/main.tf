@@ -1,5 +1,8 @@
 # One CPU pool, one GPU pool (spot first, on-demand base), and the controller that scales
-# them. The controller config is generated from the pools, so names cannot drift.
+# them. The controller config is generated from the pools, so names cannot drift. The GPU
+# pool runs ephemeral runners registered just in time (mode: ephemeral, what new pools
+# should use: no GitHub credential on the machine); the CPU pool shows the older
+# self-registration (mode: persistent in the controller's eyes).
 
 module "cpu_pool" {
   source = "../../modules/runner-pool"
@@ -20,17 +23,17 @@ module "cpu_pool" {
 module "gpu_pool" {
   source = "../../modules/runner-pool"
 
-  pool_name                         = "ci-gpu"
-  runner_type                       = "linux.g5.4xlarge.nvidia.gpu"
-  labels                            = ["self-hosted", "linux.g5.4xlarge.nvidia.gpu"]
-  github_url                        = "https://github.com/${var.github_owner}"
-  registration_token_parameter_name = var.registration_token_parameter_name
-  ami_id                            = var.gpu_ami_id
-  instance_types                    = ["g5.4xlarge"]
-  root_volume_size_gb               = 300
-  subnet_ids                        = var.runner_subnet_ids
-  security_group_ids                = var.runner_security_group_ids
-  max_size                          = 40
+  pool_name           = "ci-gpu"
+  runner_type         = "linux.g5.4xlarge.nvidia.gpu"
+  labels              = ["self-hosted", "linux.g5.4xlarge.nvidia.gpu"]
+  github_url          = "https://github.com/${var.github_owner}"
+  jit_parameter_path  = var.jit_parameter_path
+  ami_id              = var.gpu_ami_id
+  instance_types      = ["g5.4xlarge"]
+  root_volume_size_gb = 300
+  subnet_ids          = var.runner_subnet_ids
+  security_group_ids  = var.runner_security_group_ids
+  max_size            = 40
 
   spot = {
     on_demand_base_capacity                  = 2
@@ -65,6 +68,7 @@ locals {
       (module.gpu_pool.runner_type) = {
         labels       = module.gpu_pool.labels
         pools        = [module.gpu_pool.asg_name]
+        mode         = "ephemeral"
         min_idle     = 1
         max          = 40
         priority     = 10
@@ -72,6 +76,7 @@ locals {
         boot_timeout = "15m"
       }
     }
+    jit = { parameter_path = var.jit_parameter_path }
     # The controller module's interruption queue (its URL reaches the task as a variable).
     aws = { region = var.region, interruption_queue_url = "$${INTERRUPTION_QUEUE_URL}" }
     # Two controllers share this table; one holds the lease and acts (README: Running two
@@ -102,6 +107,7 @@ module "controller" {
   name                           = "ci-autoscaler"
   image                          = var.image
   config_yaml                    = yamlencode(local.config)
+  jit_parameter_path             = var.jit_parameter_path
   state_table_name               = local.state_table
   github_token_secret_arn        = var.github_token_secret_arn
   extra_secrets                  = var.alert_webhook_secret_arn == null ? {} : { SLACK_WEBHOOK_URL = var.alert_webhook_secret_arn }

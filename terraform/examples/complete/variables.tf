@@ -36,6 +36,12 @@ variable "registration_token_parameter_name" {
   default     = "/ci-autoscaler/runner-registration-token"
 }
 
+variable "jit_parameter_path" {
+  description = "SSM path of the ephemeral (GPU) pool's just-in-time runner configs: the controller writes <path>/<pool>/<instance id>, each instance reads its own."
+  type        = string
+  default     = "/ci-autoscaler/jit"
+}
+
 variable "image" {
   description = "The controller image you pushed, e.g. 123456789012.dkr.ecr.us-east-1.amazonaws.com/ci-autoscaler:0.1.0."
   type        = string

@@ -111,6 +111,22 @@ data "aws_iam_policy_document" "task" {
     }
   }
 
+  # Ephemeral runners: the JIT configs the controller hands to instances, under its own
+  # parameter path only (GetParametersByPath names the path itself).
+  statement {
+    sid = "JitParameters"
+    actions = [
+      "ssm:AddTagsToResource",
+      "ssm:DeleteParameter",
+      "ssm:GetParametersByPath",
+      "ssm:PutParameter",
+    ]
+    resources = [
+      "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}",
+      "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}/*",
+    ]
+  }
+
   # With interruption_queue: read and delete on that one queue (interruptions.tf), exactly
   # the calls autoscaler/scale/aws/sqs.py makes (SQS_IAM_ACTIONS; a test keeps them in step).
   dynamic "statement" {

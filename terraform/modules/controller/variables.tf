@@ -195,3 +195,14 @@ variable "state_table_name" {
     error_message = "state_table_name must be a DynamoDB table name: 3-255 letters, digits, '_', '-' or '.'."
   }
 }
+
+variable "jit_parameter_path" {
+  description = "The config's `jit.parameter_path`: where the controller writes ephemeral runners' just-in-time configs (SSM SecureStrings). Its task role may put, tag, list and delete parameters under this path and nowhere else."
+  type        = string
+  default     = "/ci-autoscaler/jit"
+
+  validation {
+    condition     = can(regex("^(/[A-Za-z0-9_.\\-]+)+$", var.jit_parameter_path))
+    error_message = "jit_parameter_path must be an SSM path such as /ci-autoscaler/jit (leading '/', no trailing '/')."
+  }
+}

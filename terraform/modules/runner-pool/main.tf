@@ -15,8 +15,12 @@ locals {
   default_labels = ["self-hosted", "linux", "x64", "arm64"]
   runner_labels  = [for l in var.labels : l if !contains(local.default_labels, lower(l))]
 
-  parameter_name = trimprefix(var.registration_token_parameter_name, "/")
-  parameter_arn  = "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter/${local.parameter_name}"
+  ssm_arn_prefix = "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter"
+  parameter_name = trimprefix(coalesce(var.registration_token_parameter_name, "/unused"), "/")
+  parameter_arn  = "${local.ssm_arn_prefix}/${local.parameter_name}"
+  jit            = var.jit_parameter_path != null
+  # Ephemeral mode: this pool's instances' JIT configs, <path>/<pool>/<instance id>.
+  jit_parameters_arn = "${local.ssm_arn_prefix}${coalesce(var.jit_parameter_path, "/unused")}/${var.pool_name}/*"
 
   instance_profile_name = var.create_instance_profile ? aws_iam_instance_profile.runner[0].name : var.instance_profile_name
 
@@ -25,7 +29,9 @@ locals {
     github_url             = trimsuffix(var.github_url, "/")
     github_api_url         = trimsuffix(var.github_api_url, "/")
     github_owner           = element(split("/", trimsuffix(var.github_url, "/")), -1)
-    registration_parameter = var.registration_token_parameter_name
+    registration_parameter = var.registration_token_parameter_name == null ? "" : var.registration_token_parameter_name
+    jit_parameter_path     = var.jit_parameter_path == null ? "" : var.jit_parameter_path
+    jit_wait               = var.jit_wait_for_termination
     runner_labels          = join(",", local.runner_labels)
     runner_group           = var.runner_group
     runner_version         = var.runner_version
@@ -48,10 +54,30 @@ data "aws_iam_policy_document" "assume_ec2" {
 }
 
 data "aws_iam_policy_document" "runner" {
-  statement {
-    sid       = "ReadRegistrationToken"
-    actions   = ["ssm:GetParameter"]
-    resources = [local.parameter_arn]
+  dynamic "statement" {
+    for_each = local.jit ? [] : [local.parameter_arn]
+    content {
+      sid       = "ReadRegistrationToken"
+      actions   = ["ssm:GetParameter"]
+      resources = [statement.value]
+    }
+  }
+
+  # Ephemeral mode: an instance reads its own JIT config only. The controller tags each
+  # parameter with the instance it is for; ec2:InstanceID is the id of the instance whose
+  # role credentials sign the request.
+  dynamic "statement" {
+    for_each = local.jit ? [local.jit_parameters_arn] : []
+    content {
+      sid       = "ReadOwnJitConfig"
+      actions   = ["ssm:GetParameter"]
+      resources = [statement.value]
+      condition {
+        test     = "StringEquals"
+        variable = "ssm:resourceTag/ci-autoscaler:instance-id"
+        values   = ["$${ec2:InstanceID}"]
+      }
+    }
   }
 
   dynamic "statement" {

@@ -51,13 +51,31 @@ variable "github_api_url" {
 }
 
 variable "registration_token_parameter_name" {
-  description = "Name of an SSM SecureString parameter holding a GitHub token allowed to create runner registration tokens for the organization (organization self-hosted runners: read/write). Instances read it at boot through their instance profile."
+  description = "Persistent-style self-registration (the controller's `mode: persistent`): name of an SSM SecureString parameter holding a GitHub token allowed to create runner registration tokens for the organization (organization self-hosted runners: read/write). Instances read it at boot through their instance profile. Leave null with `jit_parameter_path` (ephemeral mode: no GitHub credential ever reaches an instance)."
   type        = string
+  default     = null
 
   validation {
-    condition     = can(regex("^/?[A-Za-z0-9_.\\-/]+$", var.registration_token_parameter_name))
+    condition     = var.registration_token_parameter_name == null || can(regex("^/?[A-Za-z0-9_.\\-/]+$", coalesce(var.registration_token_parameter_name, "x")))
     error_message = "registration_token_parameter_name must be an SSM parameter name such as /ci-autoscaler/runner-registration-token."
   }
+}
+
+variable "jit_parameter_path" {
+  description = "Ephemeral mode (the controller's `mode: ephemeral`, its `jit.parameter_path`): each instance reads its just-in-time runner config from the SSM SecureString `<jit_parameter_path>/<pool_name>/<instance id>` that the controller writes, runs `run.sh --jitconfig`, takes one job and waits for the controller to terminate it. The instance role may read only the parameter tagged with its own instance id. Null: self-registration with `registration_token_parameter_name`."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.jit_parameter_path == null || can(regex("^(/[A-Za-z0-9_.\\-]+)+$", coalesce(var.jit_parameter_path, "/x")))
+    error_message = "jit_parameter_path must be an SSM path such as /ci-autoscaler/jit (leading '/', no trailing '/')."
+  }
+}
+
+variable "jit_wait_for_termination" {
+  description = "Ephemeral mode: seconds an instance whose runner finished its job waits for the controller to terminate it (with the group's desired capacity decremented, so the group does not replace it) before it powers itself off."
+  type        = number
+  default     = 900
 }
 
 variable "runner_group" {

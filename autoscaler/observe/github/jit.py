@@ -1,0 +1,62 @@
+"""GitHub's ``generate-jitconfig``: create an ephemeral runner and its single-use config.
+
+``POST /orgs/{org}/actions/runners/generate-jitconfig`` (an organization), or
+``POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig`` (a user owner, whose
+runners belong to a repository), with ``{"name", "runner_group_id", "labels",
+"work_folder"}``. GitHub answers 201 with ``{"runner": {...}, "encoded_jit_config"}``:
+the runner exists at once, offline until a machine runs ``run.sh --jitconfig`` with the
+config; the config works once.
+
+Errors are translated by :class:`~autoscaler.observe.github.http.GitHubHttp` from the
+status, never the message: 409 (the name is taken) -> ConflictError, 422 (labels or
+runner group refused) -> RejectedError, 403 (the credentials lack "Self-hosted runners:
+write") -> AuthenticationError, 403/429 rate limits -> RateLimitedError, 5xx and timeouts
+-> TransientError. The config never reaches a log line, a metric or an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from autoscaler.config.secrets import Secret
+from autoscaler.errors import TransientError
+from autoscaler.observe.github.http import GitHubHttp
+from autoscaler.ports import JitRunner
+
+
+def generate_jit_config(  # noqa: PLR0917 (GitHub's request, field by field)
+    http: GitHubHttp,
+    path: str,
+    name: str,
+    labels: Sequence[str],
+    runner_group_id: int,
+    work_folder: str,
+) -> JitRunner:
+    """POST ``path`` (the org's or a repository's generate-jitconfig URL)."""
+    body = json.dumps(
+        {
+            "name": name,
+            "runner_group_id": int(runner_group_id),
+            "labels": list(labels),
+            "work_folder": work_folder,
+        }
+    ).encode()
+    answer = http.send("POST", path, "runner_jitconfig", body=body)
+    try:
+        data = json.loads(answer.content)
+        runner_id = data["runner"]["id"]
+        config = data["encoded_jit_config"]
+    except (ValueError, KeyError, TypeError):
+        data = None
+    if (
+        data is None
+        or isinstance(runner_id, bool)
+        or not isinstance(runner_id, int)
+        or not isinstance(config, str)
+        or not config
+    ):
+        # The runner may exist now: a transient error keeps the controller's intent, and
+        # its next tick resolves the name (409) instead of asking blindly.
+        raise TransientError(f"GitHub POST {path}: the answer has no runner id or config")
+    return JitRunner(runner_id, Secret(config))

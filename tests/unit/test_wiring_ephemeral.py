@@ -1,0 +1,63 @@
+"""Wiring for ephemeral types: the scaler gets GitHub's generate-jitconfig (the source),
+the parameter store and the state store's ledger, only when some type is ephemeral."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from autoscaler.app.wiring import build_runtime
+from autoscaler.config import Config, StateConfig
+from autoscaler.scale.scaler import Scaler
+from autoscaler.telemetry import Metrics
+from tests.unit.jit_fakes import FakeParameters, FakeRegistrar
+from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
+
+POOL = "gpu-spot"
+
+
+class RegisteringSource(FakeSource):
+    """A source that also speaks generate-jitconfig, as GitHubSource does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generate_jit_config = FakeRegistrar(self).generate_jit_config
+
+
+def cfg(mode: str) -> Config:
+    c = config(replace(rtype(pools=(POOL,)), mode=mode))
+    return replace(c, state=StateConfig(path=":memory:"))
+
+
+def scaler_of(mode: str, source: FakeSource) -> Scaler | None:
+    runtime = build_runtime(
+        cfg(mode),
+        Metrics(CollectorRegistry()),
+        source=source,
+        pool=FakePool({POOL: pool(POOL)}),
+        parameters=FakeParameters(),
+    )
+    try:
+        scaler = runtime.controller.scaler
+        assert scaler is None or isinstance(scaler, Scaler)
+        return scaler
+    finally:
+        runtime.close()
+
+
+def test_an_ephemeral_type_gets_the_jit_duties() -> None:
+    scaler = scaler_of("ephemeral", RegisteringSource())
+    assert scaler is not None and scaler.ephemeral is not None
+    assert scaler.ephemeral.store is not None  # the ledger lives in the state store
+
+
+def test_persistent_types_get_none() -> None:
+    scaler = scaler_of("persistent", FakeSource())
+    assert scaler is not None and scaler.ephemeral is None
+
+
+def test_a_source_that_cannot_register_runners_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="register runners"):
+        scaler_of("ephemeral", FakeSource())
