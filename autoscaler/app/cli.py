@@ -132,21 +132,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     metrics = Metrics()
-    runtime = build_runtime(config, metrics)
+    runtime = build_runtime(config, metrics, webhooks=True)
     controller = runtime.controller
     server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
     server.start()
+    hooks = runtime.webhooks
+    listener = None
+    if hooks is not None:
+        from autoscaler.app.webhook_server import WebhookServer  # noqa: PLC0415
+
+        listener = WebhookServer(
+            hooks.receiver, metrics, hooks.config.listen_host, hooks.config.listen_port
+        )
+        listener.start()
     stop = threading.Event()
     stop_on_signals(stop)
     log.info(
-        "ci-autoscaler %s watching %s every %gs",
+        "ci-autoscaler %s watching %s every %gs%s",
         __version__,
         config.github.owner,
         config.poll_interval,
+        ""
+        if hooks is None
+        else f" (webhooks; reconcile every {hooks.config.reconcile_interval:g}s)",
     )
     try:
-        run_loop(controller, config.poll_interval, stop)
+        run_loop(
+            controller,
+            config.poll_interval,
+            stop,
+            wake=None if hooks is None else hooks.wake,
+            on_tick=None if hooks is None else hooks.on_tick(controller),
+        )
     finally:
+        if listener is not None:
+            listener.stop()
         server.stop()
         runtime.close()
         log.info("stopped")

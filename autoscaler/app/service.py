@@ -2,6 +2,10 @@
 
 The loop never dies of a failed tick; SIGTERM/SIGINT set the stop event, which wakes the
 wait at once, so the process stops within one interval (usually at once).
+
+With webhooks a :class:`Wakeup` ends the wait early: a queued event calls
+:meth:`Wakeup.notify`, the loop waits ``debounce`` more for the rest of a burst (a
+100-job matrix is one tick, one scale-up) and ticks.
 """
 
 from __future__ import annotations
@@ -23,6 +27,32 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class Wakeup:
+    """Ends the loop's wait early, debounced; thread-safe (the webhook listener notifies)."""
+
+    #: How often a woken-capable wait looks at the stop event (seconds).
+    STOP_CHECK = 0.1
+
+    def __init__(self, debounce: float = 0.2) -> None:
+        self.debounce = debounce
+        self._event = threading.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float, stop: threading.Event) -> None:
+        """Until ``timeout`` passes, ``stop`` is set, or a notify (then ``debounce`` more)."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self._event.wait(min(left, self.STOP_CHECK)):
+                stop.wait(self.debounce)
+                self._event.clear()
+                return
+
+
 def run_loop(
     controller: Controller,
     interval: float,
@@ -31,8 +61,11 @@ def run_loop(
     clock: Callable[[], datetime] = utc_now,
     on_tick: Callable[[], None] | None = None,
     max_ticks: int | None = None,
+    wake: Wakeup | None = None,
 ) -> int:
-    """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run."""
+    """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run.
+
+    ``wake``: a notify ends the wait for the next tick early (webhooks)."""
     ticks = 0
     while not stop.is_set():
         started = time.monotonic()
@@ -46,7 +79,11 @@ def run_loop(
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:
             break
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        left = max(0.0, interval - (time.monotonic() - started))
+        if wake is None:
+            stop.wait(left)
+        else:
+            wake.wait(left, stop)
     return ticks
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
@@ -16,6 +17,9 @@ from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
 
+if TYPE_CHECKING:
+    from autoscaler.app.webhooks import Webhooks
+
 
 @dataclass
 class Runtime:
@@ -23,6 +27,8 @@ class Runtime:
 
     controller: Controller
     closers: list[Callable[[], None]] = field(default_factory=list)
+    webhooks: Webhooks | None = None
+    """The webhook receiver, source and wake-up (``webhook`` configured, ``run`` only)."""
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -36,11 +42,14 @@ def build_runtime(
     source: JobSource | None = None,
     pool: RunnerPool | None = None,
     dry_run: bool = False,
+    webhooks: bool = False,
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
     ``source`` and ``pool`` override the real adapters (the demo passes a pool with
     moto's credentials; tests may pass fakes). Scaling is wired only when enabled.
+    ``webhooks``: with a ``webhook`` section, ticks read the webhook index between
+    reconciles (``run`` and the demo; ``once`` and ``explain`` poll as always).
     """
     closers: list[Callable[[], None]] = []
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
@@ -59,6 +68,13 @@ def build_runtime(
         closers.append(github.close)
         source = github
 
+    hooks = None
+    if webhooks and config.webhook is not None:
+        from autoscaler.app.webhooks import attach  # noqa: PLC0415
+
+        hooks = attach(config, metrics, source)
+        source = hooks.source
+
     deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run, health=health)
     closers.append(deliverer.close)
     sync = None
@@ -76,4 +92,4 @@ def build_runtime(
         scaler = Scaler(pool, source, config, metrics)
 
     controller = Controller(config, source, metrics, alerts=alerts, scaler=scaler, health=health)
-    return Runtime(controller, closers)
+    return Runtime(controller, closers, hooks)

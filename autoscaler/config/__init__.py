@@ -26,6 +26,7 @@ from autoscaler.config.schema import (
     RunnerTypeConfig,
     ScalingConfig,
     StateConfig,
+    WebhookConfig,
 )
 from autoscaler.config.secrets import SecretUrl, redact_url
 
@@ -51,6 +52,7 @@ __all__ = [
     "Secret",
     "SecretUrl",
     "StateConfig",
+    "WebhookConfig",
     "load_config",
     "parse_config",
     "read_config",
