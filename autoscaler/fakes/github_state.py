@@ -10,7 +10,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
 from autoscaler.fakes.github_shapes import (
@@ -21,6 +21,9 @@ from autoscaler.fakes.github_shapes import (
     FakeRunner,
     Fault,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.fakes.github_webhooks import Faults, WebhookSender
 
 __all__ = ["GitHubState"]
 
@@ -94,9 +97,26 @@ class GitHubState:
         #: done the work and the client has not heard back (kill the client, say). A true
         #: return drops the connection unanswered: the response is lost.
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
+        #: Where ``workflow_job`` events go (:meth:`send_webhooks`); None: no webhooks.
+        self.webhooks: WebhookSender | None = None
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None
+
+    # --- webhooks
+    def send_webhooks(
+        self, url: str, secret: bytes, *, faults: Faults | None = None
+    ) -> WebhookSender:
+        """Deliver every job's ``workflow_job`` events from now on, signed, to ``url``
+        (:mod:`autoscaler.fakes.github_webhooks`; ``faults`` drop, duplicate, reorder)."""
+        from autoscaler.fakes.github_webhooks import WebhookSender  # noqa: PLC0415
+
+        self.webhooks = WebhookSender(self, url, secret, faults=faults)
+        return self.webhooks
+
+    def _emit(self, job_id: int, action: str) -> None:
+        if self.webhooks is not None:
+            self.webhooks.job_event(job_id, action)
 
     # --- state
     def _new_id(self) -> int:
@@ -139,7 +159,9 @@ class GitHubState:
             job = FakeJob(self._new_id(), run.id, run.repo, name, tuple(labels), now, status)
             self._jobs[job.id] = job
             run.job_ids.append(job.id)
-            return job.id
+        if status in ("queued", "waiting"):
+            self._emit(job.id, status)
+        return job.id
 
     def register_runner(
         self, name: str, labels: Sequence[str], repo: str | Sequence[str] | None = None
@@ -171,6 +193,7 @@ class GitHubState:
             job.status, job.started_at = "in_progress", self.clock()
             job.runner_id, job.runner_name = runner.id, runner.name
             runner.busy = True
+        self._emit(job_id, "in_progress")
 
     def complete_job(self, job_id: int) -> None:
         """The job completes; its runner (if any) is idle again."""
@@ -182,6 +205,7 @@ class GitHubState:
             runner = self._runners.get(job.runner_id) if job.runner_id is not None else None
             if runner is not None:
                 runner.busy = False
+        self._emit(job_id, "completed")
 
     def remove_runner(self, runner_id: int) -> None:
         """Deregister a runner. KeyError when unknown, ValueError when busy (the 422)."""
@@ -212,6 +236,8 @@ class GitHubState:
             raise ValueError(f"use assign_job/complete_job for {status!r}")
         with self.lock:
             self._jobs[job_id].status = status
+        if status in ("queued", "waiting"):
+            self._emit(job_id, status)
 
     def override_job(self, job_id: int, **fields: Any) -> None:
         """Serve these raw JSON fields for the job (bad data on purpose)."""
