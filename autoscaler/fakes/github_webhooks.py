@@ -65,9 +65,14 @@ class Faults:
     reorder: float = 0.0
     seed: int = 0
     rng: random.Random = field(init=False)
+    """Drops (drawn on the caller's thread)."""
+    send_rng: random.Random = field(init=False)
+    """Duplicates and reorders (drawn on the sender thread): one generator per thread
+    keeps a seed's choices the same whatever the threads' interleaving."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)  # noqa: S311 - a test's seeded faults
+        self.send_rng = random.Random(self.seed + 1)  # noqa: S311
 
 
 def _webhook_user(base: str, login: str, user_id: int, kind: str) -> dict[str, Any]:
@@ -182,7 +187,7 @@ class WebhookSender:
                     self._deliver(*self._held)
                 return
             reorder = self.faults.reorder
-            if self._held is None and reorder and self.faults.rng.random() < reorder:
+            if self._held is None and reorder and self.faults.send_rng.random() < reorder:
                 self._held = item  # sent after the next one
                 continue
             self._deliver(*item)
