@@ -163,6 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             stop,
             wake=None if hooks is None else hooks.wake,
             on_tick=None if hooks is None else hooks.on_tick(controller),
+            due_in=None if hooks is None else hooks.source.due_in,
         )
     finally:
         if listener is not None:

@@ -62,10 +62,12 @@ def run_loop(
     on_tick: Callable[[], None] | None = None,
     max_ticks: int | None = None,
     wake: Wakeup | None = None,
+    due_in: Callable[[datetime], float | None] | None = None,
 ) -> int:
     """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run.
 
-    ``wake``: a notify ends the wait for the next tick early (webhooks)."""
+    ``wake``: a notify ends the wait for the next tick early (webhooks). ``due_in``: seconds
+    until something is due (the webhooks' reconcile): the wait ends then, if sooner."""
     ticks = 0
     while not stop.is_set():
         started = time.monotonic()
@@ -80,6 +82,9 @@ def run_loop(
         if max_ticks is not None and ticks >= max_ticks:
             break
         left = max(0.0, interval - (time.monotonic() - started))
+        due = due_in(clock()) if due_in is not None else None
+        if due is not None:
+            left = max(0.0, min(left, due))
         if wake is None:
             stop.wait(left)
         else:

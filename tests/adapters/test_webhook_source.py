@@ -198,3 +198,16 @@ def test_reaction_is_observed_when_the_jobs_type_is_scaled_up() -> None:
     assert reactions.after_tick(result) == [0.5, 0.5]
     assert metrics.registry.get_sample_value("ci_autoscaler_reaction_seconds_count") == 2
     assert list(source.queued_received) == [3]  # still waiting for its capacity
+
+
+def test_the_loop_is_told_when_the_reconcile_is_due() -> None:
+    """A tick woken by an event 59 s before the reconcile must not push the reconcile a
+    whole poll interval later: the loop wakes when it is due."""
+    inner = ListedSource()
+    source, receiver, _ = world(inner)
+    assert source.due_in(T0) is None  # nothing reconciled yet: the poll interval rules
+    source.observe(T0)
+    deliver(receiver, "queued", 1)
+    source.observe(T0 + timedelta(seconds=241))
+    assert source.due_in(T0 + timedelta(seconds=241)) == 59.0
+    assert source.due_in(T0 + timedelta(seconds=600)) is None  # silent: every tick polls

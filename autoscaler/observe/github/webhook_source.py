@@ -122,6 +122,14 @@ class WebhookSource:
             return "interval"
         return None
 
+    def due_in(self, now: datetime) -> float | None:
+        """Seconds until the next reconcile is due, so the loop wakes for it (a woken tick
+        must not push it back a whole poll interval); None when the poll interval rules
+        (no reconcile yet, webhooks silent, or one already due and retried)."""
+        if self._reconciled_at is None or self.reconcile_reason(now) is not None:
+            return None
+        return (self._reconciled_at + self._interval - now).total_seconds()
+
     def _from_index(self, now: datetime, base: Observation) -> Observation:
         busy = self.index.busy_runners()
         since = self._reconciled_at
