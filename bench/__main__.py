@@ -9,12 +9,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import github_budget, github_poll, scaling
+from bench import github_budget, github_poll, scaling, webhooks
 
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
     "github_budget": github_budget.run,
     "scaling": scaling.run,
+    "webhooks": webhooks.run,
 }
 
 
