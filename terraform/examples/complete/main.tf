@@ -43,7 +43,16 @@ locals {
     slack = { type = "slack", url = "$${SLACK_WEBHOOK_URL}" }
   }
 
-  config = {
+  # workflow_job webhooks (only with webhook_secret_arn): react at once, poll to reconcile
+  webhook = var.webhook_secret_arn == null ? {} : {
+    webhook = {
+      listen             = "0.0.0.0:9465"
+      secret             = "$${GITHUB_WEBHOOK_SECRET}"
+      reconcile_interval = "5m"
+    }
+  }
+
+  config = merge(local.webhook, {
     poll_interval = "30s"
     listen        = "0.0.0.0:9464"
     log_level     = "info"
@@ -88,7 +97,7 @@ locals {
         },
       ]
     }
-  }
+  })
 }
 
 module "controller" {
@@ -103,4 +112,7 @@ module "controller" {
   subnet_ids                     = var.controller_subnet_ids
   metrics_ingress_cidrs          = var.metrics_ingress_cidrs
   service_discovery_namespace_id = var.service_discovery_namespace_id
+  webhook_secret_arn             = var.webhook_secret_arn
+  webhook_certificate_arn        = var.webhook_certificate_arn
+  webhook_public_subnet_ids      = var.webhook_public_subnet_ids
 }

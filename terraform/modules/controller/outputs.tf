@@ -47,3 +47,13 @@ output "service_discovery_service_arn" {
   description = "Cloud Map service the task registers in (Prometheus resolves `<name>.<namespace>` with dns_sd_configs), or null without a namespace."
   value       = one(aws_service_discovery_service.this[*].arn)
 }
+
+output "webhook_url" {
+  description = "Where to point the GitHub webhook (content type application/json, only Workflow jobs events): https://<ALB or your DNS name>/github/webhook. Null without webhook_certificate_arn."
+  value       = local.webhook_enabled ? "https://${aws_lb.webhook[0].dns_name}/github/webhook" : null
+}
+
+output "webhook_alb_dns_name" {
+  description = "DNS name of the webhook ALB (point a CNAME matching the certificate at it), or null."
+  value       = one(aws_lb.webhook[*].dns_name)
+}
