@@ -2,9 +2,10 @@
 reaction clock. Chosen here (and in :mod:`autoscaler.app.wiring`) and nowhere else.
 
 ``ci_autoscaler_reaction_seconds`` is measured here, after each tick: a job whose
-``queued`` event was applied, of a runner type the tick scaled up, observes the time from
-the event's arrival to the end of that tick (its ``SetDesiredCapacity`` call was in it).
-A job whose queue needed no new capacity (an idle runner took it) observes nothing.
+``queued`` event that tick applied, of a runner type the same tick scaled up, observes the
+time from the event's arrival to the end of that tick (its ``SetDesiredCapacity`` call
+was in it). A job whose event caused no capacity request (an idle runner was there, the
+type was at its max) observes nothing: a later scale-up is not its reaction.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from autoscaler.app.service import Wakeup
 from autoscaler.config import Config, WebhookConfig
@@ -26,9 +27,6 @@ from autoscaler.scale.plan import SCALE_UP
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
-
-#: A queued event older than this is no longer waiting for its reaction.
-REACTION_HORIZON = timedelta(hours=1)
 
 
 def _utc_now() -> datetime:
@@ -61,20 +59,16 @@ class Reactions:
             if getattr(d, "action", None) == SCALE_UP and not result.dry_run
         }
         observed: list[float] = []
-        pending = self.source.queued_received
-        for job_id, received in list(pending.items()):
+        pending, self.source.queued_received = self.source.queued_received, {}
+        for job_id, received in pending.items():
             job = self.source.index.get(job_id)
             if job is None or job.status is not JobStatus.QUEUED:
-                del pending[job_id]
                 continue
             rtype = match_job(job.labels, self.types)
             if rtype is not None and rtype.name in scaled:
                 seconds = max(0.0, (now - received).total_seconds())
                 self.metrics.reaction_seconds.observe(seconds)
                 observed.append(seconds)
-                del pending[job_id]
-            elif now - received > REACTION_HORIZON:
-                del pending[job_id]
         return observed
 
 

@@ -197,7 +197,10 @@ def test_reaction_is_observed_when_the_jobs_type_is_scaled_up() -> None:
     result.decisions = [Decision("cpu", "ci-cpu", 0, 2, "2 queued", action=SCALE_UP)]
     assert reactions.after_tick(result) == [0.5, 0.5]
     assert metrics.registry.get_sample_value("ci_autoscaler_reaction_seconds_count") == 2
-    assert list(source.queued_received) == [3]  # still waiting for its capacity
+    # the GPU job's event caused no capacity request: a later scale-up is not its reaction
+    assert source.queued_received == {}
+    result.decisions = [Decision("gpu", "ci-gpu", 0, 1, "1 queued", action=SCALE_UP)]
+    assert reactions.after_tick(result) == []
 
 
 def test_the_loop_is_told_when_the_reconcile_is_due() -> None:

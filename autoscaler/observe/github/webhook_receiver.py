@@ -97,6 +97,7 @@ class WebhookReceiver:
         metrics: Metrics,
         *,
         on_event: Callable[[], None] = lambda: None,
+        # ``on_event``: called after a ``queued`` delivery is queued (wakes the tick).
         clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         self._secret = config.secret.reveal().encode("utf-8")
@@ -167,7 +168,8 @@ class WebhookReceiver:
             return self._refuse(
                 503, event, action, "queue_full", delivery=shown, reason="queue full"
             )
-        self._on_event()
+        if parsed.action == "queued":
+            self._on_event()  # demand: wake the tick (in_progress/completed can wait)
         return Answer(202, b"accepted\n")
 
     def _first(self, delivery: str, body: bytes) -> bool:
