@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -58,7 +59,6 @@ from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
 from bench.org import T0, Org, Size
-from tests.conftest import free_port
 
 SECRET = "bench-webhook-secret"
 LABELS = ("self-hosted", "linux.4xlarge")
@@ -317,6 +317,13 @@ def requests_per_hour(webhooks: bool) -> dict[str, Any]:
     finally:
         for close in reversed(closers):
             close()
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1 (for moto_server, which takes no port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def moto_process() -> tuple[subprocess.Popen[bytes], str]:
