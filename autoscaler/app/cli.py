@@ -141,9 +141,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if hooks is not None:
         from autoscaler.app.webhook_server import WebhookServer  # noqa: PLC0415
 
-        listener = WebhookServer(
-            hooks.receiver, metrics, hooks.config.listen_host, hooks.config.listen_port
-        )
+        try:
+            listener = WebhookServer(
+                hooks.receiver, metrics, hooks.config.listen_host, hooks.config.listen_port
+            )
+        except OSError as exc:  # the port is taken or not ours: say so, not a traceback
+            log.error(
+                "cannot listen for webhooks on %s:%d: %s",
+                hooks.config.listen_host,
+                hooks.config.listen_port,
+                exc.strerror or exc,
+            )
+            server.stop()
+            runtime.close()
+            return 1
         listener.start()
     stop = threading.Event()
     stop_on_signals(stop)

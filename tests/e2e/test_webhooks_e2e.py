@@ -148,3 +148,20 @@ def test_dropped_deliveries_are_counted_by_the_reconcile(
             == dropped
         )
         assert metric(base, "ci_autoscaler_webhook_events_total", result="duplicate") >= 1
+
+
+def test_a_taken_webhook_port_is_a_clear_error(tmp_path: Path) -> None:
+    """Not a traceback: one line naming the address, exit 1."""
+    import socket  # noqa: PLC0415
+
+    from tests.e2e.harness import cli  # noqa: PLC0415
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = config(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9", port)
+        done = cli("run", "--config", str(path), env={"E2E_HOOK_SECRET": SECRET}, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert f"cannot listen for webhooks on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr and SECRET not in done.stderr
