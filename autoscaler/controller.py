@@ -10,7 +10,9 @@ failing never ends the loop: the last good picture stays, its age shows in
 ``ci_autoscaler_last_successful_poll_timestamp_seconds`` and readiness fails once it is
 older than three poll intervals. Readiness also fails while a stage reports a problem
 into the injected :class:`autoscaler.health.Health` (the alert stage: its state store
-cannot be written), so the controller stays pure: it reads what adapters reported.
+cannot be written; the lease keeper: the state table cannot be reached), so the controller
+stays pure: it reads what adapters reported. With several controllers on one state table
+only the holder of the leader lease acts (``leadership``); the others' ticks are dry runs.
 Whatever the source raises (a classified error, or an
 exception that escaped its adapter) is a failed poll, so the alerting stage still runs
 and "GitHub unreachable" still fires.
@@ -116,6 +118,13 @@ class ScaleStep(Protocol):
     ) -> Sequence[Any]: ...
 
 
+class Leadership(Protocol):
+    """Whether this controller may act: it holds the leader lease with its safety margin
+    (``state.backend: dynamodb``; :class:`autoscaler.state.lease.Lease`)."""
+
+    def acting(self) -> bool: ...
+
+
 @dataclass
 class TickResult:
     """What one tick saw and did; ``once`` prints it."""
@@ -144,6 +153,7 @@ class Controller:
         alerts: AlertStep | None = None,
         scaler: ScaleStep | None = None,
         health: Health | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.config = config
         self.source = source
@@ -152,6 +162,8 @@ class Controller:
         self.scaler = scaler
         #: What the stages report keeps the controller from being ready (see ready()).
         self.health = health if health is not None else Health()
+        #: None: this controller is the only one (its state backend needs no lease).
+        self.leadership = leadership
         self.types: tuple[RunnerType, ...] = tuple(rt.runner_type for rt in config.runner_types)
         self.last_observation: Observation | None = None
         self.last_snapshot: QueueSnapshot | None = None
@@ -163,6 +175,7 @@ class Controller:
         self.recent_decisions: deque[tuple[datetime, Any]] = deque(maxlen=RECENT_DECISIONS)
 
     def tick(self, now: datetime, *, dry_run: bool = False) -> TickResult:
+        dry_run = dry_run or not self.acting()  # a follower observes and decides; acts on nothing
         result = TickResult(now=now, snapshot=None, dry_run=dry_run)
         started = time.perf_counter()
         try:
@@ -231,6 +244,12 @@ class Controller:
             )
         self.last_result = result
         return result
+
+    def acting(self) -> bool:
+        """False on a follower: another controller holds the lease. Its ticks run as dry
+        runs (poll, queue, decisions, alert views and metrics, nothing changed or sent), so
+        it takes over with a warm picture."""
+        return self.leadership is None or self.leadership.acting()
 
     def _observe(self, now: datetime, result: TickResult) -> bool:
         """Poll the source; on failure keep the last good picture. True when this poll worked."""

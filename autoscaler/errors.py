@@ -4,9 +4,13 @@
     ├── ConfigError          the configuration is invalid; carries every problem at once
     ├── TransientError       retry with backoff; ``retry_after`` (seconds) when the peer said
     │   ├── RateLimitedError the peer rate-limited us (GitHub 403/429, AWS Throttling)
-    │   └── StateLockedError (also a StateError) another process holds the state file
+    │   ├── StateLockedError (also a StateError) another process holds the state file
+    │   └── StateUnavailableError (also a StateError) the state table is unreachable or
+    │                        throttled right now
     ├── DeferredError        the resource is busy (ScalingActivityInProgress): not retried
-    │                        now, the next tick tries again
+    │   │                    now, the next tick tries again
+    │   └── NotLeaderError   (also a StateError) this controller does not hold the leader
+    │                        lease (with its safety margin): the action is the leader's
     ├── CapacityError        no capacity in this pool: fail over to the next pool
     ├── PermanentError       retrying cannot help: alert at once
     │   ├── AuthenticationError  credentials rejected (GitHub 401, AWS AccessDenied)
@@ -14,8 +18,9 @@
     │   ├── RejectedError        the request was understood and refused (GitHub 422)
     │   └── StateUnusableError   (also a StateError) the state file is corrupt, not a
     │                            database, read-only, unreachable or its disk is full
-    └── StateError           the state store cannot be used; ``path`` names its file and the
-                             message says what to do (StateLockedError, StateUnusableError)
+    └── StateError           the state store cannot be used; ``path`` names its file (or
+                             table) and the message says what to do (StateLockedError,
+                             StateUnavailableError, StateUnusableError, NotLeaderError)
 
 Adapters translate vendor errors into these at the edge; nothing above an adapter sees an
 httpx, botocore or sqlite3 exception. Messages never carry secrets.
@@ -118,7 +123,21 @@ class StateLockedError(StateError, TransientError):
 
 
 class StateUnusableError(StateError, PermanentError):
-    """The state file is corrupt, not a database, read-only or unreachable: a person must
-    act (the message says how)."""
+    """The state file is corrupt, not a database, read-only or unreachable, or the state
+    table is missing or forbidden: a person must act (the message says how)."""
 
     kind = "state_unusable"
+
+
+class StateUnavailableError(StateError, TransientError):
+    """The state table cannot be reached or throttles us right now: waiting may help."""
+
+    kind = "state_unavailable"
+
+
+class NotLeaderError(StateError, DeferredError):
+    """This controller does not hold the leader lease with its safety margin left, or a
+    write was fenced off because another controller took the lease (a newer epoch). The
+    action is the leader's: nothing was done, and nothing is retried here."""
+
+    kind = "not_leader"

@@ -2,7 +2,8 @@
 
 The controller's readiness is a pure function of what it holds: the age of its last good
 poll, and this. Stages and their workers report a problem under a component name (the
-alert stage and its delivery workers: ``state``, when the state store cannot be written)
+alert stage and its delivery workers: ``state``, when the state store cannot be written;
+the lease keeper: ``lease``, when the state table cannot be reached)
 and clear it once the component works again; ``/readyz`` fails while any problem stands
 and says which. Nothing here does I/O: the controller stays pure, the adapters report in.
 
@@ -15,6 +16,9 @@ import threading
 
 #: The state store (alert states, the notification outbox) cannot be written.
 STATE = "state"
+#: The leader lease cannot be read or renewed (``state.backend: dynamodb``): the state
+#: table is missing, forbidden or unreachable, so this controller cannot lead.
+LEASE = "lease"
 
 
 class Health:

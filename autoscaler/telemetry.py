@@ -242,9 +242,30 @@ class Metrics:
         )
         self.state_store_errors = Counter(
             P + "state_store_errors_total",
-            "Failed uses of the alert state store by operation and code (locked, corrupt, "
-            "not_a_database, read_only, cannot_open, permission, disk_full, io_error, ...).",
+            "Failed uses of the state store by operation and code (locked, corrupt, "
+            "not_a_database, read_only, cannot_open, permission, disk_full, io_error; "
+            "table_missing, throttled, unreachable, not_leader, fenced, ...).",
             ["operation", "code"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            P + "leader",
+            "1 while this controller may act (it holds the leader lease with its safety "
+            "margin, or the state backend needs no lease), 0 on a follower.",
+            registry=r,
+        )
+        self.lease_transitions = Counter(
+            P + "lease_transitions_total",
+            "Changes of this controller's leadership: acquired, lost, released.",
+            ["event"],
+            registry=r,
+        )
+        self.fenced_actions = Counter(
+            P + "fenced_actions_total",
+            "Leader-only actions this controller skipped because it did not hold the lease "
+            "with its safety margin (set_desired_capacity, protect, terminate, remove_runner, "
+            "notify).",
+            ["action"],
             registry=r,
         )
         self.alertmanager_posts = Counter(

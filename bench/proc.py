@@ -28,13 +28,13 @@ from typing import Any
 import httpx
 
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import parse_config
 from autoscaler.controller import Controller
 from autoscaler.domain import Instance, InstanceLifecycle, PoolState
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.scale.scaler import Scaler
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 from bench.org import T0, Org, Size, type_names
 
@@ -187,7 +187,7 @@ def run_controller(params: dict[str, Any]) -> None:
     clock = {"now": T0.timestamp()}
     metrics = Metrics()
     with tempfile.TemporaryDirectory() as state_dir:
-        store = StateStore(f"{state_dir}/state.db")
+        store = SqliteStore(f"{state_dir}/state.db")
         source = GitHubSource(
             config.github,
             metrics,

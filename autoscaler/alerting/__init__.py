@@ -1,2 +1,3 @@
 """Alert: pure rules and lifecycle, rendering in the on-call format, the per-tick engine,
-delivery to receivers and the SQLite state store with its outbox."""
+delivery to receivers (the state they keep, outbox included, is behind the port in
+``autoscaler.state``)."""

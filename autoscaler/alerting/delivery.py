@@ -30,6 +30,11 @@
 - Receiver URLs are secrets: no log line, error or metric of ours names one (only the
   receiver's name), and httpx's own request log is dropped for receiver requests at every
   level (:mod:`autoscaler.alerting.httplog`).
+- **Only the leader notifies** (``state.backend: dynamodb``, two controllers): every
+  send is preceded by ``gate.allows("notify")`` (the lease held with its safety margin),
+  and the outbox writes themselves are fenced by the lease's epoch, so a controller that
+  lost the lease mid-round neither sends the rest nor records anything; the new leader
+  sends what was not confirmed.
 - Outcomes, counted in ``alert_notifications_total{receiver,result}``: ``sent``;
   ``retried`` (one per retry attempt); ``failed`` (gave up this round, stays in the outbox,
   logged as a warning); ``rejected`` (a permanent 4xx: retrying cannot help, removed from
@@ -54,11 +59,11 @@ from tenacity.wait import wait_random_exponential
 from autoscaler.alerting import alertmanager, render
 from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import Notification
-from autoscaler.alerting.store import OutboxItem, StateStore
 from autoscaler.config import Config, ReceiverConfig
 from autoscaler.config.reader import Secret
-from autoscaler.errors import PermanentError, StateError, TransientError
+from autoscaler.errors import NotLeaderError, PermanentError, StateError, TransientError
 from autoscaler.health import STATE, Health
+from autoscaler.state.port import ActionGate, AlertStore, OutboxItem, SoleWriter
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -93,7 +98,7 @@ class _Issues:
     """Where the github_issue receiver keeps its issue numbers: the store, or (``alerts
     test``) a dict."""
 
-    def __init__(self, store: StateStore | None, receiver: str) -> None:
+    def __init__(self, store: AlertStore | None, receiver: str) -> None:
         self._store, self._receiver = store, receiver
         self._numbers: dict[str, int | None] = {}
 
@@ -144,12 +149,15 @@ class Deliverer:
         github_token: Secret | None = None,
         dry_run: bool = False,
         health: Health | None = None,
+        gate: ActionGate | None = None,
     ) -> None:
         self.receivers = dict(receivers)
         self.metrics = metrics
         self.deadline = deadline
         self.dry_run = dry_run
         self.health = health if health is not None else Health()
+        #: Asked before every send: only the leader notifies (two controllers on one table).
+        self.gate: ActionGate = gate if gate is not None else SoleWriter()
         self._transport = transport
         self._sleep = sleep
         self._monotonic = monotonic
@@ -168,7 +176,7 @@ class Deliverer:
 
     # --- the tick's side: never blocks on a receiver
 
-    def deliver(self, store: StateStore) -> None:
+    def deliver(self, store: AlertStore) -> None:
         """Start a round for every receiver with notifications waiting and none in flight.
         Returns at once; raises StateError when the outbox cannot be read."""
         self._reap()
@@ -244,7 +252,7 @@ class Deliverer:
 
     # --- in a round's thread
 
-    def _round(self, rc: ReceiverConfig, items: list[OutboxItem], store: StateStore) -> None:
+    def _round(self, rc: ReceiverConfig, items: list[OutboxItem], store: AlertStore) -> None:
         try:
             with (
                 receiver_requests(),
@@ -256,13 +264,15 @@ class Deliverer:
                         break
                     pending = len(store.pending(rc.name))
                     self.metrics.alert_notifications_pending.labels(rc.name).set(pending)
+        except NotLeaderError as exc:  # the lease moved on: the new leader sends the rest
+            log.warning("alert delivery to %s stopped: %s", rc.name, exc)
         except StateError as exc:
             self._state_failed(exc)
         except Exception:  # a bug in a sender: keep the items, say so loudly
             log.exception("alert delivery to %r crashed; items stay in the outbox", rc.name)
 
     def _deliver_one(
-        self, call: _Call, rc: ReceiverConfig, item: OutboxItem, store: StateStore
+        self, call: _Call, rc: ReceiverConfig, item: OutboxItem, store: AlertStore
     ) -> bool:
         """Send one item and record the outcome; False ends the round."""
         n, count = item.notification, self.metrics.alert_notifications
@@ -272,6 +282,11 @@ class Deliverer:
             count.labels(rc.name, "dry_run").inc()
             store.mark_delivered(item.id)
             return True
+        if not self.gate.allows(
+            "notify", f"{rc.name} {n.event_id}"
+        ):  # not the leader (any more): it is theirs to send
+            log.info("alert %s to %s left to the leader", what, rc.name)
+            return False
         try:
             self._send(call, rc, n, _Issues(store, rc.name))
         except PermanentError as exc:

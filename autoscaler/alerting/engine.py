@@ -10,6 +10,10 @@ every tick or so, not one message per transition, so AlertmanagerSync serves the
 With ``dry_run`` nothing is persisted or delivered: the views show what would happen, and
 the next real tick still sends every notification.
 
+A follower (``state.backend: dynamodb``, another controller holds the lease) runs this
+stage with ``dry_run``: it evaluates and exports ``alerts_firing`` over the leader's stored
+states, persists and sends nothing.
+
 A state store that cannot be used (corrupt, locked by another controller, read-only, ...)
 stops this stage cleanly: one log line naming the file and what to do, a count in
 ``ci_autoscaler_state_store_errors_total{operation,code}``, and a ``state`` problem in
@@ -49,12 +53,12 @@ from autoscaler.alerting.rules import (
     evaluate_unreachable,
     reason_values,
 )
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
-from autoscaler.errors import StateError
+from autoscaler.errors import NotLeaderError, StateError
 from autoscaler.health import STATE, Health
 from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.state.port import AlertStore
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -110,7 +114,7 @@ class AlertEngine:
     def __init__(
         self,
         config: AlertsConfig,
-        store: StateStore,
+        store: AlertStore,
         deliverer: Deliverer | None,
         metrics: Metrics,
         *,
@@ -215,6 +219,8 @@ class AlertEngine:
         except StateError as exc:
             self.state_failed(exc)
             return []  # without the stored states every view would be a guess
+        if dry_run:  # a follower (or --dry-run) only reads: reading is what must work
+            self.health.report(STATE, None)
         new, notes = advance(old, evaluations, now, keep_rules=keep)
         if not dry_run:
             outbox = [
@@ -253,7 +259,14 @@ class AlertEngine:
         ]
 
     def state_failed(self, exc: StateError) -> None:
-        """The state store failed: one line, a count, and readiness fails until a save works."""
+        """The state store failed: one line, a count, and readiness fails until a save works.
+
+        A write fenced off because another controller took the lease is no failure of the
+        store: this one is a follower from the next tick on (counted, not unready)."""
+        if isinstance(exc, NotLeaderError):
+            log.warning("alert state not saved: %s", exc)
+            self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
+            return
         log.error("%s", exc)
         self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
         self.metrics.stage_failed("alerting")

@@ -44,6 +44,27 @@ class AlertState:
     def fingerprint(self) -> str:
         return self.evaluation.fingerprint
 
+    def to_dict(self) -> dict[str, Any]:
+        """As a state backend stores it (JSON)."""
+        return {
+            "status": self.status.value,
+            "since": self.since.isoformat(),
+            "fired_at": None if self.fired_at is None else self.fired_at.isoformat(),
+            "last_notified": None if self.last_notified is None else self.last_notified.isoformat(),
+            "evaluation": self.evaluation.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> AlertState:
+        fired, notified = d.get("fired_at"), d.get("last_notified")
+        return cls(
+            status=AlertStatus(d["status"]),
+            evaluation=Evaluation.from_dict(d["evaluation"]),
+            since=datetime.fromisoformat(d["since"]),
+            fired_at=None if fired is None else datetime.fromisoformat(fired),
+            last_notified=None if notified is None else datetime.fromisoformat(notified),
+        )
+
 
 @dataclass(frozen=True)
 class Notification:

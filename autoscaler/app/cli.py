@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from autoscaler import __version__
 from autoscaler.app.report import format_table, to_json
-from autoscaler.app.service import run_loop, stop_on_signals, utc_now
-from autoscaler.config import Config, LoadedConfig, read_config
-from autoscaler.errors import ConfigError
+from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
+from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
+from autoscaler.errors import ConfigError, StateError
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler")
@@ -86,6 +86,16 @@ def cmd_once(args: argparse.Namespace) -> int:
         return 1
     runtime = build_runtime(config, Metrics(), dry_run=args.dry_run)
     try:
+        if runtime.keeper is not None and not args.dry_run:
+            runtime.keeper.step()  # take the lease if nobody holds it; released at close
+            if not runtime.controller.acting():
+                holder = runtime.keeper.lease.holder
+                who = holder.owner if holder is not None and holder.owner else "nobody"
+                print(
+                    f"not the leader ({who} holds the lease on {config.state.table}): "
+                    "this tick changes nothing and sends nothing",
+                    file=sys.stderr,
+                )
         result = runtime.controller.tick(utc_now(), dry_run=args.dry_run)
     finally:
         runtime.close()
@@ -143,7 +153,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         try:
             listener = WebhookServer(
-                hooks.receiver, metrics, hooks.config.listen_host, hooks.config.listen_port
+                hooks.receiver,
+                metrics,
+                hooks.config.listen_host,
+                hooks.config.listen_port,
+                serving=controller.acting,  # a follower's GET answers 503: no deliveries
             )
         except OSError as exc:  # the port is taken or not ours: say so, not a traceback
             log.error(
@@ -157,7 +171,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 1
         listener.start()
     stop = threading.Event()
-    stop_on_signals(stop)
+    # One wake-up for the loop: a new leader and a stop set it at once, a queued webhook
+    # notifies it (debounced).
+    wake: threading.Event | Wakeup = threading.Event() if hooks is None else hooks.wake
+    stop_on_signals(stop, wake)
+    if runtime.keeper is not None:
+        runtime.keeper.on_acquired = wake.set  # a new leader acts at once
+        runtime.keeper.start()
     log.info(
         "ci-autoscaler %s watching %s every %gs%s",
         __version__,
@@ -172,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             controller,
             config.poll_interval,
             stop,
-            wake=None if hooks is None else hooks.wake,
+            wake=wake,
             on_tick=None if hooks is None else hooks.on_tick(controller),
             due_in=None if hooks is None else hooks.source.due_in,
         )
@@ -182,6 +202,30 @@ def cmd_run(args: argparse.Namespace) -> int:
         server.stop()
         runtime.close()
         log.info("stopped")
+    return 0
+
+
+def cmd_state_create_table(args: argparse.Namespace) -> int:
+    from autoscaler.state.dynamodb_table import DynamoTable, create_table  # noqa: PLC0415
+
+    config = _configure(args)
+    if config is None:
+        return 1
+    if config.state.backend != DYNAMODB:
+        print(
+            f"{args.config}: state.backend is {config.state.backend}: there is no table to "
+            "create (set state.backend: dynamodb and state.table)",
+            file=sys.stderr,
+        )
+        return 1
+    table = DynamoTable(config.aws, config.state.table, Metrics())
+    try:
+        outcome = create_table(table)
+    except StateError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    what = "created" if outcome == "created" else "already exists with the expected schema"
+    print(f"{table.path}: {what} (on-demand, TTL on expires_at, point-in-time recovery)")
     return 0
 
 
@@ -275,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
     p.add_argument("--config", required=True)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("state", help="the state backend")
+    state_sub = p.add_subparsers(dest="state_command", required=True)
+    p = state_sub.add_parser(
+        "create-table",
+        help="create the DynamoDB state table (state.table) as the terraform module does",
+    )
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=cmd_state_create_table)
 
     p = sub.add_parser("alerts", help="alerting tools")
     alerts_sub = p.add_subparsers(dest="alerts_command", required=True)

@@ -28,7 +28,9 @@ def utc_now() -> datetime:
 
 
 class Wakeup:
-    """Ends the loop's wait early, debounced; thread-safe (the webhook listener notifies)."""
+    """Ends the loop's wait early; thread-safe. :meth:`notify` (a queued webhook) is
+    debounced, :meth:`set` (a new leader, a stop signal) is not: it is the ``wake`` event
+    of :func:`run_loop` and :func:`stop_on_signals`, with a debounced way in."""
 
     #: How often a woken-capable wait looks at the stop event (seconds).
     STOP_CHECK = 0.1
@@ -36,19 +38,29 @@ class Wakeup:
     def __init__(self, debounce: float = 0.2) -> None:
         self.debounce = debounce
         self._event = threading.Event()
+        self._now = False
 
     def notify(self) -> None:
+        """Wake the loop after ``debounce`` (the rest of a burst comes with it)."""
+        self._event.set()
+
+    def set(self) -> None:
+        """Wake the loop at once."""
+        self._now = True
         self._event.set()
 
     def wait(self, timeout: float, stop: threading.Event) -> None:
-        """Until ``timeout`` passes, ``stop`` is set, or a notify (then ``debounce`` more)."""
+        """Until ``timeout`` passes, ``stop`` is set, a :meth:`set`, or a :meth:`notify`
+        (then ``debounce`` more)."""
         deadline = time.monotonic() + timeout
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
             if self._event.wait(min(left, self.STOP_CHECK)):
-                stop.wait(self.debounce)
+                if not self._now:
+                    stop.wait(self.debounce)
+                self._now = False
                 self._event.clear()
                 return
 
@@ -61,13 +73,16 @@ def run_loop(
     clock: Callable[[], datetime] = utc_now,
     on_tick: Callable[[], None] | None = None,
     max_ticks: int | None = None,
-    wake: Wakeup | None = None,
+    wake: threading.Event | Wakeup | None = None,
     due_in: Callable[[datetime], float | None] | None = None,
 ) -> int:
     """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run.
 
-    ``wake``: a notify ends the wait for the next tick early (webhooks). ``due_in``: seconds
-    until something is due (the webhooks' reconcile): the wait ends then, if sooner."""
+    ``wake`` set (the lease keeper: this controller just became the leader) starts the
+    next tick at once instead of at the end of the interval; :func:`stop_on_signals`
+    sets it too, so a stop is not held up by the wait. A :class:`Wakeup` also takes
+    debounced notifies (a queued webhook). ``due_in``: seconds until something is due
+    (the webhooks' reconcile): the wait ends then, if sooner."""
     ticks = 0
     while not stop.is_set():
         started = time.monotonic()
@@ -87,17 +102,21 @@ def run_loop(
             left = max(0.0, min(left, due))
         if wake is None:
             stop.wait(left)
-        else:
+        elif isinstance(wake, Wakeup):
             wake.wait(left, stop)
+        elif wake.wait(left):
+            wake.clear()
     return ticks
 
 
-def stop_on_signals(stop: threading.Event) -> None:
-    """SIGTERM and SIGINT end the loop cleanly."""
+def stop_on_signals(stop: threading.Event, wake: threading.Event | Wakeup | None = None) -> None:
+    """SIGTERM and SIGINT end the loop cleanly (``wake``: the loop's wake-up, set too)."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
+        if wake is not None:
+            wake.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)

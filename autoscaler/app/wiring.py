@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -9,15 +10,19 @@ from typing import TYPE_CHECKING
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
+from autoscaler.app.backend import open_backend
 from autoscaler.config import Config
 from autoscaler.controller import Controller
 from autoscaler.health import Health
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.scale.scaler import Scaler
+from autoscaler.state.fence import FencedPool, FencedSource
+from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.telemetry import Metrics
 
 if TYPE_CHECKING:
+    import boto3
+
     from autoscaler.app.webhooks import Webhooks
 
 
@@ -27,6 +32,9 @@ class Runtime:
 
     controller: Controller
     closers: list[Callable[[], None]] = field(default_factory=list)
+    keeper: LeaseKeeper | None = None
+    """The leader lease's keeper (``state.backend: dynamodb``): ``run`` starts its thread,
+    ``once`` steps it once; closing releases the lease."""
     webhooks: Webhooks | None = None
     """The webhook receiver, source and wake-up (``webhook`` configured, ``run`` only)."""
 
@@ -42,19 +50,31 @@ def build_runtime(
     source: JobSource | None = None,
     pool: RunnerPool | None = None,
     dry_run: bool = False,
+    session: boto3.session.Session | None = None,
+    wall_clock: Callable[[], float] = time.time,
     webhooks: bool = False,
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
     ``source`` and ``pool`` override the real adapters (the demo passes a pool with
-    moto's credentials; tests may pass fakes). Scaling is wired only when enabled.
+    moto's credentials; tests may pass fakes); ``session`` is the state table's boto3
+    session and ``wall_clock`` the GitHub source's (the benchmark passes moto's
+    credentials and its virtual clock). Scaling is wired only when
+    enabled. With a lease (``state.backend: dynamodb``) every change to a pool, every
+    deregistration and every notification passes the lease's fence first.
     ``webhooks``: with a ``webhook`` section, ticks read the webhook index between
     reconciles (``run`` and the demo; ``once`` and ``explain`` poll as always).
     """
     closers: list[Callable[[], None]] = []
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
-    store = StateStore.from_config(config.state)
+    backend = open_backend(config, metrics, health, session=session)
+    store = backend.store
     closers.append(store.close)
+    if backend.keeper is not None:
+        # Released after the deliverer and the source closed (run in reverse): deliveries
+        # in flight finish as the leader, then a follower takes over at once.
+        keeper = backend.keeper
+        closers.append(lambda: keeper.stop(release=True))
     if source is None:
         from autoscaler.observe.github.source import GitHubSource  # noqa: PLC0415 (light CLI start)
 
@@ -64,6 +84,7 @@ def build_runtime(
             metrics,
             poll_interval=config.poll_interval,
             cache_store=None if dry_run else store,
+            wall_clock=wall_clock,
         )
         closers.append(github.close)
         source = github
@@ -75,7 +96,9 @@ def build_runtime(
         hooks = attach(config, metrics, source)
         source = hooks.source
 
-    deliverer = Deliverer.from_config(config, metrics, dry_run=dry_run, health=health)
+    deliverer = Deliverer.from_config(
+        config, metrics, dry_run=dry_run, health=health, gate=backend.gate
+    )
     closers.append(deliverer.close)
     sync = None
     if any(rc.type == "alertmanager" for rc in config.alerts.receivers.values()):
@@ -89,7 +112,18 @@ def build_runtime(
             from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
 
             pool = AwsAsgPool(config.aws, metrics)
-        scaler = Scaler(pool, source, config, metrics)
+        runners: JobSource = source
+        if backend.fence is not None:
+            pool, runners = FencedPool(pool, backend.fence), FencedSource(source, backend.fence)
+        scaler = Scaler(pool, runners, config, metrics, memory=store)
 
-    controller = Controller(config, source, metrics, alerts=alerts, scaler=scaler, health=health)
-    return Runtime(controller, closers, hooks)
+    controller = Controller(
+        config,
+        source,
+        metrics,
+        alerts=alerts,
+        scaler=scaler,
+        health=health,
+        leadership=backend.lease,
+    )
+    return Runtime(controller, closers, keeper=backend.keeper, webhooks=hooks)

@@ -16,6 +16,8 @@ from autoscaler.config.reader import Secret
 from autoscaler.config.schema import (
     DEFAULT_HOSTED_LABELS,
     DEFAULT_STATE_PATH,
+    DYNAMODB,
+    SQLITE,
     AwsConfig,
     BudgetConfig,
     Config,
@@ -33,8 +35,10 @@ from autoscaler.config.secrets import SecretUrl, redact_url
 __all__ = [
     "DEFAULT_HOSTED_LABELS",
     "DEFAULT_STATE_PATH",
+    "DYNAMODB",
     "PRIORITIES",
     "RECEIVER_TYPES",
+    "SQLITE",
     "AlertRuleConfig",
     "AlertsConfig",
     "AwsConfig",

@@ -10,6 +10,7 @@ again by the checks that combine it with others.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,10 @@ from autoscaler.config.schedule import read_min_idle
 from autoscaler.config.schema import (
     DEFAULT_HOSTED_LABELS,
     DEFAULT_STATE_PATH,
+    DYNAMODB,
     MAX_POLL_INTERVAL,
+    MIN_LEASE_DURATION,
+    SQLITE,
     AwsConfig,
     BudgetConfig,
     Config,
@@ -47,6 +51,9 @@ a runner faster; below it every new instance would be judged an orphan (``0s`` m
 one a candidate the moment it launched). The orphan check's clock-skew guard, a quarter of
 ``boot_timeout``, must also stay above the one-second resolution of the ``Date`` headers
 and launch times it compares."""
+
+#: DynamoDB's table-name rule.
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 
 _TOP_KEYS = (
     "poll_interval",
@@ -159,13 +166,7 @@ def _parse(
         aws=_aws(r, top.get("aws")),
         budgets=_budgets(r, top.get("budgets")),
         scaling=_scaling(r, top.get("scaling")),
-        state=StateConfig(
-            path=r.string(
-                r.mapping(top.get("state"), "state", ("path",)).get("path"),
-                "state.path",
-                DEFAULT_STATE_PATH,
-            )
-        ),
+        state=_state(r, top.get("state")),
         alerts=read_alerts(r, top.get("alerts"), base),
         webhook=_webhook(r, top.get("webhook")),
         simulation=read_simulation(r, top.get("simulation")),
@@ -384,6 +385,37 @@ def _aws(r: Reader, value: Any) -> AwsConfig:
             m.get("botocore_max_attempts"), "aws.botocore_max_attempts", 1, minimum=1
         ),
     )
+
+
+def _state(r: Reader, value: Any) -> StateConfig:
+    """``backend: sqlite`` takes ``path``; ``backend: dynamodb`` takes ``table`` (required)
+    and ``lease_duration``. A key of the other backend is refused rather than ignored."""
+    m = r.mapping(value, "state", ("backend", "path", "table", "lease_duration"))
+    backend = r.choice(m.get("backend"), "state.backend", (SQLITE, DYNAMODB), SQLITE)
+    path = r.string(m.get("path"), "state.path", DEFAULT_STATE_PATH)
+    table = r.string(m.get("table"), "state.table", "")
+    lease = r.duration(m.get("lease_duration"), "state.lease_duration", 30.0)
+    if backend == DYNAMODB:
+        if "path" in m:
+            r.problem("state.path", "is the SQLite file; backend dynamodb keeps state in a table")
+        if not table and r.ok("state.table"):
+            r.problem("state.table", "is required with backend dynamodb (the table's name)")
+        elif table and not _TABLE_NAME.fullmatch(table):
+            r.problem(
+                "state.table",
+                "must be 3-255 characters of letters, digits, '_', '-' or '.' "
+                f"(a DynamoDB table name), got {shown(table)}",
+            )
+        if r.ok("state.lease_duration") and lease < MIN_LEASE_DURATION:
+            r.problem(
+                "state.lease_duration",
+                f"must be at least {MIN_LEASE_DURATION:.0f}s (renewed every third of it)",
+            )
+    else:
+        for key in ("table", "lease_duration"):
+            if key in m:
+                r.problem(f"state.{key}", "applies to backend dynamodb only (set state.backend)")
+    return StateConfig(backend=backend, path=path, table=table, lease_duration=lease)
 
 
 def _budgets(r: Reader, value: Any) -> tuple[BudgetConfig, ...]:

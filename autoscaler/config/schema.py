@@ -156,12 +156,30 @@ class ScalingConfig:
     """Cap on the capacity back-off."""
 
 
+#: The state backends: one process on one disk, or a DynamoDB table shared by controllers.
+SQLITE, DYNAMODB = "sqlite", "dynamodb"
+
+#: The shortest ``state.lease_duration`` accepted: the lease is renewed every third of it
+#: and checked with a fifth of it as the safety margin, and a DynamoDB request must fit.
+MIN_LEASE_DURATION = 1.0
+
+
 @dataclass(frozen=True)
 class StateConfig:
+    backend: str = SQLITE
+    """Where what must survive a restart lives (alert states, the outbox, capacity back-off,
+    pending terminations, the GitHub ETag cache): ``sqlite``, one process on one disk, or
+    ``dynamodb``, one table several controllers share, with a leader lease."""
     path: str | None = DEFAULT_STATE_PATH
-    """SQLite file for alert state and the notification outbox, relative to the working
-    directory (the image's is the state volume); ``":memory:"`` keeps it in memory, lost
-    on restart."""
+    """``sqlite``: the file, relative to the working directory (the image's is the state
+    volume); ``":memory:"`` keeps it in memory, lost on restart."""
+    table: str = ""
+    """``dynamodb``: the table's name (region and endpoint from ``aws``); create it with
+    ``ci-autoscaler state create-table`` or the terraform module."""
+    lease_duration: float = 30.0
+    """``dynamodb``: how long a leader may act after its last renewal. Renewed every third
+    of it; a follower takes over once the lease went unrenewed this long; a leader stops
+    acting with a fifth of it still left (the safety margin)."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,10 @@ for a plan and executes it, every cloud call through one :class:`RetryPolicy`:
   runner that registered in between may already run a job). Deregister runners whose
   instance is gone.
 
+Capacity back-off, the last scale-up, refused launches and pending terminations are kept
+in the state store (``memory``, :mod:`autoscaler.scale.memory`): read before a tick
+decides, written after it acted, so a restart or a failover forgets none of them.
+
 What on-call must hear about (permanent errors with their code, every pool of a type out
 of capacity, a configured pool that does not exist) is in :attr:`Scaler.last_problems`.
 ``dry_run`` describes and decides, and changes nothing.
@@ -48,12 +52,15 @@ from autoscaler.errors import (
     AutoscalerError,
     CapacityError,
     NotFoundError,
+    NotLeaderError,
     PermanentError,
     RejectedError,
+    StateError,
 )
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.diagnosis import CapacityFailure, ScalingView
+from autoscaler.scale.memory import Recollection, ScalingMemoryStore
 from autoscaler.scale.plan import (
     HOLD,
     LAUNCH_REFUSED,
@@ -97,6 +104,7 @@ class Scaler:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        memory: ScalingMemoryStore | None = None,
     ) -> None:
         self.pool = pool
         self.source = source
@@ -119,6 +127,9 @@ class Scaler:
         self._deltas: dict[tuple[str, str], int] = {}
         self._actions: dict[tuple[str, str], set[str]] = {}
         self._notes: dict[tuple[str, str], list[str]] = {}
+        #: Back-offs, last scale-ups, refused launches and pending terminations, kept in
+        #: the state store across restarts and failovers.
+        self.memory = None if memory is None else Recollection(memory, self._memory_failed)
 
     # --- the tick
 
@@ -132,6 +143,8 @@ class Scaler:
         dry_run: bool = False,
     ) -> list[Decision]:
         """Describe, decide, act. Returns one decision per configured pool."""
+        if self.memory is not None:
+            self.state = self.memory.recall(self.state, acting=not dry_run)
         self.last_problems = []
         self.last_view = None
         names = [p for rt in self.config.runner_types for p in rt.pools]
@@ -189,6 +202,8 @@ class Scaler:
             self.failures = failures = {
                 p: f for p, f in self.failures.items() if p in self.state.backoff_seconds
             }
+            if self.memory is not None:
+                self.memory.remember(self.state)
         self.last_view = ScalingView(pools, plan, tuple(decisions), state, failures)
         self._record(pools, decisions, plan, now)
         return decisions
@@ -413,6 +428,15 @@ class Scaler:
             self._note(key, f"lowering desired to {r.desired} failed")
 
     # --- helpers
+
+    def _memory_failed(self, exc: StateError) -> None:
+        """The state store could not keep the scaler's memory: it stays in the process."""
+        log.log(
+            logging.WARNING if isinstance(exc, NotLeaderError) else logging.ERROR,
+            "scaling memory (back-offs, pending terminations) not kept: %s",
+            exc,
+        )
+        self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
 
     def _out_of_capacity(self, runner_type: str) -> None:
         rt = self.config.runner_type(runner_type)

@@ -49,17 +49,59 @@ class PoolSpec:
     instance_type: str = "t3.micro"
 
 
-def start_moto_server(port: int = 0) -> tuple[Any, str]:
+def start_moto_server(port: int = 0, *, atomic: bool = False) -> tuple[Any, str]:
     """moto's server on 127.0.0.1 (port 0: any free port). Returns (server, endpoint url).
+
+    ``atomic``: one request at a time. DynamoDB applies a conditional write atomically;
+    moto's threaded server checks the condition and writes in two steps another request
+    can fall between (seen: two concurrent ``attribute_not_exists`` puts of the lease both
+    succeeded). Tests with several controllers on one table need DynamoDB's behaviour.
 
     Stop it with ``server.stop()``. moto is a development dependency: imported here only.
     """
     from moto.server import ThreadedMotoServer  # noqa: PLC0415
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    if atomic:
+        server: Any = _atomic_server_class()(ip_address="127.0.0.1", port=port, verbose=False)
+    else:
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     host, bound = server.get_host_and_port()
     return server, f"http://{host}:{bound}"
+
+
+def _atomic_server_class() -> type[Any]:
+    """ThreadedMotoServer whose app runs one request at a time (see start_moto_server)."""
+    import threading  # noqa: PLC0415
+
+    from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415
+    from werkzeug.serving import make_server  # noqa: PLC0415
+
+    class AtomicMotoServer(ThreadedMotoServer):
+        def _server_entry(self) -> None:
+            app = DomainDispatcherApplication(create_backend_app)
+            lock = threading.Lock()
+
+            def one_at_a_time(environ: Any, start_response: Any) -> Any:
+                with lock:  # moto builds the whole answer inside the call
+                    return app(environ, start_response)
+
+            self._server = make_server(
+                self._ip_address,
+                self._port,
+                one_at_a_time,
+                True,
+                request_handler=MotoRequestHandler,
+            )
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return AtomicMotoServer
 
 
 def reset_moto_server(endpoint_url: str) -> None:

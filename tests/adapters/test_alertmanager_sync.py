@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -31,6 +30,7 @@ from autoscaler.config import (
     SecretUrl,
 )
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -131,7 +131,7 @@ def setup(
     deliverer = Deliverer(
         config.receivers, metrics, transport=httpx.MockTransport(hook), sleep=lambda _: None
     )
-    engine = AlertEngine(config, StateStore(None), deliverer, metrics, alertmanager=sync)
+    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
     return Setup(engine, sync, metrics, hooks)
 
 

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import GitHubConfig
 from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
@@ -18,6 +17,7 @@ from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.budget import BUSY_MAX_INTERVAL
 from autoscaler.observe.github.cache import PollCacheStore
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -220,7 +220,7 @@ def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
         world.fake.queue_job(repo, CPU)
     world.fake.register_runner("r1", CPU)
     path = f"{tmp_path}/state.db"
-    store = StateStore(path)
+    store = SqliteStore(path)
     first = world.source(store)
     try:
         before = first.observe(T0)
@@ -228,7 +228,7 @@ def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
         first.close()
         store.close()
     sent = len(world.fake.requests)
-    store = StateStore(path)
+    store = SqliteStore(path)
     second = world.source(store)
     try:
         after = second.observe(T0 + timedelta(seconds=30))
@@ -244,7 +244,7 @@ def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
 def test_a_broken_cache_entry_is_dropped_not_fatal(world: World, tmp_path: object) -> None:
     world.fake.queue_job("app", CPU)
     path = f"{tmp_path}/state.db"
-    store = StateStore(path)
+    store = SqliteStore(path)
     store.save_poll_cache({"http://127.0.0.1:1/x": "{not json"}, ())
     source = world.source(store)
     try:

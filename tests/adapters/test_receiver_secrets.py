@@ -23,7 +23,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -32,6 +31,7 @@ from autoscaler.config import (
     SecretUrl,
 )
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -115,7 +115,7 @@ def _engine(
     )
     deliverer = Deliverer(config.receivers, metrics, sleep=lambda _: None, deadline=20.0)
     sync = AlertmanagerSync(config.receivers, metrics)
-    engine = AlertEngine(config, StateStore(None), deliverer, metrics, alertmanager=sync)
+    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
     return engine, deliverer, sync
 
 

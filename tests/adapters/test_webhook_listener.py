@@ -262,3 +262,21 @@ def test_headers_the_fake_would_not_send_are_bounded_labels(
         hdrs = {"x-github-event": f"evil-{n}", "x-hub-signature-256": sign(b"x", raw)}
         assert post(server, raw, hdrs).status_code == 401
     assert counted(metrics, "other", "none", "bad_signature") == 5
+
+
+def test_a_follower_tells_the_load_balancer_to_send_deliveries_elsewhere() -> None:
+    """Two controllers behind the ALB (state.backend: dynamodb): only the leader's index
+    scales, so only the leader passes the health check (GET answers 405 there, 503 on the
+    follower)."""
+    leading = {"now": False}
+    metrics = fresh_metrics()
+    receiver = WebhookReceiver(hook_config(), metrics)
+    server = WebhookServer(receiver, metrics, "127.0.0.1", 0, serving=lambda: leading["now"])
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/github/webhook"
+        assert httpx.get(url, timeout=5).status_code == 503
+        leading["now"] = True
+        assert httpx.get(url, timeout=5).status_code == 405
+    finally:
+        server.stop()

@@ -24,7 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from autoscaler.alerting.store import OutboxItem, StateStore
+from autoscaler.state.port import OutboxItem
+from autoscaler.state.sqlite import SqliteStore
 from tests.e2e.harness import cli, free_port, seeded_github, write_config
 
 RULE = {
@@ -38,7 +39,7 @@ RULE = {
 
 def outbox(path: Path) -> list[OutboxItem]:
     """What the state file still owes (opened and closed again: it holds a lock)."""
-    store = StateStore(path)
+    store = SqliteStore(path)
     try:
         return store.pending()
     finally:
@@ -151,7 +152,7 @@ def test_kill_9_between_delivery_and_outbox_delete(tmp_path: Path) -> None:
     creates = [r for r in fake.requests if r.method == "POST" and r.path.endswith("/issues")]
     assert len(creates) == 1
     assert outbox(tmp_path / "state.db") == []
-    store = StateStore(tmp_path / "state.db")
+    store = SqliteStore(tmp_path / "state.db")
     try:
         assert store.issue_number("issues", first["fingerprint"]) == issue.number
     finally:

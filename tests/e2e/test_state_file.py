@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.alerting.store import StateStore
+from autoscaler.state.sqlite import SqliteStore
 from tests.conftest import require_tool
 from tests.e2e.harness import (
     cli,
@@ -88,7 +88,7 @@ def test_read_only_file_fails_readiness_until_it_is_writable_and_a_second_contro
 ) -> None:
     fake = seeded_github(gpu_jobs=3, gpu_age_minutes=90)
     state = tmp_path / "state.db"
-    good = StateStore(state)
+    good = SqliteStore(state)
     good.load_states()  # a good file...
     good.close()
     state.chmod(0o444)  # ...that the controller may only read

@@ -1,5 +1,7 @@
-"""terraform/: formatted, valid offline against the local provider mirror, and a task role
-that grants exactly the AWS calls the pool adapter makes."""
+"""terraform/: formatted, valid offline against the local provider mirror, a task role
+that grants exactly the AWS calls the pool adapter and the state table make (the table's
+calls on that table only), and a state table with exactly the schema
+`ci-autoscaler state create-table` creates."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import hcl2
 import pytest
 
 from autoscaler.scale.aws.asg import IAM_ACTIONS
+from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
+from autoscaler.state.dynamodb_table import SCHEMA, TableSchema
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
     TERRAFORM_DIR,
@@ -172,3 +176,76 @@ def test_runner_pool_group_is_protected_and_tagged() -> None:
         "ci-autoscaler:managed": "true",
         "ci-autoscaler:runner-type": "${var.runner_type}",
     }
+
+
+# ------------------------------------------------------------------ the state table
+
+
+@pytest.fixture(scope="module")
+def state_statements(controller: dict[str, Any]) -> list[dict[str, Any]]:
+    """The task policy's dynamic statements (present once the table exists)."""
+    task = blocks(controller, "data", "aws_iam_policy_document")["task"]
+    return [d["statement"] for d in task.get("dynamic", []) if "statement" in d]
+
+
+def test_the_state_table_statement_grants_its_calls_on_that_table_only(
+    state_statements: list[dict[str, Any]],
+) -> None:
+    [statement] = state_statements
+    assert statement["for_each"] == "${aws_dynamodb_table.state}", "only when the table exists"
+    [content] = statement["content"]
+    assert set(content["actions"]) == STATE_IAM_ACTIONS
+    assert content["resources"] == ["${statement.value.arn}"], "that table and nothing else"
+    assert "condition" not in content and content.get("effect", "Allow") == "Allow"
+
+
+def test_no_other_statement_grants_dynamodb(task_statements: list[dict[str, Any]]) -> None:
+    for tf in sorted(TERRAFORM_DIR.rglob("*.tf")):
+        with tf.open(encoding="utf-8") as f:
+            doc = dict(hcl2.load(f))
+        for name, body in blocks(doc, "data", "aws_iam_policy_document").items():
+            for statement in body.get("statement", []):
+                granted = [a for a in statement.get("actions", []) if a.startswith("dynamodb:")]
+                assert not granted, f"{tf.relative_to(TERRAFORM_DIR)}: {name} grants {granted}"
+
+
+def schema_of(table: dict[str, Any]) -> TableSchema:
+    """The TableSchema an ``aws_dynamodb_table`` block declares."""
+    [ttl] = table["ttl"]
+    [pitr] = table["point_in_time_recovery"]
+    assert ttl["enabled"] is True
+    return TableSchema(
+        hash_key=table["hash_key"],
+        range_key=table["range_key"],
+        attributes=tuple((a["name"], a["type"]) for a in table["attribute"]),
+        billing_mode=table["billing_mode"],
+        ttl_attribute=ttl["attribute_name"],
+        point_in_time_recovery=pitr["enabled"],
+    )
+
+
+def test_create_table_creates_exactly_the_terraform_table(controller: dict[str, Any]) -> None:
+    """`ci-autoscaler state create-table` and the module make the same table: keys,
+    attribute types, on-demand billing, TTL attribute, point-in-time recovery."""
+    table = blocks(controller, "resource", "aws_dynamodb_table")["state"]
+    declared = schema_of(table)
+    assert declared == SCHEMA
+    assert declared.create_request("t") == SCHEMA.create_request("t")
+    assert table["billing_mode"] == "PAY_PER_REQUEST"
+    assert table["count"] == "${local.high_availability ? 1 : 0}"
+
+
+def test_two_tasks_and_rolling_deploys_only_with_the_lease(controller: dict[str, Any]) -> None:
+    """One task and stop-before-start without the table (two SQLite controllers would both
+    scale); two tasks and start-before-stop with it; and a precondition that the config's
+    state section agrees with the module's."""
+    service = blocks(controller, "resource", "aws_ecs_service")["this"]
+    assert service["desired_count"] == "${local.high_availability ? 2 : 1}"
+    assert service["deployment_minimum_healthy_percent"] == "${local.high_availability ? 100 : 0}"
+    assert service["deployment_maximum_percent"] == "${local.high_availability ? 200 : 100}"
+    [lifecycle] = service["lifecycle"]
+    [precondition] = lifecycle["precondition"]
+    assert "local.config_state.backend" in precondition["condition"]
+    assert "var.state_table_name" in precondition["condition"]
+    local_values = {k: v for entry in unquote(controller["locals"]) for k, v in entry.items()}
+    assert local_values["high_availability"] == "${var.state_table_name != null}"

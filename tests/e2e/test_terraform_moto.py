@@ -25,6 +25,8 @@ import pytest
 from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
 from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
+from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
+from autoscaler.state.dynamodb_table import DynamoTable, create_table
 from autoscaler.telemetry import Metrics
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
@@ -42,8 +44,10 @@ REGION = "us-east-1"
 POOL = "ci-gpu-spot"
 RUNNER_TYPE = "linux.g5.4xlarge.nvidia.gpu"
 INSTANCE_TYPES = ["g5.4xlarge", "g5.8xlarge"]
+STATE_TABLE = "ci-autoscaler-state"
 CONFIG_YAML = (
     "github:\n  owner: my-org\n  token: $${GITHUB_TOKEN}\nrunner_types:\n  a:\n    labels: [x]\n"
+    f"state:\n  backend: dynamodb\n  table: {STATE_TABLE}\n"
 )
 TOKEN_PARAMETER = "/ci-autoscaler/github-token"
 
@@ -75,6 +79,7 @@ module "controller" {{
   vpc_id                  = "{vpc}"
   subnet_ids              = ["{subnet}"]
   metrics_ingress_cidrs   = ["10.0.0.0/16"]
+  state_table_name        = "{state_table}"
 }}
 """
 
@@ -115,6 +120,7 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             vpc=vpc,
             config_yaml=CONFIG_YAML.replace("\n", "\\n"),
             token_parameter=TOKEN_PARAMETER,
+            state_table=STATE_TABLE,
         ),
         encoding="utf-8",
     )
@@ -189,13 +195,14 @@ def test_controller_pool_adapter_scales_the_group_terraform_made(applied: str) -
     }
 
 
-def test_controller_service_runs_one_read_only_non_root_task(applied: str) -> None:
+def test_controller_service_runs_two_read_only_non_root_tasks(applied: str) -> None:
+    """Two controllers with the state table (one leads; the other takes over)."""
     ecs = session().client("ecs", endpoint_url=applied)
     service = ecs.describe_services(cluster="ci-autoscaler", services=["ci-autoscaler"])
     svc = service["services"][0]
-    assert svc["desiredCount"] == 1
+    assert svc["desiredCount"] == 2
     assert svc["launchType"] == "FARGATE"
-    # moto keeps no deploymentConfiguration (min 0 / max 100 %); the HCL test covers it.
+    # moto keeps no deploymentConfiguration (min 100 / max 200 %); the HCL test covers it.
     task = ecs.describe_task_definition(taskDefinition=svc["taskDefinition"])["taskDefinition"]
     containers = {c["name"]: c for c in task["containerDefinitions"]}
     controller = containers["controller"]
@@ -234,11 +241,47 @@ def test_controller_task_role_grants_exactly_the_adapter_calls(applied: str) -> 
     names = iam.list_role_policies(RoleName=task_role)["PolicyNames"]
     assert iam.list_attached_role_policies(RoleName=task_role)["AttachedPolicies"] == []
     granted: set[str] = set()
+    table_arn = (
+        session()
+        .client("dynamodb", endpoint_url=applied)
+        .describe_table(TableName=STATE_TABLE)["Table"]["TableArn"]
+    )
     for name in names:
         document = iam.get_role_policy(RoleName=task_role, PolicyName=name)["PolicyDocument"]
         if isinstance(document, str):
             document = json.loads(unquote(document))
         for statement in document["Statement"]:
             actions = statement["Action"]
-            granted |= {actions} if isinstance(actions, str) else set(actions)
-    assert granted == set(IAM_ACTIONS)
+            actions = {actions} if isinstance(actions, str) else set(actions)
+            granted |= actions
+            if any(a.startswith("dynamodb:") for a in actions):
+                assert actions == STATE_IAM_ACTIONS
+                assert statement["Resource"] in (table_arn, [table_arn]), "that table only"
+    assert granted == set(IAM_ACTIONS) | STATE_IAM_ACTIONS
+
+
+def described(endpoint: str, table: str) -> dict[str, Any]:
+    client = session().client("dynamodb", endpoint_url=endpoint)
+    t = client.describe_table(TableName=table)["Table"]
+    ttl = client.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+    backups = client.describe_continuous_backups(TableName=table)["ContinuousBackupsDescription"]
+    return {
+        "KeySchema": t["KeySchema"],
+        "AttributeDefinitions": sorted(t["AttributeDefinitions"], key=lambda a: a["AttributeName"]),
+        "BillingMode": t["BillingModeSummary"]["BillingMode"],
+        "TimeToLive": (ttl["TimeToLiveStatus"], ttl.get("AttributeName")),
+        "PointInTimeRecovery": backups["PointInTimeRecoveryDescription"][
+            "PointInTimeRecoveryStatus"
+        ],
+    }
+
+
+def test_state_create_table_makes_the_table_terraform_made(applied: str) -> None:
+    """The same table from both: what terraform applied and what `state create-table`
+    creates, as DynamoDB describes them."""
+    ours = DynamoTable(
+        AwsConfig(region=REGION, endpoint_url=applied), "by-the-cli", Metrics(), session=session()
+    )
+    assert create_table(ours, sleep=lambda _: None) == "created"
+    assert described(applied, "by-the-cli") == described(applied, STATE_TABLE)
+    assert described(applied, STATE_TABLE)["TimeToLive"] == ("ENABLED", "expires_at")

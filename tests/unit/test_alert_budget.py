@@ -12,9 +12,9 @@ import httpx
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import BUDGET_RULE, evaluate_budget
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import PollBudget
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -52,7 +52,7 @@ def test_fires_once_holds_without_a_plan_and_resolves() -> None:
     config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
-    engine = AlertEngine(config, StateStore(None), deliverer, metrics)
+    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics)
     try:
         tick = [T0 + timedelta(seconds=30 * i) for i in range(4)]
         engine.step(None, T0, tick[0], budget=TIGHT)
@@ -71,6 +71,6 @@ def test_fires_once_holds_without_a_plan_and_resolves() -> None:
 
 def test_the_alert_can_be_switched_off() -> None:
     config = AlertsConfig(builtin=BuiltinAlertsConfig(github_budget=False))
-    engine = AlertEngine(config, StateStore(None), None, Metrics())
+    engine = AlertEngine(config, SqliteStore(None), None, Metrics())
     evaluations, keep = engine.evaluate(None, T0, T0, budget=TIGHT)
     assert BUDGET_RULE not in {e.rule for e in evaluations} | keep

@@ -11,9 +11,9 @@ import pytest
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import CLOCK_SKEW_RULE, evaluate_clock_skew
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import ClockSkew
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -56,7 +56,7 @@ def test_fires_past_a_minute_resolves_and_holds_while_unmeasured() -> None:
     config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
-    engine = AlertEngine(config, StateStore(None), deliverer, metrics)
+    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics)
     try:
         tick = [T0 + timedelta(seconds=30 * i) for i in range(5)]
         engine.step(None, T0, tick[0], clock_skew=ClockSkew(github=1.0, aws=0.0))
@@ -78,6 +78,6 @@ def test_fires_past_a_minute_resolves_and_holds_while_unmeasured() -> None:
 
 def test_zero_turns_the_alert_off() -> None:
     off = AlertsConfig(builtin=BuiltinAlertsConfig(clock_skew_max=0, github_unreachable_after=0))
-    engine = AlertEngine(off, StateStore(None), None, Metrics())
+    engine = AlertEngine(off, SqliteStore(None), None, Metrics())
     evaluations, keep = engine.evaluate(None, T0, T0, [], clock_skew=ClockSkew(github=3600.0))
     assert CLOCK_SKEW_RULE not in {e.rule for e in evaluations} | keep

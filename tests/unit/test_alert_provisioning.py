@@ -12,9 +12,9 @@ import pytest
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import PROVISIONING_RULE, evaluate_provisioning
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import ScalingProblem
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -79,7 +79,7 @@ def test_pages_once_then_resolves_and_holds_while_scaling_did_not_run() -> None:
     config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
     metrics = Metrics()
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
-    engine = AlertEngine(config, StateStore(None), deliverer, metrics)
+    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics)
 
     def step(at: datetime, problems: list[ScalingProblem] | None) -> None:
         engine.step(None, T0, at, problems=problems)

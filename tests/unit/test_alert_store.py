@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -21,6 +20,7 @@ from autoscaler.config import (
     SecretUrl,
 )
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -70,13 +70,14 @@ def engine(path: Path, capture: Capture) -> AlertEngine:
     deliverer = Deliverer(
         CONFIG.receivers, metrics, transport=httpx.MockTransport(capture), sleep=lambda _: None
     )
-    return AlertEngine(CONFIG, StateStore(path), deliverer, metrics)
+    return AlertEngine(CONFIG, SqliteStore(path), deliverer, metrics)
 
 
 def stop(e: AlertEngine) -> None:
     """Shut down as the CLI does: delivery first (bounded), then the store."""
     assert e.deliverer is not None
     e.deliverer.close()
+    assert isinstance(e.store, SqliteStore)
     e.store.close()
 
 
@@ -130,7 +131,7 @@ def test_dry_run_persists_and_sends_nothing(tmp_path: Path) -> None:
 
 
 def test_memory_store_roundtrips_issue_numbers() -> None:
-    store = StateStore(None)
+    store = SqliteStore(None)
     store.set_issue_number("gh", "abc", 12)
     assert store.issue_number("gh", "abc") == 12
     store.set_issue_number("gh", "abc", None)

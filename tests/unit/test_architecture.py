@@ -52,11 +52,15 @@ PURE = [
     "autoscaler.sim.simulate",
     "autoscaler.sim.shapes",
     "autoscaler.alerting.alertmanager",
+    "autoscaler.scale.memory",
+    "autoscaler.state.port",
+    "autoscaler.state.lease",
+    "autoscaler.state.fence",
 ]
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
-LAYERED = ["observe", "scale", "alerting", "config"]
+LAYERED = ["observe", "scale", "alerting", "config", "state"]
 SHARED = [
     "domain.py",
     "errors.py",

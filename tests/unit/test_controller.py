@@ -10,7 +10,6 @@ from typing import Any
 
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.rules import UNREACHABLE_RULE
-from autoscaler.alerting.store import StateStore
 from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
@@ -29,6 +28,7 @@ from autoscaler.domain import (
 from autoscaler.errors import AutoscalerError, TransientError
 from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.scale.diagnosis import ScalingView
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -325,7 +325,7 @@ def test_a_late_rush_fires_the_queue_time_objective_alert_with_its_cause() -> No
         [observation(1, T0), Observation(later, observation(1, later).jobs + late, ())]
     )
     metrics = Metrics()
-    engine = AlertEngine(cfg.alerts, StateStore(), None, metrics)
+    engine = AlertEngine(cfg.alerts, SqliteStore(None), None, metrics)
     controller = Controller(cfg, source, metrics, alerts=engine)
     controller.tick(T0)
     result = controller.tick(later)
@@ -377,7 +377,7 @@ def test_an_exception_escaping_the_source_is_a_failed_poll_and_alerting_still_ru
     aborted, and with it the alerting stage, so "GitHub unreachable" never fired."""
     cfg = config()
     metrics = Metrics()
-    engine = AlertEngine(cfg.alerts, StateStore(None), None, metrics)
+    engine = AlertEngine(cfg.alerts, SqliteStore(None), None, metrics)
     controller = Controller(cfg, DeepJsonSource(), metrics, alerts=engine)
     first = controller.tick(T0)
     later = controller.tick(T0 + timedelta(minutes=11))

@@ -6,7 +6,7 @@ not a database, ended every tick of the alerting stage in a raw sqlite3 tracebac
 ``database is locked`` after sqlite's 5 s busy wait, every tick, with no hint that two
 controllers were running; a read-only one failed the stage every tick while ``/readyz``
 still answered ready. Now the store translates sqlite3 errors at its edge into
-StateError (``autoscaler/alerting/store_errors.py``), the alert stage logs one line
+StateError (``autoscaler/state/sqlite_errors.py``), the alert stage logs one line
 naming the file and what to do, counts it, and reports into the controller's health so
 readiness fails until a save works again; fixing the file needs no restart.
 
@@ -35,8 +35,6 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.rules import FLEET, Evaluation
-from autoscaler.alerting.store import StateStore
-from autoscaler.alerting.store_errors import translate
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -49,6 +47,8 @@ from autoscaler.controller import Controller
 from autoscaler.domain import Observation
 from autoscaler.errors import StateError, StateLockedError, StateUnusableError
 from autoscaler.health import Health
+from autoscaler.state.sqlite import SqliteStore
+from autoscaler.state.sqlite_errors import translate
 from autoscaler.telemetry import Metrics
 from tests.unit.test_controller import FakeSource, observation
 
@@ -69,7 +69,7 @@ ALERTS = AlertsConfig(
 def good_file(path: Path, rows: int = 200) -> Path:
     """A real state file with an outbox big enough to span many pages."""
     ev = Evaluation("r", FLEET, "t", "P2", "x" * 400, (), {"threshold_breached": 1})
-    store = StateStore(path)
+    store = SqliteStore(path)
     store.save({}, [("hook", Notification("FIRING", ev, started_at=T0, created_at=T0))] * rows)
     store.close()
     return path
@@ -131,7 +131,7 @@ def test_a_bad_file_is_one_clear_error_naming_it(
 ) -> None:
     path = _target(tmp_path, request.node.callspec.id)
     make(path)
-    store = StateStore(path)
+    store = SqliteStore(path)
     with pytest.raises(StateError) as info:
         store.load_states()
         store.pending()  # corruption in later pages shows when they are read
@@ -178,9 +178,9 @@ def test_a_second_controller_on_the_same_file_is_told_the_first_one_runs(tmp_pat
     after 5 s, every tick) with a message that says what is going on, and gets the file
     once the first one stops, without a restart."""
     path = tmp_path / "state.db"
-    first = StateStore(path)
+    first = SqliteStore(path)
     first.load_states()
-    second = StateStore(path, lock_timeout=0.1)
+    second = SqliteStore(path, lock_timeout=0.1)
     with pytest.raises(StateLockedError) as info:
         second.load_states()
     assert "another ci-autoscaler is running" in str(info.value)
@@ -190,7 +190,7 @@ def test_a_second_controller_on_the_same_file_is_told_the_first_one_runs(tmp_pat
     second.close()
 
 
-def engine_over(store: StateStore, health: Health) -> tuple[AlertEngine, Metrics]:
+def engine_over(store: SqliteStore, health: Health) -> tuple[AlertEngine, Metrics]:
     metrics = Metrics(CollectorRegistry())
     return AlertEngine(ALERTS, store, None, metrics, health=health), metrics
 
@@ -212,10 +212,10 @@ def test_a_locked_file_fails_readiness_until_it_is_free(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "state.db"
-    other = StateStore(path)  # another controller
+    other = SqliteStore(path)  # another controller
     other.load_states()
     health = Health()
-    engine, metrics = engine_over(StateStore(path, lock_timeout=0.05), health)
+    engine, metrics = engine_over(SqliteStore(path, lock_timeout=0.05), health)
     controller = controller_with(engine, health)
 
     with caplog.at_level(logging.ERROR):
@@ -248,7 +248,7 @@ def test_a_corrupt_file_moved_aside_recovers_without_a_restart(tmp_path: Path) -
     path = tmp_path / "state.db"
     _text(path)
     health = Health()
-    engine, _ = engine_over(StateStore(path), health)
+    engine, _ = engine_over(SqliteStore(path), health)
     controller = controller_with(engine, health)
     controller.tick(T0)
     assert "is not a SQLite database" in health.problems()["state"]
@@ -261,7 +261,7 @@ def test_a_corrupt_file_moved_aside_recovers_without_a_restart(tmp_path: Path) -
     assert os.path.getsize(path) > 0
 
 
-class ReadOnlyStore(StateStore):
+class ReadOnlyStore(SqliteStore):
     """Reads work; saves fail exactly as on a read-only file (SQLite's own error,
     translated), until ``writable``. Root ignores file modes, so the e2e test covers the
     real read-only file."""

@@ -8,7 +8,7 @@ least recently used go first), so memory stays bounded by the org's size.
 **A restart is not a cold start**: the cache loads from a :class:`PollCacheStore` when the
 source starts and writes the entries that changed after each poll, so the first tick
 after a restart is mostly 304s. The port is two calls over a bounded string mapping; the
-SQLite state store implements it today (``alerting/store.py``), and any key-value backend
+SQLite state store implements it today (``state/sqlite.py``), and any key-value backend
 can.
 """
 

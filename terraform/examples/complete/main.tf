@@ -39,6 +39,8 @@ module "gpu_pool" {
 }
 
 locals {
+  state_table = "ci-autoscaler-state"
+
   receivers = var.alert_webhook_secret_arn == null ? {} : {
     slack = { type = "slack", url = "$${SLACK_WEBHOOK_URL}" }
   }
@@ -79,8 +81,10 @@ locals {
         boot_timeout = "15m"
       }
     }
-    aws   = { region = var.region }
-    state = { path = "/var/lib/ci-autoscaler/state.db" }
+    aws = { region = var.region }
+    # Two controllers share this table; one holds the lease and acts (README: Running two
+    # controllers).
+    state = { backend = "dynamodb", table = local.state_table, lease_duration = "30s" }
     alerts = {
       receivers = local.receivers
       rules = length(local.receivers) == 0 ? [] : [
@@ -106,6 +110,7 @@ module "controller" {
   name                           = "ci-autoscaler"
   image                          = var.image
   config_yaml                    = yamlencode(local.config)
+  state_table_name               = local.state_table
   github_token_secret_arn        = var.github_token_secret_arn
   extra_secrets                  = var.alert_webhook_secret_arn == null ? {} : { SLACK_WEBHOOK_URL = var.alert_webhook_secret_arn }
   vpc_id                         = var.vpc_id

@@ -37,6 +37,11 @@ locals {
 
   health_command = "import urllib.request; urllib.request.urlopen('http://127.0.0.1:${var.metrics_port}/healthz', timeout=4)"
 
+  # Two controllers need the DynamoDB state table and its leader lease; without it a
+  # second task would be a second writer (both would scale and page).
+  high_availability = var.state_table_name != null
+  config_state      = try(yamldecode(var.config_yaml).state, {})
+
   log_options = {
     awslogs-group         = aws_cloudwatch_log_group.this.name
     awslogs-region        = data.aws_region.current.name
@@ -105,6 +110,59 @@ data "aws_iam_policy_document" "task" {
       variable = "autoscaling:ResourceTag/ci-autoscaler:managed"
       values   = ["true"]
     }
+  }
+
+  # The state table's calls (autoscaler/state/dynamodb_table.py IAM_ACTIONS), on that table
+  # only: TransactWriteItems is authorised per action as PutItem, UpdateItem, DeleteItem
+  # and ConditionCheckItem.
+  dynamic "statement" {
+    for_each = aws_dynamodb_table.state
+    content {
+      sid = "StateTable"
+      actions = [
+        "dynamodb:ConditionCheckItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:DescribeTable",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "dynamodb:UpdateItem",
+      ]
+      resources = [statement.value.arn]
+    }
+  }
+}
+
+# ------------------------------------------------------------------ state table
+
+# What must survive a failover (alert states, the outbox, back-offs, the ETag cache) and the
+# leader lease. Exactly the schema `ci-autoscaler state create-table` creates
+# (autoscaler/state/dynamodb_table.py; tests/e2e/test_terraform.py compares the two).
+resource "aws_dynamodb_table" "state" {
+  count        = local.high_availability ? 1 : 0
+  name         = var.state_table_name
+  billing_mode = "PAY_PER_REQUEST"
+  hash_key     = "pk"
+  range_key    = "sk"
+  tags         = local.tags
+
+  attribute {
+    name = "pk"
+    type = "S"
+  }
+
+  attribute {
+    name = "sk"
+    type = "S"
+  }
+
+  ttl {
+    attribute_name = "expires_at"
+    enabled        = true
+  }
+
+  point_in_time_recovery {
+    enabled = true
   }
 }
 
@@ -315,14 +373,27 @@ resource "aws_ecs_service" "this" {
   cluster         = local.cluster_arn
   task_definition = aws_ecs_task_definition.this.arn
   launch_type     = "FARGATE"
-  desired_count   = 1
+  desired_count   = local.high_availability ? 2 : 1
   propagate_tags  = "SERVICE"
   tags            = local.tags
 
-  # Exactly one controller: never start the new task before the old one stopped, or two
-  # controllers would scale the same pools.
-  deployment_minimum_healthy_percent = 0
-  deployment_maximum_percent         = 100
+  # With the state table: two controllers, one leading (the lease), and rolling deploys
+  # that start the new tasks before stopping the old (the old leader releases the lease
+  # when it stops, a follower takes over at once). Without it: exactly one controller,
+  # never started before the old one stopped, or two would scale the same pools.
+  deployment_minimum_healthy_percent = local.high_availability ? 100 : 0
+  deployment_maximum_percent         = local.high_availability ? 200 : 100
+
+  lifecycle {
+    precondition {
+      condition = (
+        local.high_availability
+        ? try(local.config_state.backend, "sqlite") == "dynamodb" && try(local.config_state.table, "") == var.state_table_name
+        : try(local.config_state.backend, "sqlite") != "dynamodb"
+      )
+      error_message = "state_table_name and the config's state section must agree: with state_table_name set, config_yaml needs `state: {backend: dynamodb, table: <state_table_name>}` (two tasks on SQLite would both scale); without it, `state.backend` must not be dynamodb."
+    }
+  }
 
   deployment_circuit_breaker {
     enable   = true

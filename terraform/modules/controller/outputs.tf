@@ -57,3 +57,13 @@ output "webhook_alb_dns_name" {
   description = "DNS name of the webhook ALB (point a CNAME matching the certificate at it), or null."
   value       = one(aws_lb.webhook[*].dns_name)
 }
+
+output "state_table_name" {
+  description = "The DynamoDB state table (null without state_table_name)."
+  value       = one(aws_dynamodb_table.state[*].name)
+}
+
+output "state_table_arn" {
+  description = "ARN of the DynamoDB state table (null without state_table_name)."
+  value       = one(aws_dynamodb_table.state[*].arn)
+}

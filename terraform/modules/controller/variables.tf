@@ -185,6 +185,17 @@ variable "tags" {
   default     = {}
 }
 
+variable "state_table_name" {
+  description = "Name of a DynamoDB table to create for the controller's state and leader lease. Set it to run two controllers (one leads, the other takes over within the lease; rolling deploys); the config must then say `state: {backend: dynamodb, table: <this name>}`. Null: one task with SQLite on task storage (state lost when the task is replaced)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.state_table_name == null || can(regex("^[A-Za-z0-9_.-]{3,255}$", var.state_table_name))
+    error_message = "state_table_name must be a DynamoDB table name: 3-255 letters, digits, '_', '-' or '.'."
+  }
+}
+
 variable "webhook_certificate_arn" {
   description = "ACM certificate ARN for the public HTTPS webhook entry (an ALB forwarding POST /github/webhook only). Null: no public entry, the controller polls alone unless you route deliveries yourself."
   type        = string

@@ -82,8 +82,9 @@ resource "aws_lb_target_group" "webhook" {
   vpc_id      = var.vpc_id
   tags        = local.tags
 
-  # The listener serves POST /github/webhook only; a GET there answers 405, which proves
-  # it is up without sending a delivery.
+  # The listener serves POST /github/webhook only; a GET there answers 405 on the leader,
+  # which proves it is up without sending a delivery, and 503 on a follower (two tasks
+  # with the state table): deliveries go to the controller whose index acts.
   health_check {
     path                = "/github/webhook"
     matcher             = "405"

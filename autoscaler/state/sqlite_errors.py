@@ -1,6 +1,6 @@
 """sqlite3 errors -> :class:`autoscaler.errors.StateError`, by SQLite result code.
 
-The store's edge: nothing above :mod:`autoscaler.alerting.store` sees a sqlite3 exception
+The store's edge: nothing above :mod:`autoscaler.state.sqlite` sees a sqlite3 exception
 or a traceback for a bad state file. Each error names the file and says what to do, in one
 line an operator can act on. Classified by ``sqlite_errorcode`` (the primary result code,
 the low byte), never by message text:
