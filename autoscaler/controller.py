@@ -43,6 +43,7 @@ from autoscaler.health import Health
 from autoscaler.observe.queue import compute_queue
 from autoscaler.observe.starts import JobStart, ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
+from autoscaler.retry.decide import RetryReport
 from autoscaler.scale.diagnosis import ScalingView, diagnose
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,21 @@ class AlertStep(Protocol):
         budget: PollBudget | None = None,
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
-    ) -> Sequence[Any]: ...
+    ) -> Sequence[Any]:
+        """With a retry stage the controller also passes ``retries=`` (its RetryReport)."""
+        ...
+
+
+class RetryStep(Protocol):
+    """The job-retry stage (autoscaler.retry.stage.RetryStage)."""
+
+    def step(self, now: datetime, *, dry_run: bool = False) -> RetryReport: ...
+
+
+class InterruptionStep(Protocol):
+    """Reads the EC2 interruption queue (autoscaler.retry.interruptions.InterruptionHandler)."""
+
+    def step(self, now: datetime, *, dry_run: bool = False) -> Any: ...
 
 
 class ScaleStep(Protocol):
@@ -138,6 +153,8 @@ class TickResult:
     """Runner type -> why its jobs wait (:func:`autoscaler.scale.diagnosis.diagnose`)."""
     scaling: ScalingView | None = None
     """The pools, plan and back-offs the scaling stage saw (None: it did not run)."""
+    retries: RetryReport | None = None
+    """What the job-retry stage judged and did this tick (None: it did not run)."""
     dry_run: bool = False
 
 
@@ -153,9 +170,15 @@ class Controller:
         alerts: AlertStep | None = None,
         scaler: ScaleStep | None = None,
         health: Health | None = None,
+        retries: RetryStep | None = None,
+        interruptions: InterruptionStep | None = None,
         leadership: Leadership | None = None,
     ) -> None:
         self.config = config
+        #: Jobs lost to infrastructure (issue 14): re-run after scaling, before alerting.
+        self.retries = retries
+        #: EC2 interruption warnings: read before scaling, so a warned pool is backed off.
+        self.interruptions = interruptions
         self.source = source
         self.reporter = reporter
         self.alerts = alerts
@@ -186,6 +209,9 @@ class Controller:
             skew: ClockSkew | None = None
             if self.last_observation is not None:
                 skew = ClockSkew(github=self.last_observation.clock_skew_seconds)
+            interruptions = self.interruptions
+            if interruptions is not None:
+                self._guarded("interruptions", lambda: [interruptions.step(now, dry_run=dry_run)])
             if (
                 scaler is not None
                 and self.last_observation is not None
@@ -220,6 +246,16 @@ class Controller:
             except Exception:  # a bug in diagnosis must not silence the alerts
                 log.exception("diagnosis failed; the loop goes on")
                 self.reporter.stage_failed("diagnosis")
+            retry_report: RetryReport | None = None
+            if self.retries is not None:
+                retry_step = self.retries
+                reports = self._guarded(
+                    "job_retry", lambda: [retry_step.step(now, dry_run=dry_run)]
+                )
+                retry_report = reports[0] if reports else None
+                result.retries = retry_report
+            # Only a controller with a retry stage passes its report (older AlertSteps).
+            extra: dict[str, Any] = {} if self.retries is None else {"retries": retry_report}
             if alerts is not None:
                 budget = self.last_observation.budget if fresh and self.last_observation else None
                 result.alerts = self._guarded(
@@ -234,6 +270,7 @@ class Controller:
                         budget=budget,
                         causes=result.causes,
                         objectives=self.objectives,
+                        **extra,
                     ),
                 )
         finally:

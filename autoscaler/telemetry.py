@@ -388,6 +388,7 @@ class Metrics:
             registry=r,
         )
         self._webhook_metrics(r)
+        self._job_retry_metrics(r)
 
     def _webhook_metrics(self, r: CollectorRegistry) -> None:
         """GitHub ``workflow_job`` webhooks (issue 10); exported only when configured."""
@@ -420,6 +421,31 @@ class Metrics:
             P + "reaction_seconds",
             "From a job's queued webhook to the capacity request it caused.",
             buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
+
+    def _job_retry_metrics(self, r: CollectorRegistry) -> None:
+        """Jobs lost to infrastructure (issue 14): re-runs and EC2 interruptions."""
+        self.job_retries = Counter(
+            P + "job_retries_total",
+            "Failed jobs judged by the job-retry stage, by runner type, reason (the"
+            " classifier's evidence: spot_interruption, runner_lost, user, ...) and result"
+            " (rerun, skip, already, outage, exhausted, denied, deferred, failed).",
+            ["runner_type", "reason", "result"],
+            registry=r,
+        )
+        self.interruptions = Counter(
+            P + "interruptions_total",
+            "EC2 events read from the interruption queue, by pool and kind"
+            " (spot_interruption, rebalance_recommendation, spot_terminated, terminated;"
+            " pool 'unmanaged' or kind 'not_ec2' for messages that are not ours).",
+            ["pool", "kind"],
+            registry=r,
+        )
+        self.interruption_queue_errors = Counter(
+            P + "interruption_queue_errors_total",
+            "Failed reads or deletes of the interruption queue, by operation and error kind.",
+            ["operation", "kind"],
             registry=r,
         )
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import github_budget, github_poll, scaling, webhooks
+from bench import failover, github_budget, github_poll, job_retry, scaling, state_requests, webhooks
 
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
     "github_budget": github_budget.run,
     "scaling": scaling.run,
+    "failover": failover.run,
+    "state_requests": state_requests.run,
+    "job_retry": job_retry.run,
     "webhooks": webhooks.run,
 }
 

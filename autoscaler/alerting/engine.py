@@ -34,6 +34,7 @@ from autoscaler.alerting import render
 from autoscaler.alerting.alertmanager import ALERTMANAGER
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
+from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE, evaluate_job_retries
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import (
     BUDGET_RULE,
@@ -58,6 +59,7 @@ from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProbl
 from autoscaler.errors import NotLeaderError, StateError
 from autoscaler.health import STATE, Health
 from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.retry.decide import RetryReport
 from autoscaler.state.port import AlertStore
 from autoscaler.telemetry import Metrics
 
@@ -144,6 +146,7 @@ class AlertEngine:
         budget: PollBudget | None = None,
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
+        retries: RetryReport | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
         scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
@@ -183,6 +186,10 @@ class AlertEngine:
                 keep.add(CLOCK_SKEW_RULE)
             else:
                 evaluations.append(evaluate_clock_skew(b, clock_skew, everyone))
+        if retries is None:  # the retry stage did not run: unknown, not fine
+            keep |= {EXHAUSTED_RULE, DENIED_RULE}
+        else:
+            evaluations += evaluate_job_retries(b, retries.exhausted, retries.denied, everyone)
         return evaluations, keep
 
     def step(
@@ -197,11 +204,13 @@ class AlertEngine:
         budget: PollBudget | None = None,
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
+        retries: RetryReport | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
         ``clock_skew`` the peers' clocks as last measured; ``budget`` the CI source's
         rate-limit plan of this tick, when it has one; ``causes`` why each runner type's
-        jobs wait (the ``Cause:`` line); ``objectives`` each type's queue-time objective."""
+        jobs wait (the ``Cause:`` line); ``objectives`` each type's queue-time objective;
+        ``retries`` the job-retry stage's report (None: it did not run this tick)."""
         if self.started_at is None:
             self.started_at = now
         evaluations, keep = self.evaluate(
@@ -213,6 +222,7 @@ class AlertEngine:
             budget=budget,
             causes=causes,
             objectives=objectives,
+            retries=retries,
         )
         try:
             old = self.store.load_states()

@@ -46,6 +46,11 @@ def to_json(result: TickResult) -> dict[str, Any]:
         "ghost_jobs": snap.ghost_jobs if snap else 0,
         "alerts": [_plain(a) for a in result.alerts],
         "decisions": [_plain(d) for d in result.decisions],
+        **(
+            {}
+            if result.retries is None
+            else {"job_retries": [c.as_dict() for c in result.retries.choices]}
+        ),
     }
 
 

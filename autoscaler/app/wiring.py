@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,12 +12,18 @@ from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.app.backend import open_backend
+from autoscaler.app.service import utc_now
 from autoscaler.config import Config
 from autoscaler.controller import Controller
+from autoscaler.domain import Observation
 from autoscaler.health import Health
 from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
+from autoscaler.retry.ledger import JobRetryStore
+from autoscaler.retry.model import InstanceEvents
+from autoscaler.retry.stage import CompletedJobSource, JobRerunner, RetryStage
 from autoscaler.scale.scaler import Scaler
-from autoscaler.state.fence import FencedPool, FencedSource
+from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.telemetry import Metrics
 
@@ -24,6 +31,8 @@ if TYPE_CHECKING:
     import boto3
 
     from autoscaler.app.webhooks import Webhooks
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,6 +99,7 @@ def build_runtime(
         source = github
 
     hooks = None
+    polled = source  # job retry reads completed jobs and re-runs through the poll's source
     if webhooks and config.webhook is not None:
         from autoscaler.app.webhooks import attach  # noqa: PLC0415
 
@@ -106,17 +116,37 @@ def build_runtime(
         closers.append(sync.close)  # waits a moment for the last posts (``once`` exits)
     alerts = AlertEngine(config.alerts, store, deliverer, metrics, health=health, alertmanager=sync)
 
+    #: What happened to which instance (interruptions, our terminations): job retry reads it.
+    events = InstanceEvents()
+    runners: JobSource = source
+    if backend.fence is not None:
+        runners = FencedSource(source, backend.fence)
     scaler = None
-    if config.scaling.enabled and any(rt.pools for rt in config.runner_types):
+    has_pools = any(rt.pools for rt in config.runner_types)
+    if config.scaling.enabled and has_pools:
         if pool is None:
             from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
 
             pool = AwsAsgPool(config.aws, metrics)
-        runners: JobSource = source
+        # Recorded only once the real call went through (inside the fence).
+        acting: RunnerPool = RecordingPool(pool, events, utc_now)
         if backend.fence is not None:
-            pool, runners = FencedPool(pool, backend.fence), FencedSource(source, backend.fence)
-        scaler = Scaler(pool, runners, config, metrics, memory=store)
+            acting = FencedPool(acting, backend.fence)
+        scaler = Scaler(acting, runners, config, metrics, memory=store)
 
+    retries = _retry_stage(config, polled, metrics, store, events=events, fence=backend.fence)
+    observed: list[Controller] = []
+    interruptions = None
+    if config.aws.interruption_queue_url and has_pools:
+        interruptions = _interruption_handler(
+            config,
+            metrics,
+            source=runners,
+            pool=pool,
+            scaler=scaler,
+            events=events,
+            observed=lambda: observed[0].last_observation,
+        )
     controller = Controller(
         config,
         source,
@@ -125,5 +155,74 @@ def build_runtime(
         scaler=scaler,
         health=health,
         leadership=backend.lease,
+        retries=retries,
+        interruptions=interruptions,
     )
+    observed.append(controller)
     return Runtime(controller, closers, keeper=backend.keeper, webhooks=hooks)
+
+
+class FencedRerunner:
+    """A re-run is a leader-only write: asked of the fence right before it is sent."""
+
+    def __init__(self, rerunner: JobRerunner, fence: Fence) -> None:
+        self.rerunner = rerunner
+        self.fence = fence
+
+    def rerun_job(self, repo: str, job_id: int) -> None:
+        self.fence.require("rerun", f"{repo} job {job_id}")
+        self.rerunner.rerun_job(repo, job_id)
+
+
+def _retry_stage(
+    config: Config,
+    source: JobSource,
+    metrics: Metrics,
+    store: object,
+    *,
+    events: InstanceEvents,
+    fence: Fence | None,
+) -> RetryStage | None:
+    """The job-retry stage, when enabled and the source can see completed jobs and re-run."""
+    if not config.job_retry.enabled:
+        return None
+    if not isinstance(source, CompletedJobSource) or not isinstance(source, JobRerunner):
+        log.warning("job_retry.enabled, but this CI source cannot re-run jobs: job retry is off")
+        return None
+    ledger = store if isinstance(store, JobRetryStore) else None
+    if ledger is None:
+        log.warning(
+            "this state backend keeps no job-retry ledger: re-runs are remembered in "
+            "memory only (a restart may re-run a job once more)"
+        )
+    rerunner: JobRerunner = source if fence is None else FencedRerunner(source, fence)
+    return RetryStage(config, source, rerunner, metrics, store=ledger, events=events)
+
+
+def _interruption_handler(
+    config: Config,
+    metrics: Metrics,
+    *,
+    source: JobSource,
+    pool: RunnerPool | None,
+    scaler: Scaler | None,
+    events: InstanceEvents,
+    observed: Callable[[], Observation | None],
+) -> InterruptionHandler:
+    from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
+    from autoscaler.scale.aws.sqs import SqsInterruptionQueue  # noqa: PLC0415
+
+    url = config.aws.interruption_queue_url
+    assert url is not None
+    return InterruptionHandler(
+        SqsInterruptionQueue(url, config.aws, metrics),
+        pool if pool is not None else AwsAsgPool(config.aws, metrics),
+        [p for rt in config.runner_types for p in rt.pools],
+        source,
+        events,
+        interruptions=metrics.interruptions,
+        errors=metrics.interruption_queue_errors,
+        observed=observed,
+        backoff=scaler,
+        long_poll=min(LONG_POLL, config.poll_interval / 10),
+    )

@@ -11,6 +11,7 @@ from autoscaler.config.alerts import (
     BuiltinAlertsConfig,
     ReceiverConfig,
 )
+from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.config.load import LoadedConfig, load_config, parse_config, read_config
 from autoscaler.config.reader import Secret
 from autoscaler.config.schema import (
@@ -47,6 +48,7 @@ __all__ = [
     "Config",
     "GitHubAppConfig",
     "GitHubConfig",
+    "JobRetryConfig",
     "LoadedConfig",
     "QueueObjective",
     "ReceiverConfig",

@@ -18,6 +18,7 @@ from typing import Any
 
 from autoscaler.config.alerts import read_alerts
 from autoscaler.config.checks import cross_check
+from autoscaler.config.job_retry import read_job_retry
 from autoscaler.config.reader import Reader, join_path
 from autoscaler.config.schedule import read_min_idle
 from autoscaler.config.schema import (
@@ -68,6 +69,7 @@ _TOP_KEYS = (
     "alerts",
     "simulation",
     "webhook",
+    "job_retry",
 )
 
 
@@ -170,6 +172,7 @@ def _parse(
         alerts=read_alerts(r, top.get("alerts"), base),
         webhook=_webhook(r, top.get("webhook")),
         simulation=read_simulation(r, top.get("simulation")),
+        job_retry=read_job_retry(r, top.get("job_retry")),
     )
     hook = config.webhook
     if hook is not None and (hook.listen_host, hook.listen_port) == (host, port) and port:
@@ -368,7 +371,11 @@ def _slo(r: Reader, value: Any, p: str) -> QueueObjective | None:
 
 
 def _aws(r: Reader, value: Any) -> AwsConfig:
-    m = r.mapping(value, "aws", ("region", "endpoint_url", "retry", "botocore_max_attempts"))
+    m = r.mapping(
+        value,
+        "aws",
+        ("region", "endpoint_url", "retry", "botocore_max_attempts", "interruption_queue_url"),
+    )
     rt = r.mapping(
         m.get("retry"), "aws.retry", ("max_attempts", "deadline", "initial_backoff", "max_backoff")
     )
@@ -384,7 +391,18 @@ def _aws(r: Reader, value: Any) -> AwsConfig:
         botocore_max_attempts=r.integer(
             m.get("botocore_max_attempts"), "aws.botocore_max_attempts", 1, minimum=1
         ),
+        interruption_queue_url=_queue_url(r, m.get("interruption_queue_url")),
     )
+
+
+def _queue_url(r: Reader, value: Any) -> str | None:
+    """An SQS queue URL (``https://sqs.REGION.amazonaws.com/ACCOUNT/NAME``, or moto's)."""
+    path = "aws.interruption_queue_url"
+    url = r.optional_string(value, path)
+    if url is not None and r.ok(path) and not url.startswith(("http://", "https://")):
+        r.problem(path, f"must be an SQS queue URL (https://...), got {shown(url)}")
+        return None
+    return url
 
 
 def _state(r: Reader, value: Any) -> StateConfig:

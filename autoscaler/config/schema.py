@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autoscaler.config.alerts import AlertsConfig
+from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.config.reader import Secret
 from autoscaler.config.schedule import MinIdle
 from autoscaler.config.simulation import SimulationConfig
@@ -138,6 +139,10 @@ class AwsConfig:
     """Our retry policy around every AWS call."""
     botocore_max_attempts: int = 1
     """botocore's own ``total_max_attempts`` (1: botocore does not retry; we do)."""
+    interruption_queue_url: str | None = None
+    """The SQS queue EventBridge fills with the managed groups' EC2 Spot interruption
+    warnings, rebalance recommendations and state changes (terraform creates it); None:
+    interruptions are not watched."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +230,8 @@ class Config:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     """Only ``ci-autoscaler simulate`` reads it: the emulated fleet's boot times and
     outages."""
+    job_retry: JobRetryConfig = field(default_factory=JobRetryConfig)
+    """Re-run jobs lost to infrastructure (off by default: it writes to repositories)."""
 
     def runner_type(self, name: str) -> RunnerTypeConfig:
         for rt in self.runner_types:

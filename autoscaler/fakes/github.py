@@ -8,7 +8,10 @@ and ``/installation/repositories`` (an App installation token's),
 (both runner listings filter on the documented ``?name=``), ``GET /rate_limit`` (free,
 answered even when the budget is spent), ``POST /app/installations/{id}/access_tokens``,
 and the issue endpoints the ``github_issue`` receiver uses
-(:mod:`autoscaler.fakes.github_issues`: create, list, update, comment). An
+(:mod:`autoscaler.fakes.github_issues`: create, list, update, comment), failed jobs with
+their check-run annotations and job re-runs (:mod:`autoscaler.fakes.github_reruns`:
+``GET /repos/{o}/{r}/check-runs/{id}/annotations``, ``POST
+/repos/{o}/{r}/actions/jobs/{id}/rerun``, a new run attempt per re-run). An
 ``owner_kind="user"`` owner is a user account: every ``/orgs/{owner}/...`` path answers
 404 and runners live on repositories.
 Behaviour as GitHub documents it: ``Link`` pagination (``per_page`` max 100, default 30),
@@ -24,11 +27,11 @@ validates against GitHub's OpenAPI description (``tests/conformance`` checks it)
 What it does not model (a test that needs one of these must add it, docs first):
 
 - one workflow (``CI``, id 1) per repository, run by pushes to ``main``: no pull requests,
-  no re-runs (``run_attempt`` 1), a completed run concludes ``success`` unless
+  re-runs of single jobs only (not of whole runs), a completed run concludes ``success`` unless
   :meth:`set_run_status` says otherwise; a run's status derives from its jobs unless
   :meth:`set_run_status` forces one;
-- the run filters other than ``status`` and ``created`` (``branch``, ``event``...) and the
-  jobs' ``filter=`` are ignored;
+- the run filters other than ``status`` and ``created`` (``branch``, ``event``...) are
+  ignored;
 - repositories have no description, topics, counts or history;
 - runners have no groups, versions, ephemeral mode or JIT configuration; one App
   installation with fixed permissions;

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.fakes.github_issues import ISSUES, issue_json
+from autoscaler.fakes.github_reruns import ANNOTATIONS, annotations_of, latest_jobs
 from autoscaler.fakes.github_shapes import (
     FakeRepo,
     FakeRun,
@@ -110,12 +111,20 @@ def listing(
     if (m := ISSUES.match(path)) and repo_of(fake, path) is not None:
         issues = fake.issue_tracker.listing(m.group(2), query)
         return Listing(None, issues, lambda issue: issue_json(base, owner, issue))
+    if m := ANNOTATIONS.match(path):
+        found = annotations_of(fake, m.group(1), m.group(2), int(m.group(3)))
+        return None if found is None else Listing(None, found, dict)
     if m := _JOBS.match(path):
         job_run = fake._runs.get(int(m.group(3)))
         if m.group(1).lower() != owner.lower() or job_run is None or job_run.repo != m.group(2):
             return None
         now = fake.clock()
-        jobs = [fake._jobs[j] for j in job_run.job_ids]
+        every = query.get("filter", "latest") == "all"
+        jobs = (
+            [fake._jobs[j] for j in job_run.job_ids]
+            if every
+            else latest_jobs(fake, job_run.job_ids)
+        )
         return Listing("jobs", jobs, lambda job: job_json(base, owner, job, now))
     return None
 

@@ -22,6 +22,7 @@ from autoscaler.fakes.github_listing import (
     owner_serves,
     repo_of,
 )
+from autoscaler.fakes.github_reruns import RERUN, rerun
 from autoscaler.fakes.github_shapes import FakeRequest, Fault, Reply, error_reply, rate_limit_json
 from autoscaler.fakes.github_state import GitHubState
 
@@ -118,6 +119,10 @@ class Handler(BaseHTTPRequestHandler):
                 return _delete_runner(fake, m.group(1), None, int(m.group(2)))
             if method == "DELETE" and (m := _REPO_RUNNER.match(path)):
                 return _delete_runner(fake, m.group(1), m.group(2), int(m.group(3)))
+            if method == "POST" and (m := RERUN.match(path)):
+                reran = rerun(fake, m.group(1), m.group(2), int(m.group(3)), fake.clock())
+                reran.headers.update(_rate_headers(fake, count=True))
+                return reran
             if method in ("POST", "PATCH") and repo_of(fake, path) is not None:
                 done = fake.issue_tracker.handle(
                     fake.url, fake.owner, method, path, raw=self.body, now=fake.clock()

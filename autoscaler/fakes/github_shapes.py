@@ -76,6 +76,16 @@ class FakeJob:
     #: a running job's listing changes as it progresses, as on GitHub.
     steps: int = len(STEP_NAMES)
     step_seconds: float = 20.0
+    #: How a completed job ended (None: ``success``); ``failure`` with ``failed_step``
+    #: makes its last step conclude ``failure`` too (:mod:`autoscaler.fakes.github_reruns`).
+    conclusion: str | None = None
+    failed_step: bool = False
+    #: The run attempt this job belongs to (a re-run makes a new job in the next attempt).
+    run_attempt: int = 1
+    #: The job this one re-runs (None: an original job).
+    rerun_of: int | None = None
+    #: Its check run's annotations, as ``GET .../check-runs/{id}/annotations`` lists them.
+    annotations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -90,6 +100,8 @@ class FakeRun:
     reported_status: str | None = None
     #: The conclusion a completed run reports (``success`` when unset).
     conclusion: str | None = None
+    #: The run's latest attempt (1, then one more per re-run).
+    attempt: int = 1
 
 
 @dataclass
@@ -275,7 +287,7 @@ def run_json(  # noqa: PLR0917
     """A workflow run as "List workflow runs for a repository" shows it.
 
     ``repo`` is the run's repository record (its id); the fake has one workflow (CI, id 1)
-    triggered by pushes to main, no pull requests and no re-runs (``run_attempt`` 1).
+    triggered by pushes to main, no pull requests; ``run_attempt`` counts its re-runs.
     ``status`` and ``conclusion`` are what the run reports (GitHub's filter matches them).
     """
     full = f"{owner}/{run.repo}"
@@ -306,7 +318,7 @@ def run_json(  # noqa: PLR0917
         "updated_at": iso(run.created_at),
         "actor": actor,
         "triggering_actor": actor,
-        "run_attempt": 1,
+        "run_attempt": run.attempt,
         "referenced_workflows": [],
         "run_started_at": iso(run.created_at),
         "jobs_url": f"{url}/jobs",
@@ -315,7 +327,7 @@ def run_json(  # noqa: PLR0917
         "artifacts_url": f"{url}/artifacts",
         "cancel_url": f"{url}/cancel",
         "rerun_url": f"{url}/rerun",
-        "previous_attempt_url": None,
+        "previous_attempt_url": (f"{url}/attempts/{run.attempt - 1}" if run.attempt > 1 else None),
         "workflow_url": f"{base}/repos/{full}/actions/workflows/1",
         "head_commit": {
             "id": sha,
@@ -348,11 +360,14 @@ def job_steps(job: FakeJob, now: datetime) -> list[dict[str, Any]]:
         if job.status == "completed" and number == len(names):
             ended = job.completed_at or ended
         state = "completed" if number <= done else "in_progress" if number == done + 1 else "queued"
+        failed = job.failed_step and job.status == "completed" and number == len(names)
         steps.append(
             {
                 "name": name,
                 "status": state,
-                "conclusion": "success" if state == "completed" else None,
+                "conclusion": ("failure" if failed else "success")
+                if state == "completed"
+                else None,
                 "number": number,
                 "started_at": iso(begun) if state != "queued" else None,
                 "completed_at": iso(ended) if state == "completed" else None,
@@ -370,13 +385,13 @@ def job_json(base: str, owner: str, job: FakeJob, now: datetime) -> dict[str, An
         "workflow_name": "CI",
         "head_branch": "main",
         "run_url": f"{base}/repos/{full}/actions/runs/{job.run_id}",
-        "run_attempt": 1,
+        "run_attempt": job.run_attempt,
         "node_id": f"CR_{job.id}",
         "head_sha": f"{job.run_id:040x}",
         "url": f"{base}/repos/{full}/actions/jobs/{job.id}",
         "html_url": f"https://github.com/{full}/actions/runs/{job.run_id}/job/{job.id}",
         "status": job.status,
-        "conclusion": "success" if job.status == "completed" else None,
+        "conclusion": (job.conclusion or "success") if job.status == "completed" else None,
         "created_at": iso(job.created_at),
         # GitHub reports started_at even for a queued job (it equals created_at then).
         "started_at": iso(job.started_at or job.created_at),

@@ -11,6 +11,8 @@ Single-table design (:mod:`autoscaler.state.dynamodb_table` has the schema). Ite
 - a pool's memory: ``pool`` / pool name: back-off, last scale-up, refused launch, pending
   terminations (JSON);
 - a cache entry: ``cache`` / the poll's cache key: ETag, Link, compact record; TTL a week;
+- the job-retry ledger: ``retry`` / ``rerun:repo#job``, ``exhausted:...``, ``denied:repo``
+  (JSON; the ledger drops its own entries after three days);
 - reserved: ``job#<shard>`` / job id, the webhook job index (issue 10).
 
 Every fenced item also carries ``written_epoch`` and ``written_at`` (wall time), for
@@ -73,6 +75,8 @@ log = logging.getLogger(__name__)
 
 LEASE = "lease"
 ALERT, OUTBOX, ISSUE, POOL, CACHE = "alert", "outbox", "issue", "pool", "cache"
+#: The job-retry ledger's partition (issue 14): re-runs asked, retries exhausted, 403s.
+RETRY = "retry"
 #: A confirmed notification stays a week (what was delivered, for people), then TTL.
 DELIVERED_TTL = 7 * 86400
 #: A cache entry nobody rewrote for a week goes (a dead controller's drops never came).
@@ -435,3 +439,16 @@ class DynamoStore:
         ]
         groups += [_Group([self._delete(POOL, p)]) for p in drop]
         self._write("save_pools", groups)
+
+    # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
+
+    def load_job_retries(self) -> dict[str, str]:
+        self._open("load_job_retries")
+        return {i["sk"]["S"]: i["value"]["S"] for i in self.table.query(RETRY)}
+
+    def save_job_retries(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        """Fenced like every leader write: only the leader re-runs, and records it."""
+        _, epoch = self._token("save_job_retries")
+        groups = [_Group([self._put(RETRY, k, {"value": S(v)}, epoch)]) for k, v in put.items()]
+        groups += [_Group([self._delete(RETRY, k)]) for k in drop]
+        self._write("save_job_retries", groups)

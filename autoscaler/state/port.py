@@ -2,9 +2,10 @@
 
 Narrow and owned by its users: the alert stage and its delivery workers
 (:class:`AlertStore`), the GitHub poll's ETag cache
-(:class:`~autoscaler.observe.github.cache.PollCacheStore`) and the scaler's memory of
-back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`).
-A backend implements all three plus :meth:`StateStore.close`. Every method raises only
+(:class:`~autoscaler.observe.github.cache.PollCacheStore`), the scaler's memory of
+back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`)
+and the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`).
+A backend implements all four plus :meth:`StateStore.close`. Every method raises only
 :class:`autoscaler.errors.StateError` (the backend translates its vendor's errors);
 :class:`autoscaler.errors.NotLeaderError` when a write is fenced off because this
 controller is not (or no longer) the leader.
@@ -26,6 +27,7 @@ from typing import Protocol
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
 from autoscaler.observe.github.cache import PollCacheStore
+from autoscaler.retry.ledger import JobRetryStore
 from autoscaler.scale.memory import ScalingMemoryStore
 
 
@@ -74,7 +76,7 @@ class AlertStore(Protocol):
     def set_issue_number(self, receiver: str, fingerprint: str, number: int | None) -> None: ...
 
 
-class StateStore(AlertStore, PollCacheStore, ScalingMemoryStore, Protocol):
+class StateStore(AlertStore, PollCacheStore, ScalingMemoryStore, JobRetryStore, Protocol):
     """Everything that must survive a restart, in one backend."""
 
     #: What messages call the store (a file's path, ``dynamodb table NAME``).

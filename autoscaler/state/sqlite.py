@@ -67,6 +67,10 @@ CREATE TABLE IF NOT EXISTS poll_cache (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS job_retries (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS issues (
     receiver TEXT NOT NULL,
     fingerprint TEXT NOT NULL,
@@ -299,4 +303,17 @@ class SqliteStore:
             self._db.executemany(
                 "INSERT OR REPLACE INTO pools (pool, memory) VALUES (?, ?)",
                 [(p, json.dumps(m.to_dict())) for p, m in put.items()],
+            )
+
+    # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
+    @_operation("load_job_retries")
+    def load_job_retries(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT key, value FROM job_retries").fetchall())
+
+    @_operation("save_job_retries")
+    def save_job_retries(self, put: Mapping[str, str], drop: Collection[str]) -> None:
+        with self._db:
+            self._db.executemany("DELETE FROM job_retries WHERE key = ?", [(k,) for k in drop])
+            self._db.executemany(
+                "INSERT OR REPLACE INTO job_retries (key, value) VALUES (?, ?)", list(put.items())
             )

@@ -169,6 +169,23 @@ def test_issue_numbers_cache_and_pools_round_trip(store: StateStore) -> None:
     assert store.load_pools() == {"gpu-spot": memory}
 
 
+def test_the_job_retry_ledger_round_trips(store: StateStore) -> None:
+    """Issue 14: what was re-run survives a restart and a change of leader, on both
+    backends, through the ledger's own codec."""
+    from autoscaler.retry.ledger import Ledger, Rerun, decode, diff  # noqa: PLC0415
+
+    first = Ledger(reruns={"app#7": Rerun("app", 70, 7, 1, T0, "spot_interruption")})
+    second = Ledger(reruns=dict(first.reruns), denied={"web": T0})
+    put, drop = diff(Ledger(), first)
+    store.save_job_retries(put, drop)
+    put, drop = diff(first, second)
+    store.save_job_retries(put, drop)
+    assert decode(store.load_job_retries()) == second
+    put, drop = diff(second, Ledger(reruns=dict(first.reruns)))
+    store.save_job_retries(put, drop)
+    assert decode(store.load_job_retries()) == first
+
+
 # --- DynamoDB: fencing -----------------------------------------------------------------
 
 
@@ -209,7 +226,10 @@ def test_a_paused_leader_cannot_write_after_its_successor(moto: str) -> None:
         old.save_pools({"gpu-spot": PoolMemory(scaled_up_at=T0)}, ())
     with pytest.raises(NotLeaderError):
         old.set_issue_number("issues", "fp", 3)
+    with pytest.raises(NotLeaderError):
+        old.save_job_retries({"rerun:app#7": "{}"}, ())
     assert items(moto, "pool") == [] and items(moto, "issue") == []
+    assert items(moto, "retry") == []
 
 
 def test_a_follower_writes_nothing_and_sends_no_request(moto: str) -> None:

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from autoscaler.fakes.github import FakeGitHub
+from autoscaler.fakes.github_reruns import LOST, annotation, fail_job
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 CPU = ("self-hosted", "Linux", "X64", "linux.4xlarge")
@@ -112,13 +113,19 @@ def _org(fake: FakeGitHub) -> dict[str, object]:
     fake.set_run_status(fake.job(ghost).run_id, "completed")
     web = fake.queue_job("web", CPU, name="web-build")
     fake.assign_job(web, web_busy)
+    # A job whose runner was lost (job retry reads its annotations and re-runs it).
+    lost = fake.queue_job("api", GPU, name="gpu-lost", created_at=T0 - timedelta(minutes=90))
+    fake.assign_job(lost, offline)
+    fail_job(fake, lost, annotations=[annotation(LOST.format(runner="gpu-offline"))])
     return {
+        "lost_job": lost,
         "busy_runner": busy,
         "spare_runner": spare,
         "repo_busy": web_busy,
         "repo_spare": web_spare,
         "queued_run": fake.job(alone).run_id,
         "mixed_run": mixed,
+        "mixed_job": running,
         "finished_run": fake.job(finished).run_id,
         "waiting_run": fake.job(deploy).run_id,
         "ghost_run": fake.job(ghost).run_id,

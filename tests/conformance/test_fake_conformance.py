@@ -13,7 +13,8 @@ fake must answer in the realistic :mod:`scenario`. Each answer is checked:
 - the headers the description documents for it (``Link``, ``X-RateLimit-*``) have the
   documented types wherever the fake sends them.
 
-A later endpoint (check-run annotations, job re-run, generate-jitconfig) is one more line
+Job retry's check-run annotations and job re-run are lines here too; a later endpoint
+(generate-jitconfig) is one more line
 of ``CALLS``; a client request that no line covers fails
 ``test_every_request_the_client_makes_is_covered``.
 """
@@ -31,11 +32,13 @@ from jsonschema import Draft202012Validator
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
 from autoscaler.config.reader import Secret
+from autoscaler.fakes.github_reruns import fail_job, refuse_reruns
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
 from autoscaler.telemetry import Metrics
 from tests.conformance.openapi import FORMATS, Description, errors
 from tests.conformance.scenario import (
     APP_ID,
+    CPU,
     INSTALLATION_ID,
     T0,
     TOKEN,
@@ -52,6 +55,8 @@ ORG_RUNNER = "/orgs/{org}/actions/runners/{runner_id}"
 REPO_RUNNERS = "/repos/{owner}/{repo}/actions/runners"
 REPO_RUNNER = "/repos/{owner}/{repo}/actions/runners/{runner_id}"
 APP_TOKEN = "/app/installations/{installation_id}/access_tokens"
+ANNOTATIONS = "/repos/{owner}/{repo}/check-runs/{check_run_id}/annotations"
+RERUN = "/repos/{owner}/{repo}/actions/jobs/{job_id}/rerun"
 #: Request prefixes in the scenario: the org (or user) and its runners, its repositories.
 ORG, RUNNER, API, WEB, SITE = (
     "/orgs/{owner}",
@@ -131,6 +136,33 @@ CALLS = [
     Call("user-delete", "DELETE", REPO_RUNNER, SITE + "/actions/runners/{repo_spare}", 204, "user"),
     Call("app-token", "POST", APP_TOKEN, TOKENS, 201, auth="app-jwt"),
     Call("app-token-bad-jwt", "POST", APP_TOKEN, TOKENS, 401, auth="bad"),
+    Call("annotations", "GET", ANNOTATIONS, API + "/check-runs/{lost_job}/annotations", 200),
+    Call(
+        "annotations-page",
+        "GET",
+        ANNOTATIONS,
+        API + "/check-runs/{lost_job}/annotations?per_page=50",
+        200,
+    ),
+    Call("annotations-gone", "GET", ANNOTATIONS, API + "/check-runs/999999/annotations", 404),
+    Call("rerun", "POST", RERUN, API + "/actions/jobs/{lost_job}/rerun", 201),
+    Call(
+        "rerun-no-permission",
+        "POST",
+        RERUN,
+        API + "/actions/jobs/{lost_job}/rerun",
+        403,
+        before="rerun-403",
+    ),
+    Call(
+        "rerun-refused",
+        "POST",
+        RERUN,
+        API + "/actions/jobs/{lost_job}/rerun",
+        422,
+        before="rerun-422",
+    ),
+    Call("rerun-running", "POST", RERUN, API + "/actions/jobs/{mixed_job}/rerun", 403),
     Call("rate-limit", "GET", "/rate_limit", "/rate_limit", 200),
     Call("rate-limit-304", "GET", "/rate_limit", "/rate_limit", 304, before="etag"),
     Call("rate-limit-spent", "GET", "/rate_limit", "/rate_limit", 200, before="spent"),
@@ -165,6 +197,11 @@ UNDOCUMENTED_STATUSES = {
     ("GET", ORG_RUNNERS, 404): _NOT_AN_ORG,
     ("DELETE", ORG_RUNNER, 404): _GONE,
     ("DELETE", REPO_RUNNER, 404): _GONE,
+    ("GET", ANNOTATIONS, 404): "an unknown check run answers 404, like any unknown resource",
+    ("POST", RERUN, 422): (
+        "a re-run GitHub refuses as a request (a job already re-run, issue 14) answers 422 "
+        "with its generic error body; the description lists only 201 and 403"
+    ),
 }
 
 _ERROR_STATUS = (
@@ -200,6 +237,8 @@ def _prepare(s: Scenario, call: Call) -> dict[str, str]:
     if call.before == "spent":
         s.fake.RATE_LIMIT = 1  # one request left, then spend it
         _request(s, Call("spend", "GET", "", "/orgs/{owner}/repos", 200))
+    if call.before in ("rerun-403", "rerun-422"):
+        refuse_reruns(s.fake, int(call.before.removeprefix("rerun-")))
     if call.before == "secondary":
         s.fake.inject_fault(r"/actions/runs", 429, retry_after=30)
     return {}
@@ -359,6 +398,16 @@ def test_every_request_the_client_makes_is_covered(
             spare = s.ids.get("spare_runner", s.ids["repo_spare"])
             source.remove_runner(int(str(spare)))
             source.find_runner("cpu-busy" if owner_kind == "org" else "own-busy")
+            # job retry: a run seen running, then failed; its jobs, annotations, a re-run
+            repo = "api" if owner_kind == "org" else "site"
+            runner = s.fake.register_runner("ci-i-0abc123def4567890", CPU, repo=repo)
+            lost = s.fake.queue_job(repo, CPU, name="lost")
+            s.fake.assign_job(lost, runner)
+            source.observe(T0 + timedelta(minutes=1))
+            fail_job(s.fake, lost)
+            source.observe(T0 + timedelta(minutes=2))
+            assert [j.job_id for j in source.completed_jobs(T0)] == [lost]
+            source.rerun_job(repo, lost)
         finally:
             source.close()
         requests = [(r.method, r.path) for r in s.fake.requests]

@@ -129,7 +129,19 @@ def init(terraform: str, cwd: Path, env: dict[str, str], mirror: Path) -> None:
 
 
 MOTO_REGION = "us-east-1"
-MOTO_SERVICES = ("autoscaling", "dynamodb", "ec2", "ecs", "elbv2", "iam", "logs", "sts", "ssm")
+MOTO_SERVICES = (
+    "autoscaling",
+    "dynamodb",
+    "ec2",
+    "ecs",
+    "elbv2",
+    "events",
+    "iam",
+    "logs",
+    "sqs",
+    "sts",
+    "ssm",
+)
 
 
 def moto_provider(endpoint: str, region: str = MOTO_REGION) -> str:

@@ -11,7 +11,14 @@ from typing import Any
 import hcl2
 import pytest
 
+from autoscaler.retry.interruptions import (
+    ASG_TERMINATED,
+    REBALANCE_RECOMMENDATION,
+    SPOT_WARNING,
+    STATE_CHANGE,
+)
 from autoscaler.scale.aws.asg import IAM_ACTIONS
+from autoscaler.scale.aws.sqs import SQS_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import SCHEMA, TableSchema
 from tests.conftest import require_tool
@@ -27,6 +34,7 @@ from tests.e2e.terraform_support import (
 pytestmark = pytest.mark.e2e
 
 CONTROLLER_MAIN = TERRAFORM_DIR / "modules" / "controller" / "main.tf"
+CONTROLLER_INTERRUPTIONS = TERRAFORM_DIR / "modules" / "controller" / "interruptions.tf"
 SCOPED_SERVICES = ("autoscaling:", "ec2:")
 MANAGED_CONDITION_KEYS = (
     "aws:ResourceTag/ci-autoscaler:managed",
@@ -178,14 +186,54 @@ def test_runner_pool_group_is_protected_and_tagged() -> None:
     }
 
 
+# ------------------------------------------------------------------ the interruption queue
+
+
+def test_the_task_role_reads_and_deletes_on_the_interruption_queue_only(
+    controller: dict[str, Any],
+) -> None:
+    """With ``interruption_queue``, one more task statement: exactly the calls
+    autoscaler/scale/aws/sqs.py makes, on that queue's ARN and nothing else."""
+    dynamic = blocks(controller, "data", "aws_iam_policy_document")["task"]["dynamic"]
+    (statement,) = [
+        d["statement"]
+        for d in dynamic
+        if "statement" in d and d["statement"]["for_each"] == "${aws_sqs_queue.interruptions}"
+    ]
+    content = statement["content"]
+    content = content[0] if isinstance(content, list) else content
+    assert set(content["actions"]) == set(SQS_IAM_ACTIONS)
+    assert content["resources"] == ["${statement.value.arn}"]
+    assert "condition" not in content
+
+
+def test_eventbridge_sends_the_ec2_events_the_controller_reads_to_the_queue() -> None:
+    with CONTROLLER_INTERRUPTIONS.open(encoding="utf-8") as f:
+        doc = dict(hcl2.load(f))
+    text = CONTROLLER_INTERRUPTIONS.read_text(encoding="utf-8")
+    for detail_type in (SPOT_WARNING, REBALANCE_RECOMMENDATION, STATE_CHANGE, ASG_TERMINATED):
+        assert f'"{detail_type}"' in text, detail_type
+    targets = blocks(doc, "resource", "aws_cloudwatch_event_target")["interruptions"]
+    assert targets["arn"] == "${aws_sqs_queue.interruptions[0].arn}"
+    (statement,) = blocks(doc, "data", "aws_iam_policy_document")["interruption_queue"]["statement"]
+    assert statement["actions"] == ["sqs:SendMessage"]
+    assert statement["principals"][0]["identifiers"] == ["events.amazonaws.com"]
+    assert statement["condition"][0]["variable"] == "aws:SourceArn"
+
+
 # ------------------------------------------------------------------ the state table
 
 
 @pytest.fixture(scope="module")
 def state_statements(controller: dict[str, Any]) -> list[dict[str, Any]]:
-    """The task policy's dynamic statements (present once the table exists)."""
+    """The task policy's dynamic statements for the table (present once the table exists;
+    the interruption queue's has its own test)."""
     task = blocks(controller, "data", "aws_iam_policy_document")["task"]
-    return [d["statement"] for d in task.get("dynamic", []) if "statement" in d]
+    return [
+        d["statement"]
+        for d in task.get("dynamic", [])
+        if "statement" in d and d["statement"]["for_each"] != "${aws_sqs_queue.interruptions}"
+    ]
 
 
 def test_the_state_table_statement_grants_its_calls_on_that_table_only(

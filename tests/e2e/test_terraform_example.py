@@ -49,6 +49,7 @@ CONFIG_PARAMETER = "/ci-autoscaler/config.yaml"
 DUMMY_ENV = {
     "GITHUB_TOKEN": "ghp_not_a_real_token",
     "SLACK_WEBHOOK_URL": "https://hooks.slack.invalid/services/T0/B0/not-real",
+    "INTERRUPTION_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/ci-autoscaler-interruptions",
 }
 # The Actions runner adds these labels itself (terraform/modules/runner-pool/main.tf).
 RUNNER_DEFAULT_LABELS = frozenset({"self-hosted", "linux", "x64"})

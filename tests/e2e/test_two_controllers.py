@@ -147,7 +147,10 @@ def test_two_controllers_one_scales_and_pages(tmp_path: Path, moto: str) -> None
         leader = wait_until(p.leader, 30, "a leader")
         follower = b if leader is a else a
         wait_until(lambda: p.following(follower, 1), 20, "the follower watching the lease")
-        wait_until(lambda: len(p.receiver.received) >= 4, 30, "two alerts fired and resolved")
+        # A burst fires the alert only once the last one's runners were scaled in: on a
+        # loaded machine that took more than 30 s (one cycle, then idle runners took the
+        # next bursts at once). The test is about who sends, not how soon.
+        wait_until(lambda: len(p.receiver.received) >= 4, 90, "two alerts fired and resolved")
         for c in (a, b):
             ready = httpx.get(f"http://127.0.0.1:{c.port}/readyz", timeout=5)
             assert ready.status_code == 200, ready.text
@@ -156,7 +159,7 @@ def test_two_controllers_one_scales_and_pages(tmp_path: Path, moto: str) -> None
         assert (follower.metric("ci_autoscaler_queue_size") or 0.0) >= 0.0  # it polls too
         assert follower.metric("ci_autoscaler_last_successful_poll_timestamp_seconds")
         p.quiesce()
-        wait_until(lambda: all_confirmed(p), 20, "the outbox drained")
+        wait_until(lambda: all_confirmed(p), 60, "the outbox drained")
 
     assert_one_writer_at_a_time(p)
     assert_sent_by_the_epoch_holder(p)

@@ -52,6 +52,11 @@ PURE = [
     "autoscaler.sim.simulate",
     "autoscaler.sim.shapes",
     "autoscaler.alerting.alertmanager",
+    "autoscaler.retry.model",
+    "autoscaler.retry.classify",
+    "autoscaler.retry.ledger",
+    "autoscaler.retry.decide",
+    "autoscaler.alerting.job_retry_alerts",
     "autoscaler.scale.memory",
     "autoscaler.state.port",
     "autoscaler.state.lease",
@@ -60,7 +65,7 @@ PURE = [
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
-LAYERED = ["observe", "scale", "alerting", "config", "state"]
+LAYERED = ["observe", "scale", "alerting", "config", "state", "retry"]
 SHARED = [
     "domain.py",
     "errors.py",

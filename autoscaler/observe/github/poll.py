@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,6 +49,9 @@ from autoscaler.telemetry import Metrics
 __all__ = ["Poll", "Settings"]
 
 log = logging.getLogger("autoscaler.observe.github")
+
+#: Completed runs kept for the job-retry reader at most (the oldest go first).
+FINISHED_KEPT = 5000
 
 
 @dataclass
@@ -102,6 +106,8 @@ class Poll:
         #: The budget's token bucket (None: full, before the first poll) and when it was.
         self._tokens: float | None = None
         self._tokens_at = 0.0
+        #: Runs seen complete, oldest first (:mod:`autoscaler.observe.github.failures`).
+        self.finished: deque[RunRef] = deque(maxlen=FINISHED_KEPT)
 
     def watched_repos(self) -> tuple[str, ...]:
         """The repositories the last poll watched (configured, or as last listed)."""
@@ -288,7 +294,10 @@ class Poll:
         if unit is None or repo in tick.incomplete:
             return  # dropped meanwhile, or a page was bad: keep what we had, retry next tick
         seen = tick.runs_seen[repo]
-        self.http.cache.drop(self.state.drop_runs(unit.runs - seen.keys()))
+        gone = unit.runs - seen.keys()
+        # Out of every listing that can hold a queued job: completed (job retry reads them).
+        self.finished.extend(self.state.runs[r].ref for r in sorted(gone) if r in self.state.runs)
+        self.http.cache.drop(self.state.drop_runs(gone))
         unit.runs = set(seen)
         counted = tick.runs_counted[repo]
         unit.relisted = unit.last is not None

@@ -50,6 +50,7 @@ from autoscaler.errors import (
 )
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
+from autoscaler.observe.github.failures import CompletedRuns
 from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.parse import Skips
@@ -57,6 +58,7 @@ from autoscaler.observe.github.poll import Poll
 from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
+from autoscaler.retry.model import CompletedJob
 from autoscaler.telemetry import Metrics
 
 __all__ = ["RUN_STATUSES", "GitHubSource"]
@@ -123,7 +125,10 @@ class GitHubSource:
             share=config.rate_limit_share,
             concurrency=config.max_concurrency,
         )
-        self._poll = Poll(self._http, self._pool, metrics, settings, Skips(metrics))
+        skips = Skips(metrics)
+        self._poll = Poll(self._http, self._pool, metrics, settings, skips)
+        #: Jobs of the runs the poll saw complete (the job-retry stage's source).
+        self.completed = CompletedRuns(self._http, self._owner, self._poll.finished, skips)
 
     def __repr__(self) -> str:
         return f"GitHubSource(api_url={self._config.api_url!r}, owner={self._config.owner!r})"
@@ -209,6 +214,17 @@ class GitHubSource:
             path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runners/{runner_id}"
         self._http.send("DELETE", path, "runner_delete")
         self._poll.runner_repos.pop(runner_id, None)
+
+    # --- job retry (autoscaler.retry.stage's CompletedJobSource and JobRerunner)
+    def completed_jobs(self, now: datetime) -> list[CompletedJob]:
+        """Jobs of runs the poll saw complete, failed ones with their annotations."""
+        return self.completed.completed_jobs(now)
+
+    def rerun_job(self, repo: str, job_id: int) -> None:
+        """``POST /repos/{o}/{r}/actions/jobs/{job_id}/rerun`` (201). AuthenticationError on
+        403 (no Actions: write), RejectedError on 422, NotFoundError on 404."""
+        path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/jobs/{int(job_id)}/rerun"
+        self._http.send("POST", path, "job_rerun")
 
     # --- the calls
     def _exchange(self, installation_id: int, authorization: str) -> Mapping[str, Any]:

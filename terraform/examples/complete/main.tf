@@ -81,7 +81,8 @@ locals {
         boot_timeout = "15m"
       }
     }
-    aws = { region = var.region }
+    # The controller module's interruption queue (its URL reaches the task as a variable).
+    aws = { region = var.region, interruption_queue_url = "$${INTERRUPTION_QUEUE_URL}" }
     # Two controllers share this table; one holds the lease and acts (README: Running two
     # controllers).
     state = { backend = "dynamodb", table = local.state_table, lease_duration = "30s" }
@@ -117,6 +118,8 @@ module "controller" {
   subnet_ids                     = var.controller_subnet_ids
   metrics_ingress_cidrs          = var.metrics_ingress_cidrs
   service_discovery_namespace_id = var.service_discovery_namespace_id
+  interruption_queue             = true
+  managed_group_names            = [module.cpu_pool.asg_name, module.gpu_pool.asg_name]
   webhook_secret_arn             = var.webhook_secret_arn
   webhook_certificate_arn        = var.webhook_certificate_arn
   webhook_public_subnet_ids      = var.webhook_public_subnet_ids

@@ -112,6 +112,17 @@ data "aws_iam_policy_document" "task" {
     }
   }
 
+  # With interruption_queue: read and delete on that one queue (interruptions.tf), exactly
+  # the calls autoscaler/scale/aws/sqs.py makes (SQS_IAM_ACTIONS; a test keeps them in step).
+  dynamic "statement" {
+    for_each = aws_sqs_queue.interruptions
+    content {
+      sid       = "ReadInterruptionQueue"
+      actions   = ["sqs:ReceiveMessage", "sqs:DeleteMessage"]
+      resources = [statement.value.arn]
+    }
+  }
+
   # The state table's calls (autoscaler/state/dynamodb_table.py IAM_ACTIONS), on that table
   # only: TransactWriteItems is authorised per action as PutItem, UpdateItem, DeleteItem
   # and ConditionCheckItem.
@@ -324,7 +335,10 @@ resource "aws_ecs_task_definition" "this" {
       readonlyRootFilesystem = true
       command                = ["run", "--config", "${local.config_dir}/config.yaml"]
       secrets                = [for k, v in local.controller_secrets : { name = k, valueFrom = v }]
-      environment            = [{ name = "AWS_DEFAULT_REGION", value = data.aws_region.current.name }]
+      environment = concat(
+        [{ name = "AWS_DEFAULT_REGION", value = data.aws_region.current.name }],
+        [for q in aws_sqs_queue.interruptions : { name = "INTERRUPTION_QUEUE_URL", value = q.url }],
+      )
       portMappings = concat(
         [{ containerPort = var.metrics_port, protocol = "tcp", name = "metrics" }],
         var.webhook_secret_arn == null ? [] : [{ containerPort = var.webhook_port, protocol = "tcp", name = "webhook" }],

@@ -1,0 +1,58 @@
+"""Built-in alerts of the job-retry stage (pure): said once, through the usual receivers.
+
+- **Job retries exhausted**: a job lost to infrastructure again after its automatic
+  re-runs (``job_retry.max_attempts``). One alert per job (scope ``repo#job_id``); it fires
+  at once, carries the repository, run, job, runner and the evidence in its description,
+  and resolves after :data:`~autoscaler.retry.ledger.ALERT_WINDOW` (it is a notification:
+  nothing clears it but time).
+- **Job re-runs not permitted**: GitHub answered a re-run with 403. One alert per
+  repository, firing while re-runs there are paused; it never repeats (one clear error).
+
+Both go to ``alerts.builtin.receivers`` (empty: every receiver), with its team and priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from autoscaler.alerting.rules import Evaluation, _builtin
+from autoscaler.config import BuiltinAlertsConfig
+from autoscaler.retry.ledger import Exhausted
+
+EXHAUSTED_RULE = "Job retries exhausted"
+DENIED_RULE = "Job re-runs not permitted"
+#: Longer than either alert can fire: neither ever repeats.
+NEVER_REPEAT = 7 * 24 * 3600.0
+
+
+def evaluate_job_retries(
+    b: BuiltinAlertsConfig,
+    exhausted: Sequence[Exhausted],
+    denied: Mapping[str, str],
+    all_receivers: tuple[str, ...],
+) -> list[Evaluation]:
+    out: list[Evaluation] = []
+    for e in exhausted:
+        description = (
+            f"Job lost to infrastructure again after its re-runs: repository {e.repo}, "
+            f"run {e.run_id}, job {e.job_id} ({e.job_name}), runner {e.runner or 'none'}, "
+            f"attempt {e.attempt}; evidence: {e.evidence}. Re-run it by hand if the "
+            "infrastructure is healthy again"
+        )
+        values = {
+            "run_id": e.run_id,
+            "job_id": e.job_id,
+            "attempt": e.attempt,
+            "threshold_breached": 1,
+        }
+        ev = _builtin(b, EXHAUSTED_RULE, description, values, all_receivers)
+        out.append(replace(ev, scope=f"{e.repo}#{e.job_id}", repeat_interval=NEVER_REPEAT))
+    for repo, why in sorted(denied.items()):
+        description = (
+            f"GitHub refused to re-run a job in {repo} (403: {why}). The token or GitHub App "
+            "needs Actions: read and write there; re-runs in it are paused"
+        )
+        ev = _builtin(b, DENIED_RULE, description, {"threshold_breached": 1}, all_receivers)
+        out.append(replace(ev, scope=repo, repeat_interval=NEVER_REPEAT))
+    return out

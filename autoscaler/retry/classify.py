@@ -1,0 +1,171 @@
+"""Was a failed job lost to infrastructure, or is it the user's failure? (pure)
+
+Decide by what happened to the machine; an exit code is only a hint the user may opt into
+(the Kubernetes pod failure policy's answer to the "which exit codes are retryable"
+debate). Evidence, strongest first; the first that holds is the verdict's reason:
+
+==========================  =================================================================
+reason                      evidence
+==========================  =================================================================
+``spot_interruption``       the runner's instance got a Spot interruption warning, a
+                            rebalance recommendation, or was terminated with
+                            ``Server.SpotInstanceTermination``, while the job ran
+``instance_terminated``     this controller or the Auto Scaling group terminated the
+                            runner's instance (health check, rebalancing) while the job ran
+``runner_lost``             an annotation says the runner lost communication with the server
+``runner_shutdown``         an annotation says the runner received a shutdown signal
+``no_runner``               the job failed with no runner name and no failed step
+``exit_code``               an annotation "Process completed with exit code N." with N in
+                            ``job_retry.retry_exit_codes`` (empty by default)
+``user``                    none of the above: the user's failure (permanent)
+==========================  =================================================================
+
+Cancelled jobs are never re-run (``cancelled``); jobs that did not fail get ``not_failed``.
+
+The annotation texts are GitHub's own, fixed phrasing (there is no structured field for
+them); they are matched from the start of the message, case-insensitively, and a message
+cut short or in another shape simply is no evidence. A runner's instance is read from its
+name (:func:`autoscaler.ports.instance_id_of`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.ports import instance_id_of
+from autoscaler.retry.model import (
+    BY_AWS,
+    CANCELLED,
+    TERMINATED,
+    CompletedJob,
+    InstanceEvent,
+)
+
+SPOT = "spot_interruption"
+INSTANCE_TERMINATED = "instance_terminated"
+RUNNER_LOST = "runner_lost"
+RUNNER_SHUTDOWN = "runner_shutdown"
+NO_RUNNER = "no_runner"
+EXIT_CODE = "exit_code"
+USER = "user"
+CANCELLED_REASON = "cancelled"
+NOT_FAILED = "not_failed"
+#: Every reason (bounded: the ``reason`` label of ``ci_autoscaler_job_retries_total``).
+REASONS = (
+    SPOT,
+    INSTANCE_TERMINATED,
+    RUNNER_LOST,
+    RUNNER_SHUTDOWN,
+    NO_RUNNER,
+    EXIT_CODE,
+    USER,
+    CANCELLED_REASON,
+    NOT_FAILED,
+)
+
+#: An instance event this long after the job completed still counts (EventBridge and the
+#: poll each lag a little; a Spot warning comes two minutes before the machine goes).
+EVENT_GRACE = timedelta(minutes=5)
+#: A job with no start time: events this long before its completion count.
+UNKNOWN_START = timedelta(hours=6)
+#: Only the start of a message is read (an annotation may carry kilobytes).
+MESSAGE_PREFIX = 1000
+
+_LOST = re.compile(r"the (?:self-hosted |hosted )?runner:? .{0,300}? lost communication", re.I)
+_SHUTDOWN = re.compile(r"the runner has received a shutdown signal", re.I)
+_EXIT = re.compile(r"process completed with exit code (\d{1,3})\.?\s*$", re.I)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``infrastructure``: worth a re-run; ``reason`` one of :data:`REASONS`; ``evidence``
+    one line for people (alerts, logs)."""
+
+    infrastructure: bool
+    reason: str
+    evidence: str
+
+
+def exit_codes(job: CompletedJob) -> tuple[int, ...]:
+    """The exit codes the job's annotations report, in order."""
+    codes = []
+    for a in job.annotations or ():
+        match = _EXIT.match(a.message[:MESSAGE_PREFIX].strip())
+        if match:
+            codes.append(int(match.group(1)))
+    return tuple(codes)
+
+
+def _during(job: CompletedJob, event: InstanceEvent) -> bool:
+    end = job.completed_at
+    start = job.started_at
+    if start is None:
+        start = end - UNKNOWN_START if end is not None else None
+    if start is not None and event.at < start:
+        return False
+    return end is None or event.at <= end + EVENT_GRACE
+
+
+def _instance_verdict(
+    job: CompletedJob, events: Mapping[str, Sequence[InstanceEvent]]
+) -> Verdict | None:
+    instance = instance_id_of(job.runner_name or "")
+    if instance is None:
+        return None
+    seen = [e for e in events.get(instance, ()) if _during(job, e)]
+    aws = next((e for e in seen if e.kind in BY_AWS), None)
+    if aws is not None:
+        return Verdict(True, SPOT, f"instance {instance}: {aws.kind} at {aws.at:%H:%M:%S} UTC")
+    ours = next((e for e in seen if e.kind == TERMINATED), None)
+    if ours is not None:
+        why = f" ({ours.detail})" if ours.detail else ""
+        return Verdict(
+            True,
+            INSTANCE_TERMINATED,
+            f"instance {instance} terminated at {ours.at:%H:%M:%S} UTC while the job ran{why}",
+        )
+    return None
+
+
+def _annotation_verdict(job: CompletedJob) -> Verdict | None:
+    for a in job.annotations or ():
+        text = a.message[:MESSAGE_PREFIX].strip()
+        if _LOST.match(text):
+            return Verdict(True, RUNNER_LOST, "annotation: the runner lost communication")
+    for a in job.annotations or ():
+        if _SHUTDOWN.match(a.message[:MESSAGE_PREFIX].strip()):
+            return Verdict(True, RUNNER_SHUTDOWN, "annotation: the runner got a shutdown signal")
+    return None
+
+
+def classify(
+    job: CompletedJob,
+    events: Mapping[str, Sequence[InstanceEvent]],
+    config: JobRetryConfig,
+) -> Verdict:
+    """The verdict on one completed job; ``events``: instance id -> what happened to it."""
+    if job.conclusion == CANCELLED:
+        return Verdict(False, CANCELLED_REASON, "cancelled jobs are never re-run")
+    if not job.failed:
+        return Verdict(False, NOT_FAILED, f"conclusion {job.conclusion or 'unknown'}")
+    found = _instance_verdict(job, events) or _annotation_verdict(job)
+    if found is not None:
+        return found
+    if not job.runner_name and not job.failed_step:
+        return Verdict(True, NO_RUNNER, "failed with no runner and no failed step")
+    listed = [c for c in exit_codes(job) if c in config.retry_exit_codes]
+    if listed:
+        return Verdict(True, EXIT_CODE, f"exit code {listed[0]} (job_retry.retry_exit_codes)")
+    codes = exit_codes(job)
+    shown = f" (exit code {codes[0]})" if codes else ""
+    return Verdict(False, USER, f"no evidence of an infrastructure failure{shown}")
+
+
+def settled(job: CompletedJob, now: datetime, wait: timedelta) -> bool:
+    """True once ``wait`` has passed since the job completed (unknown: settled): an
+    interruption's event may reach us a little after GitHub reports the failure."""
+    return job.completed_at is None or now - job.completed_at >= wait
