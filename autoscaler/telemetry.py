@@ -403,7 +403,42 @@ class Metrics:
             buckets=_FAST,
             registry=r,
         )
+        self._webhook_metrics(r)
         self._job_retry_metrics(r)
+
+    def _webhook_metrics(self, r: CollectorRegistry) -> None:
+        """GitHub ``workflow_job`` webhooks (issue 10); exported only when configured."""
+        self.webhook_events = Counter(
+            P + "webhook_events_total",
+            "Webhook deliveries by event, action and result (accepted, duplicate, stale, "
+            "bad_signature, ignored, too_large, invalid, queue_full).",
+            ["event", "action", "result"],
+            registry=r,
+        )
+        self.webhook_reconcile_corrections = Counter(
+            P + "webhook_reconcile_corrections_total",
+            "Jobs the reconcile poll found the webhooks had missed (missed), left behind "
+            "(status) or not closed (gone).",
+            ["kind"],
+            registry=r,
+        )
+        self.webhook_last_event = Gauge(
+            P + "webhook_last_event_timestamp_seconds",
+            "Unix time of the last verified workflow_job delivery applied.",
+            registry=r,
+        )
+        self.webhook_reconciles = Counter(
+            P + "webhook_reconciles_total",
+            "Full polls run as the webhooks' reconcile, by reason (interval, silent, start).",
+            ["reason"],
+            registry=r,
+        )
+        self.reaction_seconds = Histogram(
+            P + "reaction_seconds",
+            "From a job's queued webhook to the capacity request it caused.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
 
     def _job_retry_metrics(self, r: CollectorRegistry) -> None:
         """Jobs lost to infrastructure (issue 14): re-runs and EC2 interruptions."""

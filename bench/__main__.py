@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import failover, github_budget, github_poll, job_retry, scaling, state_requests
+from bench import failover, github_budget, github_poll, job_retry, scaling, state_requests, webhooks
 
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "failover": failover.run,
     "state_requests": state_requests.run,
     "job_retry": job_retry.run,
+    "webhooks": webhooks.run,
 }
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from autoscaler import __version__
 from autoscaler.app.report import format_table, to_json
-from autoscaler.app.service import run_loop, stop_on_signals, utc_now
+from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
 from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
 from autoscaler.errors import ConfigError, StateError
 from autoscaler.telemetry import Metrics
@@ -142,24 +142,63 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     metrics = Metrics()
-    runtime = build_runtime(config, metrics)
+    runtime = build_runtime(config, metrics, webhooks=True)
     controller = runtime.controller
     server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
     server.start()
-    stop, wake = threading.Event(), threading.Event()
+    hooks = runtime.webhooks
+    listener = None
+    if hooks is not None:
+        from autoscaler.app.webhook_server import WebhookServer  # noqa: PLC0415
+
+        try:
+            listener = WebhookServer(
+                hooks.receiver,
+                metrics,
+                hooks.config.listen_host,
+                hooks.config.listen_port,
+                serving=controller.acting,  # a follower's GET answers 503: no deliveries
+            )
+        except OSError as exc:  # the port is taken or not ours: say so, not a traceback
+            log.error(
+                "cannot listen for webhooks on %s:%d: %s",
+                hooks.config.listen_host,
+                hooks.config.listen_port,
+                exc.strerror or exc,
+            )
+            server.stop()
+            runtime.close()
+            return 1
+        listener.start()
+    stop = threading.Event()
+    # One wake-up for the loop: a new leader and a stop set it at once, a queued webhook
+    # notifies it (debounced).
+    wake: threading.Event | Wakeup = threading.Event() if hooks is None else hooks.wake
     stop_on_signals(stop, wake)
     if runtime.keeper is not None:
         runtime.keeper.on_acquired = wake.set  # a new leader acts at once
         runtime.keeper.start()
     log.info(
-        "ci-autoscaler %s watching %s every %gs",
+        "ci-autoscaler %s watching %s every %gs%s",
         __version__,
         config.github.owner,
         config.poll_interval,
+        ""
+        if hooks is None
+        else f" (webhooks; reconcile every {hooks.config.reconcile_interval:g}s)",
     )
     try:
-        run_loop(controller, config.poll_interval, stop, wake=wake)
+        run_loop(
+            controller,
+            config.poll_interval,
+            stop,
+            wake=wake,
+            on_tick=None if hooks is None else hooks.on_tick(controller),
+            due_in=None if hooks is None else hooks.source.due_in,
+        )
     finally:
+        if listener is not None:
+            listener.stop()
         server.stop()
         runtime.close()
         log.info("stopped")

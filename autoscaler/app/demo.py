@@ -13,8 +13,10 @@ launch nothing, with a Failed scaling activity, as real AWS reports it) so GPU d
 over to on-demand (a rush of GPU jobs then waits on on-demand alone, so the GPU queue
 alert fires with ``Cause: capacity_backoff``), then calm (queues drain, alerts resolve,
 idle runners are scaled in), and no busy runner is ever killed. A panel says why jobs
-wait (the causes ``explain`` gives), each alert shows its Cause line, and a closing
-summary counts it all (:mod:`autoscaler.app.demo_screen` draws the panels).
+wait (the causes ``explain`` gives), each alert shows its Cause line, the fake GitHub
+sends signed ``workflow_job`` webhooks so a queued job is answered by a scale-up within a
+second (not at the next poll), and a closing summary counts it all
+(:mod:`autoscaler.app.demo_screen` draws the panels).
 
 On a terminal the screen is redrawn each tick; piped, a full screen is printed every
 :data:`SCREEN_EVERY` seconds and one line per tick in between. Log lines go to a panel,
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import shutil
 import sys
 import threading
@@ -39,6 +42,7 @@ from typing import Any
 from autoscaler.app import demo_screen as ui
 from autoscaler.app.httpserver import StatusServer
 from autoscaler.app.service import stop_on_signals
+from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
 
@@ -134,8 +138,19 @@ class WebhookSink:
         self.server.server_close()
 
 
-def demo_config(github_url: str, token: str, aws_url: str, sink_url: str, tick: float) -> Config:
-    """The controller's config for the demo world, built like any user's config."""
+def demo_config(  # noqa: PLR0917 - the demo world's addresses
+    github_url: str,
+    token: str,
+    aws_url: str,
+    sink_url: str,
+    tick: float,
+    webhook_secret: str | None = None,
+) -> Config:
+    """The controller's config for the demo world, built like any user's config.
+
+    ``webhook_secret``: the fake GitHub signs ``workflow_job`` webhooks with it and the
+    controller listens on a free port; the reconcile poll runs every tick, webhook-woken
+    ticks in between answer from the index."""
     runner_types = {
         name: {
             "labels": list(labels),
@@ -180,6 +195,17 @@ def demo_config(github_url: str, token: str, aws_url: str, sink_url: str, tick: 
                 "receivers": {"sink": {"type": "webhook", "url": sink_url, "timeout": "2s"}},
                 "builtin": {"team": "demo-dev-infra", "receivers": ["sink"]},
             },
+            **(
+                {}
+                if webhook_secret is None
+                else {
+                    "webhook": {
+                        "listen": "127.0.0.1:0",
+                        "secret": webhook_secret,
+                        "reconcile_interval": f"{tick}s",
+                    }
+                }
+            ),
         },
         env={},
     )
@@ -229,7 +255,8 @@ def demo_world(
             # Enough GPU demand after the outage that the spot pool is asked for more.
             type_scale={"linux.g5.4xlarge.nvidia.gpu": 2.0},
         )
-        config = demo_config(github.url, github.token, aws_url, sink.url, tick)
+        secret = secrets.token_hex(16)
+        config = demo_config(github.url, github.token, aws_url, sink.url, tick, secret)
         yield config, github, (workload, autoscaling), fleet, sink
 
 
@@ -356,7 +383,16 @@ def run_demo(
         )
         pool = AwsAsgPool(config.aws, metrics, session=session)
         ssm = SsmParameters(config.aws, metrics, session=session)
-        runtime = build_runtime(config, metrics, pool=pool, parameters=ssm)
+        runtime = build_runtime(config, metrics, pool=pool, parameters=ssm, webhooks=True)
+        hooks = runtime.webhooks
+        listener = None
+        if hooks is not None:  # the fake GitHub delivers signed webhooks to the controller
+            listener = WebhookServer(hooks.receiver, metrics, "127.0.0.1", 0)
+            listener.start()
+            github.send_webhooks(
+                f"http://127.0.0.1:{listener.port}/github/webhook",
+                hooks.config.secret.reveal().encode(),
+            )
         host, _, port = listen.rpartition(":")
         try:
             server = StatusServer(runtime.controller, metrics, host, int(port))
@@ -389,6 +425,8 @@ def run_demo(
                 workload.step(now)
                 events = fleet.tick(now)
                 result = runtime.controller.tick(now)
+                if hooks is not None:
+                    story.reactions.extend(hooks.reactions.after_tick(result))
                 notices = list(sink.notices)
                 story.update(t, result, events, metrics.registry, fleet.busy_terminations, notices)
                 panels = [
@@ -413,8 +451,16 @@ def run_demo(
                     sys.stdout.write(_tick_lines(t, result, fleet, events, new))
                 seen_notices, seen_logs = len(notices), logs.seen
                 sys.stdout.flush()
-                stop.wait(max(0.0, tick - (clock() - t)))
+                left = max(0.0, tick - (clock() - t))
+                if hooks is None:
+                    stop.wait(left)
+                else:  # a queued webhook ends the wait at once (debounced)
+                    hooks.wake.wait(left, stop)
         finally:
+            if github.webhooks is not None:
+                github.webhooks.close()
+            if listener is not None:
+                listener.stop()
             server.stop()
             runtime.close()
         sys.stdout.write("\n" + "\n".join(story.summary(clock())) + "\n")

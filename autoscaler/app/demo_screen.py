@@ -87,6 +87,18 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def median(values: Sequence[float]) -> float | None:
+    """The median, or None when there is nothing to rank."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
 def p95(values: Sequence[float]) -> float | None:
     """Nearest-rank 95th percentile."""
     if not values:
@@ -119,6 +131,8 @@ class Story:
     notices: list[Notice] = field(default_factory=list)
     causes_seen: set[str] = field(default_factory=set)
     """Every cause code the controller named while jobs waited (``explain``'s causes)."""
+    reactions: list[float] = field(default_factory=list)
+    """Seconds from each queued webhook to the scale-up it caused (reaction_seconds)."""
 
     def update(  # noqa: PLR0917 - one tick's worth of inputs
         self,
@@ -184,6 +198,11 @@ class Story:
                 all(code in self.causes_seen for code in SHOWN_CAUSES),
                 "why jobs wait named (" + ", ".join(SHOWN_CAUSES) + ")",
             ),
+            (
+                bool(self.reactions) and (p95(self.reactions) or 0.0) < 1.0,
+                "queued webhooks answered within a second"
+                + (f" (p95 {p95(self.reactions) or 0.0:.2f}s)" if self.reactions else ""),
+            ),
         ]
 
     def summary(self, elapsed: float) -> list[str]:
@@ -196,6 +215,9 @@ class Story:
             f"orphans cleaned: {self.orphans}; failovers: {self.failovers}",
             f"  alerts: {self.fired} fired, {self.resolved} resolved; "
             f"busy runners killed: {self.busy_killed}",
+            f"  webhooks: {len(self.reactions)} queued jobs answered by a scale-up; queued "
+            f"event -> capacity asked p50 {_seconds(median(self.reactions))}, "
+            f"p95 {_seconds(p95(self.reactions))}",
             "  promises shown:",
         ]
         lines.extend(f"    [{'x' if ok else ' '}] {text}" for ok, text in self.promises())

@@ -2,6 +2,10 @@
 
 The loop never dies of a failed tick; SIGTERM/SIGINT set the stop event, which wakes the
 wait at once, so the process stops within one interval (usually at once).
+
+With webhooks a :class:`Wakeup` ends the wait early: a queued event calls
+:meth:`Wakeup.notify`, the loop waits ``debounce`` more for the rest of a burst (a
+100-job matrix is one tick, one scale-up) and ticks.
 """
 
 from __future__ import annotations
@@ -23,6 +27,44 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+class Wakeup:
+    """Ends the loop's wait early; thread-safe. :meth:`notify` (a queued webhook) is
+    debounced, :meth:`set` (a new leader, a stop signal) is not: it is the ``wake`` event
+    of :func:`run_loop` and :func:`stop_on_signals`, with a debounced way in."""
+
+    #: How often a woken-capable wait looks at the stop event (seconds).
+    STOP_CHECK = 0.1
+
+    def __init__(self, debounce: float = 0.2) -> None:
+        self.debounce = debounce
+        self._event = threading.Event()
+        self._now = False
+
+    def notify(self) -> None:
+        """Wake the loop after ``debounce`` (the rest of a burst comes with it)."""
+        self._event.set()
+
+    def set(self) -> None:
+        """Wake the loop at once."""
+        self._now = True
+        self._event.set()
+
+    def wait(self, timeout: float, stop: threading.Event) -> None:
+        """Until ``timeout`` passes, ``stop`` is set, a :meth:`set`, or a :meth:`notify`
+        (then ``debounce`` more)."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self._event.wait(min(left, self.STOP_CHECK)):
+                if not self._now:
+                    stop.wait(self.debounce)
+                self._now = False
+                self._event.clear()
+                return
+
+
 def run_loop(
     controller: Controller,
     interval: float,
@@ -31,13 +73,16 @@ def run_loop(
     clock: Callable[[], datetime] = utc_now,
     on_tick: Callable[[], None] | None = None,
     max_ticks: int | None = None,
-    wake: threading.Event | None = None,
+    wake: threading.Event | Wakeup | None = None,
+    due_in: Callable[[datetime], float | None] | None = None,
 ) -> int:
     """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run.
 
     ``wake`` set (the lease keeper: this controller just became the leader) starts the
     next tick at once instead of at the end of the interval; :func:`stop_on_signals`
-    sets it too, so a stop is not held up by the wait."""
+    sets it too, so a stop is not held up by the wait. A :class:`Wakeup` also takes
+    debounced notifies (a queued webhook). ``due_in``: seconds until something is due
+    (the webhooks' reconcile): the wait ends then, if sooner."""
     ticks = 0
     while not stop.is_set():
         started = time.monotonic()
@@ -52,14 +97,19 @@ def run_loop(
         if max_ticks is not None and ticks >= max_ticks:
             break
         left = max(0.0, interval - (time.monotonic() - started))
+        due = due_in(clock()) if due_in is not None else None
+        if due is not None:
+            left = max(0.0, min(left, due))
         if wake is None:
             stop.wait(left)
+        elif isinstance(wake, Wakeup):
+            wake.wait(left, stop)
         elif wake.wait(left):
             wake.clear()
     return ticks
 
 
-def stop_on_signals(stop: threading.Event, wake: threading.Event | None = None) -> None:
+def stop_on_signals(stop: threading.Event, wake: threading.Event | Wakeup | None = None) -> None:
     """SIGTERM and SIGINT end the loop cleanly (``wake``: the loop's wake-up, set too)."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:

@@ -31,6 +31,8 @@ from autoscaler.telemetry import Metrics
 if TYPE_CHECKING:
     import boto3
 
+    from autoscaler.app.webhooks import Webhooks
+
 log = logging.getLogger(__name__)
 
 
@@ -43,6 +45,8 @@ class Runtime:
     keeper: LeaseKeeper | None = None
     """The leader lease's keeper (``state.backend: dynamodb``): ``run`` starts its thread,
     ``once`` steps it once; closing releases the lease."""
+    webhooks: Webhooks | None = None
+    """The webhook receiver, source and wake-up (``webhook`` configured, ``run`` only)."""
 
     def close(self) -> None:
         for close in reversed(self.closers):
@@ -59,6 +63,7 @@ def build_runtime(
     dry_run: bool = False,
     session: boto3.session.Session | None = None,
     wall_clock: Callable[[], float] = time.time,
+    webhooks: bool = False,
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
@@ -68,6 +73,8 @@ def build_runtime(
     (the benchmark passes moto's credentials and its virtual clock). Scaling is wired only
     when enabled. With a lease (``state.backend: dynamodb``) every change to a pool, every
     deregistration and every notification passes the lease's fence first.
+    ``webhooks``: with a ``webhook`` section, ticks read the webhook index between
+    reconciles (``run`` and the demo; ``once`` and ``explain`` poll as always).
     """
     closers: list[Callable[[], None]] = []
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
@@ -92,6 +99,14 @@ def build_runtime(
         )
         closers.append(github.close)
         source = github
+
+    hooks = None
+    polled = source  # job retry reads completed jobs and re-runs through the poll's source
+    if webhooks and config.webhook is not None:
+        from autoscaler.app.webhooks import attach  # noqa: PLC0415
+
+        hooks = attach(config, metrics, source)
+        source = hooks.source
 
     deliverer = Deliverer.from_config(
         config, metrics, dry_run=dry_run, health=health, gate=backend.gate
@@ -131,7 +146,7 @@ def build_runtime(
             jit_store=store,
         )
 
-    retries = _retry_stage(config, source, metrics, store, events=events, fence=backend.fence)
+    retries = _retry_stage(config, polled, metrics, store, events=events, fence=backend.fence)
     observed: list[Controller] = []
     interruptions = None
     if config.aws.interruption_queue_url and has_pools:
@@ -156,7 +171,7 @@ def build_runtime(
         interruptions=interruptions,
     )
     observed.append(controller)
-    return Runtime(controller, closers, backend.keeper)
+    return Runtime(controller, closers, keeper=backend.keeper, webhooks=hooks)
 
 
 def _ephemeral_ports(

@@ -29,6 +29,7 @@ from autoscaler.config.schema import (
     RunnerTypeConfig,
     ScalingConfig,
     StateConfig,
+    WebhookConfig,
 )
 from autoscaler.config.secrets import SecretUrl, redact_url
 
@@ -57,6 +58,7 @@ __all__ = [
     "Secret",
     "SecretUrl",
     "StateConfig",
+    "WebhookConfig",
     "load_config",
     "parse_config",
     "read_config",

@@ -39,6 +39,7 @@ from autoscaler.config.schema import (
     RunnerTypeConfig,
     ScalingConfig,
     StateConfig,
+    WebhookConfig,
 )
 from autoscaler.config.secrets import Secret, shown
 from autoscaler.config.simulation import read_simulation
@@ -69,6 +70,7 @@ _TOP_KEYS = (
     "alerts",
     "simulation",
     "jit",
+    "webhook",
     "job_retry",
 )
 
@@ -170,25 +172,62 @@ def _parse(
         scaling=_scaling(r, top.get("scaling")),
         state=_state(r, top.get("state")),
         alerts=read_alerts(r, top.get("alerts"), base),
+        webhook=_webhook(r, top.get("webhook")),
         simulation=read_simulation(r, top.get("simulation")),
         jit=read_jit(r, top.get("jit")),
         job_retry=read_job_retry(r, top.get("job_retry")),
     )
+    hook = config.webhook
+    if hook is not None and (hook.listen_host, hook.listen_port) == (host, port) and port:
+        r.problem("webhook.listen", "must differ from listen (/metrics stays private)")
     cross_check(r, config)
     if r.found:
         raise ConfigError(r.report(doc.lines, lines=lines))
     return LoadedConfig(config, tuple(r.warnings))
 
 
-def _listen(r: Reader, value: Any) -> tuple[str, int]:
+def _listen(
+    r: Reader, value: Any, path: str = "listen", default: tuple[str, int] = ("0.0.0.0", 9464)
+) -> tuple[str, int]:
     if value is None:
-        return "0.0.0.0", 9464
+        return default
     text = str(value)
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        r.problem("listen", f"must be HOST:PORT, got {shown(text)}")
-        return "0.0.0.0", 9464
+        r.problem(path, f"must be HOST:PORT, got {shown(text)}")
+        return default
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _webhook(r: Reader, value: Any) -> WebhookConfig | None:
+    """The optional ``webhook`` section: absent (or null), polling alone as before."""
+    p = "webhook"
+    if value is None:
+        return None
+    m = r.mapping(
+        value,
+        p,
+        ("listen", "secret", "reconcile_interval", "max_body_bytes", "queue_size", "debounce"),
+    )
+    if not isinstance(value, dict):
+        return None
+    secret = r.secret(m.get("secret"), f"{p}.secret")
+    if m.get("secret") is None:
+        r.problem(f"{p}.secret", "is required (GitHub signs every delivery with it)")
+    host, port = _listen(r, m.get("listen"), f"{p}.listen", ("0.0.0.0", 9465))
+    return WebhookConfig(
+        secret=secret if secret is not None else Secret(""),
+        listen_host=host,
+        listen_port=port,
+        reconcile_interval=r.duration(
+            m.get("reconcile_interval"), f"{p}.reconcile_interval", 300.0, positive=True
+        ),
+        max_body_bytes=r.integer(
+            m.get("max_body_bytes"), f"{p}.max_body_bytes", 1_048_576, minimum=1024
+        ),
+        queue_size=r.integer(m.get("queue_size"), f"{p}.queue_size", 1000, minimum=1),
+        debounce=r.duration(m.get("debounce"), f"{p}.debounce", 0.2, maximum=10.0),
+    )
 
 
 def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:

@@ -201,6 +201,29 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
+class WebhookConfig:
+    """GitHub ``workflow_job`` webhooks: react to a queued job at once, poll to reconcile."""
+
+    secret: Secret = field(repr=False)
+    """The webhook's secret: every delivery's ``X-Hub-Signature-256`` is checked with it."""
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 9465
+    """Where ``POST /github/webhook`` is served (a listener of its own, never /metrics)."""
+    reconcile_interval: float = 300.0
+    """Seconds between full polls while webhooks flow; when none arrives for longer, the
+    controller polls every ``poll_interval`` again until they do."""
+    max_body_bytes: int = 1_048_576
+    """A delivery larger than this is refused with 413 unread (a ``workflow_job`` payload
+    is a few tens of KiB)."""
+    queue_size: int = 1000
+    """Verified deliveries waiting for the tick; when full the listener answers 503, so
+    GitHub marks the delivery failed and the reconcile catches it."""
+    debounce: float = 0.2
+    """Seconds a queued event waits for more before it wakes the tick: a 100-job matrix
+    is one scale-up, not 100."""
+
+
+@dataclass(frozen=True)
 class Config:
     github: GitHubConfig
     runner_types: tuple[RunnerTypeConfig, ...]
@@ -215,6 +238,8 @@ class Config:
     scaling: ScalingConfig = ScalingConfig()
     state: StateConfig = StateConfig()
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    webhook: WebhookConfig | None = None
+    """GitHub webhooks (``None``: polling alone)."""
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     """Only ``ci-autoscaler simulate`` reads it: the emulated fleet's boot times and
     outages."""

@@ -35,8 +35,10 @@ What it does not model (a test that needs one of these must add it, docs first):
 - repositories have no description, topics, counts or history;
 - runners have no versions; runner groups are ids only (``jit.groups``, for
   generate-jitconfig's 422); one App installation with fixed permissions;
-- the rate limit meters ``core`` only (secondary limits only when injected), and there
-  are no webhooks.
+- the rate limit meters ``core`` only (secondary limits only when injected);
+- webhooks are ``workflow_job`` only (:meth:`send_webhooks`,
+  :mod:`autoscaler.fakes.github_webhooks`), to one URL, never retried, with no
+  ``installation`` object and no ``deployment`` for jobs an environment holds.
 
 Thread-safe: the emulator drives the state while the server answers requests.
 """

@@ -10,7 +10,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
 from autoscaler.fakes.github_jit import JitRegistry
@@ -22,6 +22,9 @@ from autoscaler.fakes.github_shapes import (
     FakeRunner,
     Fault,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.fakes.github_webhooks import Faults, WebhookSender
 
 __all__ = ["GitHubState"]
 
@@ -96,6 +99,8 @@ class GitHubState:
         #: done the work and the client has not heard back (kill the client, say). A true
         #: return drops the connection unanswered: the response is lost.
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
+        #: Where ``workflow_job`` events go (:meth:`send_webhooks`); None: no webhooks.
+        self.webhooks: WebhookSender | None = None
         #: Job re-runs: every re-run answers this status (403, 422) when set
         #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted.
         self.rerun_refusal: int | None = None
@@ -112,6 +117,21 @@ class GitHubState:
             if self._jit is None:
                 self._jit = JitRegistry()
             return self._jit
+
+    # --- webhooks
+    def send_webhooks(
+        self, url: str, secret: bytes, *, faults: Faults | None = None
+    ) -> WebhookSender:
+        """Deliver every job's ``workflow_job`` events from now on, signed, to ``url``
+        (:mod:`autoscaler.fakes.github_webhooks`; ``faults`` drop, duplicate, reorder)."""
+        from autoscaler.fakes.github_webhooks import WebhookSender  # noqa: PLC0415
+
+        self.webhooks = WebhookSender(self, url, secret, faults=faults)
+        return self.webhooks
+
+    def _emit(self, job_id: int, action: str) -> None:
+        if self.webhooks is not None:
+            self.webhooks.job_event(job_id, action)
 
     # --- state
     def _new_id(self) -> int:
@@ -154,7 +174,9 @@ class GitHubState:
             job = FakeJob(self._new_id(), run.id, run.repo, name, tuple(labels), now, status)
             self._jobs[job.id] = job
             run.job_ids.append(job.id)
-            return job.id
+        if status in ("queued", "waiting"):
+            self._emit(job.id, status)
+        return job.id
 
     def register_runner(
         self, name: str, labels: Sequence[str], repo: str | Sequence[str] | None = None
@@ -186,6 +208,7 @@ class GitHubState:
             job.status, job.started_at = "in_progress", self.clock()
             job.runner_id, job.runner_name = runner.id, runner.name
             runner.busy = True
+        self._emit(job_id, "in_progress")
 
     def complete_job(self, job_id: int) -> None:
         """The job completes; its runner (if any) is idle again, or, ephemeral, removed
@@ -200,6 +223,7 @@ class GitHubState:
                 runner.busy = False
                 if runner.ephemeral:
                     del self._runners[runner.id]
+        self._emit(job_id, "completed")
 
     def connect_jit(self, encoded_jit_config: str) -> int:
         """A machine runs ``run.sh --jitconfig``: its runner comes online. Returns the
@@ -242,6 +266,8 @@ class GitHubState:
             raise ValueError(f"use assign_job/complete_job for {status!r}")
         with self.lock:
             self._jobs[job_id].status = status
+        if status in ("queued", "waiting"):
+            self._emit(job_id, status)
 
     def override_job(self, job_id: int, **fields: Any) -> None:
         """Serve these raw JSON fields for the job (bad data on purpose)."""

@@ -108,6 +108,22 @@ def test_describe_reports_bounds_instances_and_launch_times(world: World) -> Non
         assert abs(i.launched_at - datetime.now(UTC)) < timedelta(hours=1)
 
 
+def test_launch_times_are_looked_up_once_per_instance(world: World) -> None:
+    """Story (issue 10): a webhook-woken tick spent most of its time in DescribeInstances,
+    asked every tick for every instance's launch time, which never changes."""
+    lookups = "ci_autoscaler_aws_calls_total"
+    world.pool.set_desired_capacity("gpu-od", 2)
+    first = world.pool.describe(["gpu-od", "gpu-spot"])["gpu-od"]
+    assert sample(world.metrics, lookups, operation="DescribeInstances", code="") == 1
+    again = world.pool.describe(["gpu-od", "gpu-spot"])["gpu-od"]
+    assert sample(world.metrics, lookups, operation="DescribeInstances", code="") == 1
+    assert [i.launched_at for i in again.instances] == [i.launched_at for i in first.instances]
+    world.pool.set_desired_capacity("gpu-od", 3)  # one new instance: only it is looked up
+    third = world.pool.describe(["gpu-od", "gpu-spot"])["gpu-od"]
+    assert sample(world.metrics, lookups, operation="DescribeInstances", code="") == 2
+    assert all(i.launched_at is not None for i in third.instances)
+
+
 def test_desired_capacity_clamped_to_maxsize_moto_would_accept(world: World) -> None:
     world.pool.describe(["gpu-spot"])
     world.pool.set_desired_capacity("gpu-spot", 7)

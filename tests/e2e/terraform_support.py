@@ -134,6 +134,7 @@ MOTO_SERVICES = (
     "dynamodb",
     "ec2",
     "ecs",
+    "elbv2",
     "events",
     "iam",
     "logs",

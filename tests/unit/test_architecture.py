@@ -26,6 +26,8 @@ PURE = [
     "autoscaler.controller",
     "autoscaler.observe.queue",
     "autoscaler.observe.github.budget",
+    "autoscaler.observe.github.webhooks",
+    "autoscaler.observe.github.webhook_index",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",

@@ -101,12 +101,15 @@ def test_the_summary_lists_each_promise_and_whether_it_was_shown() -> None:
         failovers=1,
         notices=notices(),
         causes_seen={"capacity_backoff", "at_max", "no_runner_type", "booting"},
+        reactions=[0.3, 0.25, 0.4, 0.9],
     )
     assert story.summary(60.2) == [
         "summary after 60s",
         "  jobs run: 29 finished (30 started); p95 queue time: 19.0s",
         "  scale-ups: 9; scale-ins: 7; orphans cleaned: 0; failovers: 1",
         "  alerts: 4 fired, 4 resolved; busy runners killed: 0",
+        "  webhooks: 4 queued jobs answered by a scale-up; queued event -> capacity asked "
+        "p50 0.30s, p95 0.90s",
         "  promises shown:",
         "    [x] queues rose (peak 12 jobs queued)",
         "    [x] pools grew (9 scale-ups)",
@@ -116,8 +119,9 @@ def test_the_summary_lists_each_promise_and_whether_it_was_shown() -> None:
         "    [x] GPU spot out of capacity -> on-demand (1 failover)",
         "    [x] no busy runner killed (0 killed)",
         "    [x] why jobs wait named (capacity_backoff, at_max, no_runner_type)",
+        "    [x] queued webhooks answered within a second (p95 0.90s)",
     ]
-    assert [ok for ok, _ in Story(busy_killed=1).promises()] == [False] * 8
+    assert [ok for ok, _ in Story(busy_killed=1).promises()] == [False] * 9
 
 
 @pytest.mark.parametrize(

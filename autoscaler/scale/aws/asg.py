@@ -127,6 +127,10 @@ class AwsAsgPool:
         self._max_size: dict[str, int] = {}
         self._min_size: dict[str, int] = {}
         self._skew: float | None = None
+        #: Launch time per instance id: it never changes, so each instance costs one
+        #: DescribeInstances lookup in its life, not one a tick (issue 10: at 200 instances
+        #: the per-tick lookup was most of a webhook-woken tick's time).
+        self._launched: dict[str, datetime] = {}
 
     def clock_skew(self) -> float | None:
         """AWS's clock minus ours, in seconds, from the last answer with a ``Date``."""
@@ -192,7 +196,13 @@ class AwsAsgPool:
                     break
                 kwargs["NextToken"] = token
         ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
-        launched = self._launch_times(ids)
+        known = self._launched
+        launched = {i: known[i] for i in ids if i in known}
+        launched.update(self._launch_times([i for i in ids if i not in known]))
+        if set(wanted) >= set(self._max_size):  # every pool described: forget the gone
+            self._launched = launched
+        else:
+            self._launched.update(launched)
         out: dict[str, PoolState] = {}
         for g in groups:
             name = g["AutoScalingGroupName"]

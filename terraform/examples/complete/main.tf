@@ -48,7 +48,16 @@ locals {
     slack = { type = "slack", url = "$${SLACK_WEBHOOK_URL}" }
   }
 
-  config = {
+  # workflow_job webhooks (only with webhook_secret_arn): react at once, poll to reconcile
+  webhook = var.webhook_secret_arn == null ? {} : {
+    webhook = {
+      listen             = "0.0.0.0:9465"
+      secret             = "$${GITHUB_WEBHOOK_SECRET}"
+      reconcile_interval = "5m"
+    }
+  }
+
+  config = merge(local.webhook, {
     poll_interval = "30s"
     listen        = "0.0.0.0:9464"
     log_level     = "info"
@@ -98,7 +107,7 @@ locals {
         },
       ]
     }
-  }
+  })
 }
 
 module "controller" {
@@ -117,4 +126,7 @@ module "controller" {
   service_discovery_namespace_id = var.service_discovery_namespace_id
   interruption_queue             = true
   managed_group_names            = [module.cpu_pool.asg_name, module.gpu_pool.asg_name]
+  webhook_secret_arn             = var.webhook_secret_arn
+  webhook_certificate_arn        = var.webhook_certificate_arn
+  webhook_public_subnet_ids      = var.webhook_public_subnet_ids
 }

@@ -20,3 +20,8 @@ output "controller_config" {
   description = "The generated controller config (no secrets in it)."
   value       = yamldecode(yamlencode(local.config))
 }
+
+output "webhook_url" {
+  description = "Point the organization's (or the GitHub App's) webhook here, with only Workflow jobs events; null without a webhook entry."
+  value       = module.controller.webhook_url
+}

@@ -100,3 +100,21 @@ variable "tags" {
   type        = map(string)
   default     = { "team" = "dev-infra" }
 }
+
+variable "webhook_secret_arn" {
+  description = "SSM SecureString parameter or Secrets Manager secret holding the GitHub webhook secret; null: no webhooks (polling alone)."
+  type        = string
+  default     = null
+}
+
+variable "webhook_certificate_arn" {
+  description = "ACM certificate for the public HTTPS webhook entry (POST /github/webhook only); null: none."
+  type        = string
+  default     = null
+}
+
+variable "webhook_public_subnet_ids" {
+  description = "Public subnets (two AZs or more) of the webhook ALB."
+  type        = list(string)
+  default     = []
+}

@@ -11,6 +11,7 @@ locals {
   # Environment variable name => secret ARN, for the controller and for the init step.
   controller_secrets = merge(
     var.github_token_secret_arn == null ? {} : { GITHUB_TOKEN = var.github_token_secret_arn },
+    var.webhook_secret_arn == null ? {} : { GITHUB_WEBHOOK_SECRET = var.webhook_secret_arn },
     var.extra_secrets,
   )
   init_secrets = merge(
@@ -354,7 +355,10 @@ resource "aws_ecs_task_definition" "this" {
         [{ name = "AWS_DEFAULT_REGION", value = data.aws_region.current.name }],
         [for q in aws_sqs_queue.interruptions : { name = "INTERRUPTION_QUEUE_URL", value = q.url }],
       )
-      portMappings    = [{ containerPort = var.metrics_port, protocol = "tcp", name = "metrics" }]
+      portMappings = concat(
+        [{ containerPort = var.metrics_port, protocol = "tcp", name = "metrics" }],
+        var.webhook_secret_arn == null ? [] : [{ containerPort = var.webhook_port, protocol = "tcp", name = "webhook" }],
+      )
       dependsOn       = [{ containerName = "config", condition = "SUCCESS" }]
       stopTimeout     = 30
       linuxParameters = { initProcessEnabled = true }
@@ -430,6 +434,15 @@ resource "aws_ecs_service" "this" {
     subnets          = var.subnet_ids
     security_groups  = [aws_security_group.this.id]
     assign_public_ip = var.assign_public_ip
+  }
+
+  dynamic "load_balancer" {
+    for_each = aws_lb_target_group.webhook
+    content {
+      target_group_arn = load_balancer.value.arn
+      container_name   = "controller"
+      container_port   = var.webhook_port
+    }
   }
 
   dynamic "service_registries" {

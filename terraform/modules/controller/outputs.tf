@@ -48,6 +48,16 @@ output "service_discovery_service_arn" {
   value       = one(aws_service_discovery_service.this[*].arn)
 }
 
+output "webhook_url" {
+  description = "Where to point the GitHub webhook (content type application/json, only Workflow jobs events): https://<ALB or your DNS name>/github/webhook. Null without webhook_certificate_arn."
+  value       = local.webhook_enabled ? "https://${aws_lb.webhook[0].dns_name}/github/webhook" : null
+}
+
+output "webhook_alb_dns_name" {
+  description = "DNS name of the webhook ALB (point a CNAME matching the certificate at it), or null."
+  value       = one(aws_lb.webhook[*].dns_name)
+}
+
 output "state_table_name" {
   description = "The DynamoDB state table (null without state_table_name)."
   value       = one(aws_dynamodb_table.state[*].name)

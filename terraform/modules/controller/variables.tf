@@ -206,3 +206,63 @@ variable "jit_parameter_path" {
     error_message = "jit_parameter_path must be an SSM path such as /ci-autoscaler/jit (leading '/', no trailing '/')."
   }
 }
+
+variable "webhook_certificate_arn" {
+  description = "ACM certificate ARN for the public HTTPS webhook entry (an ALB forwarding POST /github/webhook only). Null: no public entry, the controller polls alone unless you route deliveries yourself."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.webhook_certificate_arn == null || can(regex("^arn:aws[a-z-]*:acm:[a-z0-9-]+:[0-9]{12}:certificate/", var.webhook_certificate_arn))
+    error_message = "webhook_certificate_arn must be an ACM certificate ARN."
+  }
+}
+
+variable "webhook_secret_arn" {
+  description = "ARN of an SSM SecureString parameter or a Secrets Manager secret holding the webhook secret (the one set on the GitHub webhook). Exposed to the controller as GITHUB_WEBHOOK_SECRET; the config reads it as `webhook: {secret: $${GITHUB_WEBHOOK_SECRET}}`."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.webhook_secret_arn == null || can(regex("^arn:aws[a-z-]*:(ssm|secretsmanager):[a-z0-9-]+:[0-9]{12}:(parameter/|secret:)", var.webhook_secret_arn))
+    error_message = "webhook_secret_arn must be the ARN of an SSM parameter or a Secrets Manager secret."
+  }
+
+  validation {
+    condition     = var.webhook_certificate_arn == null || var.webhook_secret_arn != null
+    error_message = "A public webhook entry (webhook_certificate_arn) needs webhook_secret_arn: unsigned deliveries are refused."
+  }
+}
+
+variable "webhook_port" {
+  description = "Port of the controller's webhook listener; must match `webhook.listen` in the config. Never the metrics port."
+  type        = number
+  default     = 9465
+
+  validation {
+    condition     = var.webhook_port >= 1024 && var.webhook_port <= 65535 && var.webhook_port != var.metrics_port
+    error_message = "webhook_port must be between 1024 and 65535 and differ from metrics_port."
+  }
+}
+
+variable "webhook_public_subnet_ids" {
+  description = "Public subnets (two or more AZs) of the webhook ALB; needed with webhook_certificate_arn."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = var.webhook_certificate_arn == null || length(var.webhook_public_subnet_ids) >= 2
+    error_message = "The webhook ALB needs at least two public subnets in different AZs."
+  }
+}
+
+variable "webhook_ingress_cidrs" {
+  description = "Who may reach the webhook entry: GitHub's hook ranges (`curl https://api.github.com/meta | jq .hooks`). Every delivery is HMAC-verified, so the whole internet is a safe default, but narrower is better."
+  type        = list(string)
+  default     = ["0.0.0.0/0", "::/0"]
+
+  validation {
+    condition     = alltrue([for c in var.webhook_ingress_cidrs : can(cidrhost(c, 0))])
+    error_message = "webhook_ingress_cidrs must be CIDRs."
+  }
+}

@@ -1,0 +1,193 @@
+"""Pure: the jobs ``workflow_job`` webhooks have told us about, keyed by job id.
+
+Deliveries are lost, duplicated and reordered (GitHub does not redeliver a failed delivery
+on its own; a redelivery reuses ``X-GitHub-Delivery``; deliveries race). The index is
+built so that none of that can make it wrong for long, and only the reconcile can make
+it forget:
+
+- a delivery id already applied changes nothing (``duplicate``);
+- an event never moves a job back: ``queued`` after ``in_progress`` is ``stale``
+  (:data:`~autoscaler.observe.github.webhooks.RANK`);
+- a ``completed`` is remembered (a tombstone, with its conclusion, runner name and run
+  attempt: job retry reads them, :meth:`JobIndex.completions`), even for a job never
+  seen, so a late ``queued`` cannot resurrect it;
+- :meth:`JobIndex.replace` takes what the poll lists as the truth for live jobs and
+  counts each difference by kind (``missed``: a live job the webhooks never told us of;
+  ``status``: one they left behind; ``gone``: one the index held that GitHub no longer
+  lists, its ``completed`` lost). A tombstone outranks the poll: GitHub never moves a
+  completed job back, and a listing may be older than the event.
+
+Memory is bounded: delivery ids and tombstones are kept for ``memory_seconds`` (default
+six hours, well past GitHub's automatic retries) and at most ``max_remembered`` of each.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from autoscaler.domain import Job, JobStatus
+from autoscaler.observe.github.webhooks import RANK, WorkflowJobEvent
+
+#: Rank of a polled job's status (the poll lists live jobs only).
+_STATUS_RANK = {
+    JobStatus.QUEUED: RANK["queued"],
+    JobStatus.WAITING: RANK["waiting"],
+    JobStatus.IN_PROGRESS: RANK["in_progress"],
+    JobStatus.COMPLETED: RANK["completed"],
+}
+#: The kinds of reconcile corrections (``ci_autoscaler_webhook_reconcile_corrections_total``).
+CORRECTION_KINDS = ("missed", "status", "gone")
+
+
+class Outcome(enum.Enum):
+    """What applying one event did (the ``result`` label of the events counter)."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    STALE = "stale"
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A ``completed`` event, as job retry needs it (it never reaches the queue math)."""
+
+    job_id: int
+    run_id: int
+    repo: str
+    name: str
+    labels: frozenset[str]
+    conclusion: str | None
+    runner_name: str | None
+    run_attempt: int
+    completed_at: datetime | None
+    received_at: datetime
+
+
+@dataclass
+class _Entry:
+    rank: int
+    job: Job
+    received_at: datetime
+
+
+class JobIndex:
+    """Live jobs by id, tombstones of completed ones, and the delivery ids applied."""
+
+    def __init__(
+        self, *, memory_seconds: float = 6 * 3600.0, max_remembered: int = 200_000
+    ) -> None:
+        self.memory = timedelta(seconds=memory_seconds)
+        self.max_remembered = max_remembered
+        self._live: dict[int, _Entry] = {}
+        self._done: OrderedDict[int, Completion] = OrderedDict()
+        self._deliveries: OrderedDict[str, datetime] = OrderedDict()
+        self.last_event_at: datetime | None = None
+        """When the last event was applied (any outcome): webhooks are flowing."""
+
+    # --- events
+    def apply(self, event: WorkflowJobEvent, now: datetime) -> Outcome:
+        """Apply one verified event; the outcome says whether it changed anything."""
+        self.last_event_at = now
+        self._forget(now)
+        if event.delivery:
+            if event.delivery in self._deliveries:
+                return Outcome.DUPLICATE
+            self._deliveries[event.delivery] = now
+            self._trim(self._deliveries)
+        job = event.job
+        if job.id in self._done:
+            return Outcome.DUPLICATE if event.action == "completed" else Outcome.STALE
+        if event.action == "completed":
+            self._live.pop(job.id, None)
+            self._done[job.id] = Completion(
+                job_id=job.id,
+                run_id=job.run_id,
+                repo=job.repo,
+                name=job.name,
+                labels=job.labels,
+                conclusion=event.conclusion,
+                runner_name=job.runner_name,
+                run_attempt=event.run_attempt,
+                completed_at=event.completed_at,
+                received_at=now,
+            )
+            self._trim(self._done)
+            return Outcome.ACCEPTED
+        current = self._live.get(job.id)
+        if current is not None:
+            if event.rank < current.rank:
+                return Outcome.STALE
+            if event.rank == current.rank and job == current.job:
+                return Outcome.DUPLICATE
+        self._live[job.id] = _Entry(event.rank, job, now)
+        return Outcome.ACCEPTED
+
+    # --- the reconcile
+    def replace(self, listed: Iterable[Job], now: datetime) -> dict[str, int]:
+        """Make the live jobs what the poll listed; returns the corrections by kind.
+
+        A job the index already knows further along than the listing (an event newer
+        than the page) keeps the index's state; a tombstone keeps the job completed."""
+        corrections = dict.fromkeys(CORRECTION_KINDS, 0)
+        live: dict[int, _Entry] = {}
+        for job in listed:
+            if job.id in self._done or job.status is JobStatus.COMPLETED:
+                continue
+            rank = _STATUS_RANK[job.status]
+            current = self._live.get(job.id)
+            if current is None:
+                corrections["missed"] += 1
+            elif current.rank > rank:
+                live[job.id] = current
+                continue
+            elif current.rank < rank or current.job.status is not job.status:
+                corrections["status"] += 1
+            live[job.id] = _Entry(rank, job, now)
+        corrections["gone"] = sum(1 for job_id in self._live if job_id not in live)
+        self._live = live
+        self._forget(now)
+        return corrections
+
+    # --- what the tick and job retry read
+    def jobs(self) -> tuple[Job, ...]:
+        """The live jobs (queued, waiting, in progress), by id."""
+        return tuple(self._live[job_id].job for job_id in sorted(self._live))
+
+    def get(self, job_id: int) -> Job | None:
+        entry = self._live.get(job_id)
+        return entry.job if entry is not None else None
+
+    def completion(self, job_id: int) -> Completion | None:
+        """The ``completed`` event of this job, while remembered."""
+        return self._done.get(job_id)
+
+    def completions(self) -> tuple[Completion, ...]:
+        """Every remembered ``completed`` event, oldest first."""
+        return tuple(self._done.values())
+
+    def busy_runners(self) -> Mapping[str, int]:
+        """Runner name -> the live job it runs (from ``in_progress`` events)."""
+        return {
+            e.job.runner_name: job_id
+            for job_id, e in self._live.items()
+            if e.job.status is JobStatus.IN_PROGRESS and e.job.runner_name
+        }
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    # --- memory
+    def _forget(self, now: datetime) -> None:
+        horizon = now - self.memory
+        while self._deliveries and next(iter(self._deliveries.values())) < horizon:
+            self._deliveries.popitem(last=False)
+        while self._done and next(iter(self._done.values())).received_at < horizon:
+            self._done.popitem(last=False)
+
+    def _trim(self, remembered: OrderedDict[int, Completion] | OrderedDict[str, datetime]) -> None:
+        while len(remembered) > self.max_remembered:
+            remembered.popitem(last=False)

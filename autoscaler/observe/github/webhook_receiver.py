@@ -1,0 +1,209 @@
+"""The webhook listener's logic, off the tick: verify, parse, queue, answer at once.
+
+:meth:`WebhookReceiver.handle` takes one request (headers, raw body) and returns the
+status GitHub sees. It never touches the index: verified ``workflow_job`` events go into
+a bounded queue the tick drains (:meth:`drain`), so the listener never waits for the
+tick and the tick never waits for the listener. When the queue is full the answer is
+503: GitHub marks the delivery failed, and the reconcile poll counts the job.
+
+Answers (each counted in ``ci_autoscaler_webhook_events_total{event,action,result}`` and,
+when refused, logged with the delivery id and the reason, never the body):
+
+==========================  ======  ============================
+what                        status  result
+==========================  ======  ============================
+no or bad signature         401     bad_signature
+body over the limit         413     too_large
+``ping``                    200     accepted
+another event               202     ignored
+malformed / wrong types     400     invalid
+unknown action              422     invalid
+delivery id or body again   409     duplicate
+queue full                  503     queue_full
+``workflow_job`` queued     202     (accepted/stale/duplicate when the tick applies it)
+==========================  ======  ============================
+
+Labels stay bounded whatever a client sends: ``event`` is ``workflow_job``, ``ping`` or
+``other``; ``action`` one of GitHub's four, ``none`` or ``other``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from autoscaler.config import WebhookConfig
+from autoscaler.observe.github.webhooks import (
+    ACTIONS,
+    SIGNATURE_HEADER,
+    PayloadError,
+    UnknownAction,
+    WorkflowJobEvent,
+    parse_workflow_job,
+    verify_signature,
+)
+from autoscaler.telemetry import Metrics
+
+log = logging.getLogger("autoscaler.observe.github.webhooks")
+
+PATH = "/github/webhook"
+#: Delivery ids and body digests remembered to refuse a replay (409).
+REMEMBERED = 10_000
+#: A refusal of the same result is logged as a warning at most this often (seconds).
+LOG_EVERY = 60.0
+_DELIVERY_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A verified event waiting for the tick, with when it arrived."""
+
+    event: WorkflowJobEvent
+    received_at: datetime
+
+
+def _names(headers: Mapping[str, str]) -> tuple[str, str, str]:
+    """The bounded event label, the delivery id, and the id as it may be logged."""
+    name = headers.get("x-github-event", "")
+    event = name if name in ("workflow_job", "ping") else "other"
+    delivery = headers.get("x-github-delivery", "")
+    return event, delivery, delivery if _DELIVERY_ID.match(delivery) else "?"
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class WebhookReceiver:
+    """Thread-safe: the listener's worker threads call :meth:`handle`, the tick drains."""
+
+    def __init__(
+        self,
+        config: WebhookConfig,
+        metrics: Metrics,
+        *,
+        on_event: Callable[[], None] = lambda: None,
+        # ``on_event``: called after a ``queued`` delivery is queued (wakes the tick).
+        clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self._secret = config.secret.reveal().encode("utf-8")
+        self._max_body = config.max_body_bytes
+        self._metrics = metrics
+        self._on_event = on_event
+        self._clock = clock
+        self._inbox: queue.Queue[Delivery] = queue.Queue(maxsize=config.queue_size)
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._logged: dict[str, float] = {}
+
+    def __repr__(self) -> str:
+        return f"WebhookReceiver(max_body={self._max_body})"
+
+    @property
+    def max_body(self) -> int:
+        return self._max_body
+
+    def drain(self) -> list[Delivery]:
+        """Every delivery queued so far, oldest first."""
+        out: list[Delivery] = []
+        while True:
+            try:
+                out.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return out
+
+    def too_large(self, headers: Mapping[str, str]) -> Answer:
+        """The answer to a delivery whose announced length is over the limit (unread)."""
+        event, _, shown = _names(headers)
+        return self._refuse(
+            413, event, "none", "too_large", delivery=shown, reason="body over the limit"
+        )
+
+    def handle(self, headers: Mapping[str, str], body: bytes) -> Answer:
+        """One ``POST /github/webhook`` (header names lower-cased)."""
+        event, delivery, shown = _names(headers)
+        if len(body) > self._max_body:
+            return self.too_large(headers)
+        if not verify_signature(self._secret, body, headers.get(SIGNATURE_HEADER)):
+            return self._refuse(
+                401, event, "none", "bad_signature", delivery=shown, reason="signature"
+            )
+        if event == "ping":
+            self._metrics.webhook_events.labels("ping", "none", "accepted").inc()
+            return Answer(200, b"pong\n")
+        if event != "workflow_job":
+            self._metrics.webhook_events.labels("other", "none", "ignored").inc()
+            log.debug("webhook delivery %s: event not handled, ignored", shown)
+            return Answer(202, b"ignored: only workflow_job is handled\n")
+        try:
+            parsed = parse_workflow_job(body, delivery)
+        except PayloadError as exc:
+            status = 422 if isinstance(exc, UnknownAction) else 400
+            return self._refuse(
+                status, event, "other", "invalid", delivery=shown, reason=f"{exc.kind}: {exc}"
+            )
+        action = parsed.action if parsed.action in ACTIONS else "other"
+        if not self._first(delivery, body):
+            return self._refuse(
+                409, event, action, "duplicate", delivery=shown, reason="delivered before"
+            )
+        try:
+            self._inbox.put_nowait(Delivery(parsed, self._clock()))
+        except queue.Full:
+            self._forget(delivery, body)  # GitHub's redelivery must be taken then
+            return self._refuse(
+                503, event, action, "queue_full", delivery=shown, reason="queue full"
+            )
+        if parsed.action == "queued":
+            self._on_event()  # demand: wake the tick (in_progress/completed can wait)
+        return Answer(202, b"accepted\n")
+
+    def _first(self, delivery: str, body: bytes) -> bool:
+        """Remember this delivery id and body; False when either was seen already."""
+        keys = [f"b:{hashlib.sha256(body).hexdigest()}"] + ([f"d:{delivery}"] if delivery else [])
+        with self._lock:
+            if any(key in self._seen for key in keys):
+                return False
+            for key in keys:
+                self._seen[key] = None
+            while len(self._seen) > REMEMBERED:
+                self._seen.popitem(last=False)
+        return True
+
+    def _forget(self, delivery: str, body: bytes) -> None:
+        with self._lock:
+            self._seen.pop(f"b:{hashlib.sha256(body).hexdigest()}", None)
+            self._seen.pop(f"d:{delivery}", None)
+
+    def _refuse(
+        self, status: int, event: str, action: str, result: str, *, delivery: str, reason: str
+    ) -> Answer:
+        self._metrics.webhook_events.labels(event, action, result).inc()
+        now = time.monotonic()
+        with self._lock:
+            loud = now - self._logged.get(result, -LOG_EVERY) >= LOG_EVERY
+            if loud:
+                self._logged[result] = now
+        log.log(
+            logging.WARNING if loud else logging.DEBUG,
+            "webhook delivery %s refused (%d %s): %s",
+            delivery,
+            status,
+            result,
+            reason,
+        )
+        return Answer(status, f"{result}\n".encode())

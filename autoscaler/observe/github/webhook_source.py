@@ -1,0 +1,159 @@
+"""A JobSource fed by ``workflow_job`` webhooks, with the poll as its reconcile.
+
+Every ``observe`` first applies what the listener queued (:class:`WebhookReceiver`) to
+the :class:`JobIndex`, then either
+
+- **reconciles**: runs the wrapped source's full poll, makes the index what GitHub
+  lists and counts each difference (``webhook_reconcile_corrections_total{kind}``).
+  That happens at the first tick, every ``reconcile_interval``, and at *every* tick
+  while no delivery has arrived for longer than ``reconcile_interval`` (webhooks that
+  stopped are polling as before, not a blind controller); or
+- **answers from the index**: the jobs the webhooks told of, and the runners of the
+  last poll, each runner's ``busy`` taken from the ``in_progress``/``completed`` events
+  since. No request reaches GitHub: this is where the rate limit is saved.
+
+A failed reconcile raises like a failed poll (the tick keeps its last picture; readiness
+and "GitHub unreachable" work as without webhooks) and is tried again at the next tick
+at most once per ``poll_interval``.
+
+The index outlives a failed poll and is read on the tick's thread only; the listener
+reaches it solely through the receiver's queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from autoscaler.config import WebhookConfig
+from autoscaler.domain import JobStatus, Observation, Runner
+from autoscaler.errors import TransientError
+from autoscaler.observe.github.webhook_index import JobIndex, Outcome
+from autoscaler.observe.github.webhook_receiver import Delivery, WebhookReceiver
+from autoscaler.ports import JobSource
+from autoscaler.telemetry import Metrics
+
+log = logging.getLogger("autoscaler.observe.github.webhooks")
+
+
+class WebhookSource:
+    """JobSource: the index between reconciles, the wrapped source's poll at them."""
+
+    def __init__(
+        self,
+        inner: JobSource,
+        receiver: WebhookReceiver,
+        config: WebhookConfig,
+        metrics: Metrics,
+        *,
+        poll_interval: float,
+        index: JobIndex | None = None,
+    ) -> None:
+        self.inner = inner
+        self.receiver = receiver
+        self.index = index if index is not None else JobIndex()
+        self._interval = timedelta(seconds=config.reconcile_interval)
+        self._retry = timedelta(seconds=poll_interval)
+        self._metrics = metrics
+        self._base: Observation | None = None
+        self._reconciled_at: datetime | None = None
+        self._failed_at: datetime | None = None
+        #: Queued events applied (job id -> when received), for the reaction histogram.
+        self.queued_received: dict[int, datetime] = {}
+
+    def __repr__(self) -> str:
+        return f"WebhookSource(inner={self.inner!r})"
+
+    # --- JobSource
+    def observe(self, now: datetime) -> Observation:
+        self.apply(self.receiver.drain(), now)
+        reason = self.reconcile_reason(now)
+        if reason is None and self._base is not None:
+            return self._from_index(now, self._base)
+        if self._failed_at is not None and now - self._failed_at < self._retry:
+            raise TransientError("GitHub reconcile poll failed; retried within a poll interval")
+        try:
+            observation = self.inner.observe(now)
+        except Exception:
+            self._failed_at = now
+            raise
+        self._failed_at = None
+        corrections = self.index.replace(observation.jobs, now)
+        for kind, count in corrections.items():
+            self._metrics.webhook_reconcile_corrections.labels(kind).inc(count)
+        self._metrics.webhook_reconciles.labels(reason or "interval").inc()
+        if any(corrections.values()):
+            log.info(
+                "webhook reconcile (%s) corrected the index: %s",
+                reason,
+                ", ".join(f"{n} {kind}" for kind, n in corrections.items() if n),
+            )
+        self._base, self._reconciled_at = observation, now
+        self._forget_reactions()
+        return replace(observation, jobs=self.index.jobs())
+
+    def remove_runner(self, runner_id: int) -> None:
+        self.inner.remove_runner(runner_id)
+
+    def find_runner(self, name: str) -> Runner | None:
+        return self.inner.find_runner(name)
+
+    # --- the parts
+    def apply(self, deliveries: list[Delivery], now: datetime) -> None:
+        """Apply queued deliveries in arrival order; count each outcome."""
+        for delivery in deliveries:
+            event = delivery.event
+            outcome = self.index.apply(event, now)
+            self._metrics.webhook_events.labels("workflow_job", event.action, outcome.value).inc()
+            if outcome is Outcome.ACCEPTED and event.job.status is JobStatus.QUEUED:
+                self.queued_received[event.job.id] = delivery.received_at
+        if deliveries:
+            self._metrics.webhook_last_event.set(deliveries[-1].received_at.timestamp())
+
+    def reconcile_reason(self, now: datetime) -> str | None:
+        """Why this tick must poll GitHub (None: the index answers)."""
+        if self._reconciled_at is None:
+            return "start"
+        last = self.index.last_event_at
+        if last is None or now - last > self._interval:
+            return "silent"
+        if now - self._reconciled_at >= self._interval:
+            return "interval"
+        return None
+
+    def due_in(self, now: datetime) -> float | None:
+        """Seconds until the next reconcile is due, so the loop wakes for it (a woken tick
+        must not push it back a whole poll interval); None when the poll interval rules
+        (no reconcile yet, webhooks silent, or one already due and retried)."""
+        if self._reconciled_at is None or self.reconcile_reason(now) is not None:
+            return None
+        return (self._reconciled_at + self._interval - now).total_seconds()
+
+    def _from_index(self, now: datetime, base: Observation) -> Observation:
+        busy = self.index.busy_runners()
+        since = self._reconciled_at
+        freed = {
+            c.runner_name
+            for c in self.index.completions()
+            if c.runner_name and since is not None and c.received_at >= since
+        }
+        runners = tuple(
+            replace(r, busy=r.name in busy or (r.busy and r.name not in freed))
+            for r in base.runners
+        )
+        return Observation(
+            observed_at=now,
+            jobs=self.index.jobs(),
+            runners=runners,
+            skipped_runners=base.skipped_runners,
+            clock_skew_seconds=base.clock_skew_seconds,
+        )
+
+    def _forget_reactions(self) -> None:
+        """Drop reaction start times of jobs no longer queued (they will never be asked)."""
+        self.queued_received = {
+            job_id: at
+            for job_id, at in self.queued_received.items()
+            if (job := self.index.get(job_id)) is not None and job.status is JobStatus.QUEUED
+        }
