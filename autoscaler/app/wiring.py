@@ -101,7 +101,9 @@ def build_runtime(
         source = github
 
     hooks = None
-    polled = source  # job retry reads completed jobs and re-runs through the poll's source
+    # Job retry (reads completed jobs, re-runs) and ephemeral registration (generate-jitconfig)
+    # go through the poll's source: the webhook wrapper only observes.
+    polled = source
     if webhooks and config.webhook is not None:
         from autoscaler.app.webhooks import attach  # noqa: PLC0415
 
@@ -134,7 +136,7 @@ def build_runtime(
         acting: RunnerPool = RecordingPool(pool, events, utc_now)
         if backend.fence is not None:
             acting = FencedPool(acting, backend.fence)
-        registrar, parameters = _ephemeral_ports(config, metrics, source, parameters)
+        registrar, parameters = _ephemeral_ports(config, metrics, polled, parameters)
         scaler = Scaler(
             acting,
             runners,

@@ -9,7 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.app.wiring import build_runtime
-from autoscaler.config import Config, StateConfig
+from autoscaler.config import Config, StateConfig, WebhookConfig
+from autoscaler.config.secrets import Secret
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
 from tests.unit.jit_fakes import FakeParameters, FakeRegistrar
@@ -61,3 +62,27 @@ def test_persistent_types_get_none() -> None:
 def test_a_source_that_cannot_register_runners_is_refused_at_start() -> None:
     with pytest.raises(ValueError, match="register runners"):
         scaler_of("ephemeral", FakeSource())
+
+
+def test_with_webhooks_an_ephemeral_type_still_registers_through_the_poll() -> None:
+    """Regression (issues 10 and 17 merged): with a webhook section the source is the
+    webhook wrapper, which only observes; the wiring asked it for generate-jitconfig and
+    refused to start ("needs a source that can register runners"), so `make demo`
+    crashed. Registration goes through the poll's source, as job retry does."""
+    source = RegisteringSource()
+    c = replace(cfg("ephemeral"), webhook=WebhookConfig(secret=Secret("s3cret")))
+    runtime = build_runtime(
+        c,
+        Metrics(CollectorRegistry()),
+        source=source,
+        pool=FakePool({POOL: pool(POOL)}),
+        parameters=FakeParameters(),
+        webhooks=True,
+    )
+    try:
+        assert runtime.webhooks is not None
+        scaler = runtime.controller.scaler
+        assert isinstance(scaler, Scaler) and scaler.ephemeral is not None
+        assert scaler.ephemeral.registrar is source
+    finally:
+        runtime.close()
