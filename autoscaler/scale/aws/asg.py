@@ -35,7 +35,6 @@ from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
-from botocore.exceptions import BotoCoreError, ClientError
 
 from autoscaler.config import AwsConfig
 from autoscaler.domain import (
@@ -46,7 +45,7 @@ from autoscaler.domain import (
     ScalingActivity,
 )
 from autoscaler.scale.aws.activities import CAPACITY, classify_activity
-from autoscaler.scale.aws.errors import translate
+from autoscaler.scale.aws.calls import aws_call
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -153,28 +152,8 @@ class AwsAsgPool:
         self.metrics.clock_skew.labels("aws").set(self._skew)
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """One AWS call, timed and counted by operation and error code, errors translated,
-        AWS's clock read from the answer."""
-        started = time.perf_counter()
-        code = ""
-        try:
-            result = fn(**kwargs)
-            if isinstance(result, Mapping):
-                self._measure(result)
-            return result
-        except Exception as exc:  # the SDK's edge: whatever it raises is translated
-            if isinstance(exc, ClientError):
-                self._measure(exc.response)
-            error = translate(exc, operation)
-            code = error.code
-            if not isinstance(exc, ClientError | BotoCoreError):
-                log.warning("AWS %s: %s inside the SDK call", operation, type(exc).__name__)
-            raise error from None
-        finally:
-            self.metrics.aws_calls.labels(operation, code).inc()
-            self.metrics.aws_call_duration.labels(operation, code).observe(
-                time.perf_counter() - started
-            )
+        """One AWS call (:func:`aws_call`), AWS's clock read from every answer."""
+        return aws_call(self.metrics, operation, fn, answered=self._measure, **kwargs)
 
     def describe(self, names: Sequence[str]) -> dict[str, PoolState]:
         groups: list[dict[str, Any]] = []

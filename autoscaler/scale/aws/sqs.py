@@ -10,17 +10,15 @@ its errors are translated at this edge (:mod:`autoscaler.scale.aws.errors`).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 
 from autoscaler.config import AwsConfig
 from autoscaler.scale.aws.asg import boto_config
-from autoscaler.scale.aws.errors import translate
+from autoscaler.scale.aws.calls import aws_call
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -67,21 +65,7 @@ class SqsInterruptionQueue:
         return f"SqsInterruptionQueue({self.queue_url!r})"
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        code = ""
-        try:
-            return fn(**kwargs)
-        except Exception as exc:  # the SDK's edge
-            error = translate(exc, operation)
-            code = error.code
-            if not isinstance(exc, ClientError | BotoCoreError):
-                log.warning("AWS %s: %s inside the SDK call", operation, type(exc).__name__)
-            raise error from None
-        finally:
-            self.metrics.aws_calls.labels(operation, code).inc()
-            self.metrics.aws_call_duration.labels(operation, code).observe(
-                time.perf_counter() - started
-            )
+        return aws_call(self.metrics, operation, fn, **kwargs)
 
     def receive(self, wait_seconds: float, max_messages: int = MAX_BATCH) -> list[QueueMessage]:
         answer = self._call(

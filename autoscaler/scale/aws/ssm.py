@@ -21,16 +21,16 @@ included). Values never reach a log line, a metric or an exception.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from autoscaler.config import AwsConfig
 from autoscaler.config.secrets import Secret
 from autoscaler.scale.aws.asg import boto_config
+from autoscaler.scale.aws.calls import aws_call
 from autoscaler.scale.aws.errors import client_error_code, translate
 from autoscaler.telemetry import Metrics
 
@@ -113,36 +113,28 @@ class SsmParameters:
             kwargs["NextToken"] = token
 
     def _call(self, operation: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """One SSM call, counted and timed by operation and error code, errors translated
-        (the two codes the methods handle themselves are raised as markers)."""
-        started = time.perf_counter()
-        code = ""
-        try:
-            return fn(**kwargs)
-        except Exception as exc:  # the SDK's edge: whatever it raises is translated
-            if isinstance(exc, ClientError):
-                found, _ = client_error_code(exc)
-                if found == _EXISTS:
-                    code = found
-                    raise _Exists from None
-                if found == _NOT_FOUND:
-                    code = found
-                    raise _NotFound from None
-            error = translate(exc, operation)
-            code = error.code
-            if not isinstance(exc, ClientError | BotoCoreError):
-                log.warning("AWS %s: %s inside the SDK call", operation, type(exc).__name__)
-            raise error from None
-        finally:
-            self.metrics.aws_calls.labels(operation, code).inc()
-            self.metrics.aws_call_duration.labels(operation, code).observe(
-                time.perf_counter() - started
-            )
+        """One SSM call (:func:`aws_call`); the two codes the methods handle themselves
+        are raised as markers."""
+        return aws_call(self.metrics, operation, fn, translate_error=_translate, **kwargs)
+
+
+def _translate(exc: Exception, operation: str) -> Exception:
+    if isinstance(exc, ClientError):
+        found, _ = client_error_code(exc)
+        if found == _EXISTS:
+            return _Exists()
+        if found == _NOT_FOUND:
+            return _NotFound()
+    return translate(exc, operation)
 
 
 class _Exists(Exception):
     """PutParameter without Overwrite found the name taken (handled inside the adapter)."""
 
+    code = _EXISTS
+
 
 class _NotFound(Exception):
     """DeleteParameter found nothing (handled inside the adapter: success)."""
+
+    code = _NOT_FOUND
