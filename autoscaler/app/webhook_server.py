@@ -14,11 +14,11 @@ answer goes out in milliseconds whatever the tick is doing. At most ``max_connec
 are open; past that a new connection is closed at once (GitHub retries nothing, the
 reconcile counts the job).
 
-A ``GET`` of the path answers 405 (POST only) on the controller that acts and 503 on a
-follower (``state.backend: dynamodb`` runs two): the terraform module's ALB health check
-expects 405, so deliveries reach the leader, whose index scales. A delivery that reaches
-a follower anyway (during a takeover) is taken into its index too and counted by the new
-leader's reconcile at worst.
+A ``GET`` of the path answers 405 (POST only): the terraform module's ALB health check
+expects it. With two controllers (``state.backend: dynamodb``) both serve: the job index
+lives in the state table, a delivery that reaches a follower is written there and the
+leader's next tick (woken at once by its watch) reads it. ``serving`` can still make a
+GET answer 503 (a controller that must take no deliveries); ``run`` does not use it.
 """
 
 from __future__ import annotations
@@ -54,9 +54,8 @@ class WebhookServer:
         serving: Callable[[], bool] = lambda: True,
     ) -> None:
         self.receiver = receiver
-        #: False on a follower controller (another holds the leader lease): a GET of the
-        #: path answers 503 instead of 405, so a load balancer's health check sends the
-        #: deliveries to the leader only (its index is the one that acts).
+        #: False: a GET of the path answers 503 instead of 405, so a load balancer's
+        #: health check sends no deliveries here (``run`` serves on every replica).
         self.serving = serving
         self.metrics = metrics
         self.max_connections = max_connections

@@ -107,7 +107,17 @@ def build_runtime(
     if webhooks and config.webhook is not None:
         from autoscaler.app.webhooks import attach  # noqa: PLC0415
 
-        hooks = attach(config, metrics, source)
+        # The job index lives in the state store: any replica writes what it receives, the
+        # leader reads it every tick, a new leader starts with it.
+        lease = backend.lease
+        hooks = attach(
+            config,
+            metrics,
+            source,
+            store=store,
+            acting=(lambda: True) if lease is None else lease.acting,
+            shared=lease is not None,
+        )
         source = hooks.source
 
     deliverer = Deliverer.from_config(
