@@ -162,6 +162,7 @@ def attach(
     store: JobIndexStore | None = None,
     acting: Callable[[], bool] = lambda: True,
     shared: bool = False,
+    clock: Callable[[], datetime] = _utc_now,
 ) -> Webhooks:
     """Wrap ``source`` so ticks read the webhook index between reconciles; with ``store``
     the index lives there (every replica writes what it receives, ticks read it back);
@@ -170,7 +171,7 @@ def attach(
     if hook is None:
         raise ValueError("no webhook section")
     wake = Wakeup(hook.debounce)
-    receiver = WebhookReceiver(hook, metrics, on_event=wake.notify, store=store)
+    receiver = WebhookReceiver(hook, metrics, on_event=wake.notify, store=store, clock=clock)
     wrapped = WebhookSource(
         source,
         receiver,

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
@@ -117,6 +118,7 @@ def build_runtime(
             store=store,
             acting=(lambda: True) if lease is None else lease.acting,
             shared=lease is not None,
+            clock=lambda: datetime.fromtimestamp(wall_clock(), UTC),  # when it was received
         )
         source = hooks.source
 
