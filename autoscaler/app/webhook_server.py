@@ -17,8 +17,7 @@ reconcile counts the job).
 A ``GET`` of the path answers 405 (POST only): the terraform module's ALB health check
 expects it. With two controllers (``state.backend: dynamodb``) both serve: the job index
 lives in the state table, a delivery that reaches a follower is written there and the
-leader's next tick (woken at once by its watch) reads it. ``serving`` can still make a
-GET answer 503 (a controller that must take no deliveries); ``run`` does not use it.
+leader's next tick (woken at once by its watch) reads it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import asyncio
 import logging
 import socket
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from autoscaler.app.httpserver import MAX_HEAD, Response, parse_head
@@ -51,12 +49,8 @@ class WebhookServer:
         header_timeout: float = 10.0,
         body_timeout: float = 10.0,
         workers: int = 2,
-        serving: Callable[[], bool] = lambda: True,
     ) -> None:
         self.receiver = receiver
-        #: False: a GET of the path answers 503 instead of 405, so a load balancer's
-        #: health check sends no deliveries here (``run`` serves on every replica).
-        self.serving = serving
         self.metrics = metrics
         self.max_connections = max_connections
         self.header_timeout = header_timeout
@@ -126,8 +120,6 @@ class WebhookServer:
         if request.path != PATH:
             return Response(404, b"not found\n")
         if request.method != "POST":
-            if not self.serving():
-                return Response(503, b"not the leader: deliveries go to the leader\n")
             return Response(405, b"method not allowed\n", headers={"Allow": "POST"})
         length = request.headers.get("content-length", "")
         if not length.isdigit() or "transfer-encoding" in request.headers:
