@@ -6,7 +6,7 @@ Narrow and owned by its users: the alert stage and its delivery workers
 back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`),
 the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`) and ephemeral
 runners' JIT ledger (:class:`~autoscaler.scale.ephemeral.JitLedgerStore`).
-A backend implements all four plus :meth:`StateStore.close`. Every method raises only
+A backend implements all of them plus :meth:`StateStore.close`. Every method raises only
 :class:`autoscaler.errors.StateError` (the backend translates its vendor's errors);
 :class:`autoscaler.errors.NotLeaderError` when a write is fenced off because this
 controller is not (or no longer) the leader.
