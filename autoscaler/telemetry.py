@@ -411,7 +411,7 @@ class Metrics:
         self.webhook_events = Counter(
             P + "webhook_events_total",
             "Webhook deliveries by event, action and result (accepted, duplicate, stale, "
-            "bad_signature, ignored, too_large, invalid, queue_full).",
+            "bad_signature, ignored, too_large, invalid, queue_full, store_error).",
             ["event", "action", "result"],
             registry=r,
         )
@@ -425,6 +425,13 @@ class Metrics:
         self.webhook_last_event = Gauge(
             P + "webhook_last_event_timestamp_seconds",
             "Unix time of the last verified workflow_job delivery applied.",
+            registry=r,
+        )
+        self.webhook_store_errors = Counter(
+            P + "webhook_store_errors_total",
+            "Webhook job index operations on the state store that failed, by operation "
+            "(record: the delivery was answered 503; load, reconcile, watch) and error code.",
+            ["operation", "code"],
             registry=r,
         )
         self.webhook_reconciles = Counter(

@@ -9,7 +9,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import failover, github_budget, github_poll, job_retry, scaling, state_requests, webhooks
+from bench import (
+    failover,
+    github_budget,
+    github_poll,
+    index_requests,
+    job_retry,
+    scaling,
+    state_requests,
+    webhooks,
+)
 
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
@@ -17,6 +26,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "scaling": scaling.run,
     "failover": failover.run,
     "state_requests": state_requests.run,
+    "index_requests": index_requests.run,
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
 }

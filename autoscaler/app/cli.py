@@ -157,7 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 metrics,
                 hooks.config.listen_host,
                 hooks.config.listen_port,
-                serving=controller.acting,  # a follower's GET answers 503: no deliveries
+                # Both serve (the ALB's health check passes on both): a delivery to a
+                # follower is written to the shared job index the leader reads.
             )
         except OSError as exc:  # the port is taken or not ours: say so, not a traceback
             log.error(
@@ -178,6 +179,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if runtime.keeper is not None:
         runtime.keeper.on_acquired = wake.set  # a new leader acts at once
         runtime.keeper.start()
+    if hooks is not None and hooks.watcher is not None:
+        hooks.watcher.start()  # the leader ticks at once for a follower's queued delivery
     log.info(
         "ci-autoscaler %s watching %s every %gs%s",
         __version__,
@@ -199,6 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if listener is not None:
             listener.stop()
+        if hooks is not None and hooks.watcher is not None:
+            hooks.watcher.stop()
         server.stop()
         runtime.close()
         log.info("stopped")

@@ -14,11 +14,10 @@ answer goes out in milliseconds whatever the tick is doing. At most ``max_connec
 are open; past that a new connection is closed at once (GitHub retries nothing, the
 reconcile counts the job).
 
-A ``GET`` of the path answers 405 (POST only) on the controller that acts and 503 on a
-follower (``state.backend: dynamodb`` runs two): the terraform module's ALB health check
-expects 405, so deliveries reach the leader, whose index scales. A delivery that reaches
-a follower anyway (during a takeover) is taken into its index too and counted by the new
-leader's reconcile at worst.
+A ``GET`` of the path answers 405 (POST only): the terraform module's ALB health check
+expects it. With two controllers (``state.backend: dynamodb``) both serve: the job index
+lives in the state table, a delivery that reaches a follower is written there and the
+leader's next tick (woken at once by its watch) reads it.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import asyncio
 import logging
 import socket
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from autoscaler.app.httpserver import MAX_HEAD, Response, parse_head
@@ -51,13 +49,8 @@ class WebhookServer:
         header_timeout: float = 10.0,
         body_timeout: float = 10.0,
         workers: int = 2,
-        serving: Callable[[], bool] = lambda: True,
     ) -> None:
         self.receiver = receiver
-        #: False on a follower controller (another holds the leader lease): a GET of the
-        #: path answers 503 instead of 405, so a load balancer's health check sends the
-        #: deliveries to the leader only (its index is the one that acts).
-        self.serving = serving
         self.metrics = metrics
         self.max_connections = max_connections
         self.header_timeout = header_timeout
@@ -127,8 +120,6 @@ class WebhookServer:
         if request.path != PATH:
             return Response(404, b"not found\n")
         if request.method != "POST":
-            if not self.serving():
-                return Response(503, b"not the leader: deliveries go to the leader\n")
             return Response(405, b"method not allowed\n", headers={"Allow": "POST"})
         length = request.headers.get("content-length", "")
         if not length.isdigit() or "transfer-encoding" in request.headers:

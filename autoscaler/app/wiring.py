@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
@@ -107,7 +108,18 @@ def build_runtime(
     if webhooks and config.webhook is not None:
         from autoscaler.app.webhooks import attach  # noqa: PLC0415
 
-        hooks = attach(config, metrics, source)
+        # The job index lives in the state store: any replica writes what it receives, the
+        # leader reads it every tick, a new leader starts with it.
+        lease = backend.lease
+        hooks = attach(
+            config,
+            metrics,
+            source,
+            store=store,
+            acting=(lambda: True) if lease is None else lease.acting,
+            shared=lease is not None,
+            clock=lambda: datetime.fromtimestamp(wall_clock(), UTC),  # when it was received
+        )
         source = hooks.source
 
     deliverer = Deliverer.from_config(

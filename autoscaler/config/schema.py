@@ -217,7 +217,9 @@ class WebhookConfig:
     is a few tens of KiB)."""
     queue_size: int = 1000
     """Verified deliveries waiting for the tick; when full the listener answers 503, so
-    GitHub marks the delivery failed and the reconcile catches it."""
+    GitHub marks the delivery failed and the reconcile catches it. Only without a state
+    store: ``run`` writes each delivery to the store's job index at once instead (a store
+    that cannot take it: 503 likewise)."""
     debounce: float = 0.2
     """Seconds a queued event waits for more before it wakes the tick: a 100-job matrix
     is one scale-up, not 100."""

@@ -13,7 +13,9 @@ Single-table design (:mod:`autoscaler.state.dynamodb_table` has the schema). Ite
 - a cache entry: ``cache`` / the poll's cache key: ETag, Link, compact record; TTL a week;
 - the job-retry ledger: ``retry`` / ``rerun:repo#job``, ``exhausted:...``, ``denied:repo``
   (JSON; the ledger drops its own entries after three days);
-- reserved: ``job#<shard>`` / job id, the webhook job index (issue 10).
+- the webhook job index: ``job#<shard>`` / job id (rank, the job or its completion as
+  JSON, when received; TTL hours to days), and ``job-wake`` / ``wake`` (a counter every
+  accepted ``queued`` event bumps): :mod:`autoscaler.state.dynamodb_jobs`.
 
 Every fenced item also carries ``written_epoch`` and ``written_at`` (wall time), for
 people reading the table and for the tests that check who wrote what when.
@@ -35,11 +37,11 @@ ETag cache, read once at start). Alert states are diffed against what the last
 baseline is what the table holds. The ETag cache is the leader's to persist: a follower's
 ``save_poll_cache`` keeps its cache in memory and writes nothing.
 
-**The webhook job index** (issue 10) belongs here as ``job#<shard>`` partitions. Its writes
-are the exception to fencing: any replica that receives a webhook records it (the leader
-reads them), so they are unfenced single-item puts made idempotent by a condition on the
-job's progress (``attribute_not_exists(pk) OR progress < :progress``), with a TTL.
-:meth:`DynamoTable.put_if` is that call.
+**The webhook job index** (issue 10) lives here as ``job#<shard>`` partitions. Its event
+writes are the exception to fencing: any replica that receives a webhook records it (the
+leader reads them), so they are unfenced single-item writes made idempotent by a condition
+on the job's rank (:mod:`autoscaler.state.dynamodb_jobs`), with a TTL. The reconcile's
+replacement of the index is the leader's and fenced like its other writes.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ from typing import Any
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
 from autoscaler.errors import NotLeaderError, StateUnavailableError, StateUnusableError
+from autoscaler.observe.github.webhook_rows import IndexRow, Outcome
 from autoscaler.scale.memory import PoolMemory
+from autoscaler.state.dynamodb_jobs import DynamoJobIndex
 from autoscaler.state.dynamodb_table import (
     MAX_ITEM_BYTES,
     MAX_TRANSACTION_BYTES,
@@ -167,6 +171,7 @@ class DynamoStore:
         self._lock = threading.Lock()
         self._baseline: dict[str, str] | None = None
         self._closed = False
+        self._jobs = DynamoJobIndex(table, self._write_each)
 
     def close(self) -> None:
         self._closed = True
@@ -468,3 +473,31 @@ class DynamoStore:
         groups = [_Group([self._put(RETRY, k, {"value": S(v)}, epoch)]) for k, v in put.items()]
         groups += [_Group([self._delete(RETRY, k)]) for k in drop]
         self._write("save_job_retries", groups)
+
+    # --- the webhook job index (autoscaler.observe.github.webhook_rows.JobIndexStore)
+
+    def _write_each(self, operation: str, actions: Sequence[dict[str, Any]]) -> None:
+        """Fenced, each action optional (its condition failing: a newer event won)."""
+        groups = [
+            _Group(
+                [_Action(a, optional=True, size=item_size(a["Put"]["Item"]) if "Put" in a else 64)]
+            )
+            for a in actions
+        ]
+        self._write(operation, groups)
+
+    def record_job_event(self, row: IndexRow) -> Outcome:
+        """Any replica's, unfenced: an observation, idempotent by its condition."""
+        self._open("record_job_event")
+        return self._jobs.record(row)
+
+    def load_job_index(self, now: float) -> list[IndexRow]:
+        self._open("load_job_index")
+        return self._jobs.load(now)
+
+    def reconcile_job_index(self, put: Sequence[IndexRow], drop: Sequence[IndexRow]) -> None:
+        self._jobs.reconcile(put, drop)
+
+    def job_index_version(self) -> str | None:
+        self._open("job_index_version")
+        return self._jobs.version()

@@ -6,15 +6,17 @@ Narrow and owned by its users: the alert stage and its delivery workers
 back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`),
 the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`) and ephemeral
 runners' JIT ledger (:class:`~autoscaler.scale.ephemeral.JitLedgerStore`).
-A backend implements all four plus :meth:`StateStore.close`. Every method raises only
+A backend implements all of them plus :meth:`StateStore.close`. Every method raises only
 :class:`autoscaler.errors.StateError` (the backend translates its vendor's errors);
 :class:`autoscaler.errors.NotLeaderError` when a write is fenced off because this
 controller is not (or no longer) the leader.
 
-The webhook job index (issue 10) is the next user: a ``JobIndexStore`` port owned by
-``observe/github/webhooks.py``, implemented beside these. Unlike everything here its writes
-are not the leader's alone (any replica behind the load balancer records the events it
-receives), so they are unfenced, idempotent upserts (see :mod:`autoscaler.state.dynamodb`).
+The webhook job index (issue 10) is the sixth user: the
+:class:`~autoscaler.observe.github.webhook_rows.JobIndexStore` port owned by the webhook
+source. Unlike everything here its event writes are not the leader's alone (any replica
+behind the load balancer records the events it receives), so they are unfenced writes made
+idempotent by their condition (:mod:`autoscaler.state.dynamodb_jobs`); the reconcile's
+changes are the leader's.
 
 :class:`Leadership` is what the controller asks before a tick acts, and :class:`ActionGate`
 what an action (a scale call, a notification) asks right before it happens.
@@ -28,6 +30,7 @@ from typing import Protocol
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
 from autoscaler.observe.github.cache import PollCacheStore
+from autoscaler.observe.github.webhook_rows import JobIndexStore
 from autoscaler.retry.ledger import JobRetryStore
 from autoscaler.scale.ephemeral import JitLedgerStore
 from autoscaler.scale.memory import ScalingMemoryStore
@@ -79,7 +82,13 @@ class AlertStore(Protocol):
 
 
 class StateStore(
-    AlertStore, PollCacheStore, ScalingMemoryStore, JobRetryStore, JitLedgerStore, Protocol
+    AlertStore,
+    PollCacheStore,
+    ScalingMemoryStore,
+    JobRetryStore,
+    JitLedgerStore,
+    JobIndexStore,
+    Protocol,
 ):
     """Everything that must survive a restart, in one backend."""
 

@@ -40,6 +40,7 @@ from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
 from autoscaler.alerting.rules import Evaluation
 from autoscaler.config import StateConfig
 from autoscaler.errors import StateUnusableError
+from autoscaler.observe.github.webhook_rows import IndexRow, Outcome, decide, poll_may_write
 from autoscaler.scale.memory import PoolMemory
 from autoscaler.state.port import OutboxItem
 from autoscaler.state.sqlite_errors import translate
@@ -84,6 +85,14 @@ CREATE TABLE IF NOT EXISTS pools (
 CREATE TABLE IF NOT EXISTS jit_records (
     instance_id TEXT PRIMARY KEY,
     record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_index (
+    job_id INTEGER PRIMARY KEY,
+    rank INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    via TEXT NOT NULL,
+    expires_at REAL NOT NULL
 );
 """
 
@@ -339,3 +348,52 @@ class SqliteStore:
             self._db.executemany(
                 "INSERT OR REPLACE INTO job_retries (key, value) VALUES (?, ?)", list(put.items())
             )
+
+    # --- the webhook job index (autoscaler.observe.github.webhook_rows.JobIndexStore)
+    # One process per file: the lock makes each read-decide-write atomic, which is all the
+    # ordering rules need here (DynamoDB, shared by replicas, puts them in its conditions).
+    def _job_row(self, job_id: int) -> IndexRow | None:
+        row = self._db.execute(
+            "SELECT job_id, rank, data, received_at, via FROM job_index WHERE job_id = ?",
+            (job_id,),
+        ).fetchone()
+        return None if row is None else IndexRow(int(row[0]), int(row[1]), row[2], row[3], row[4])
+
+    def _put_job_row(self, row: IndexRow) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO job_index VALUES (?, ?, ?, ?, ?, ?)",
+            (row.job_id, row.rank, row.data, row.received_at, row.via, row.expires_at),
+        )
+
+    @_operation("record_job_event")
+    def record_job_event(self, row: IndexRow) -> Outcome:
+        with self._db:
+            outcome = decide(self._job_row(row.job_id), row)
+            if outcome is Outcome.ACCEPTED:
+                self._put_job_row(row)
+        return outcome
+
+    @_operation("load_job_index")
+    def load_job_index(self, now: float) -> list[IndexRow]:
+        """The rows not expired; the expired ones are pruned on the way (the index never
+        grows past what the last few hours delivered)."""
+        with self._db:
+            self._db.execute("DELETE FROM job_index WHERE expires_at < ?", (now,))
+        rows = self._db.execute(
+            "SELECT job_id, rank, data, received_at, via FROM job_index ORDER BY job_id"
+        ).fetchall()
+        return [IndexRow(int(i), int(r), d, t, v) for i, r, d, t, v in rows]
+
+    @_operation("reconcile_job_index")
+    def reconcile_job_index(self, put: Sequence[IndexRow], drop: Sequence[IndexRow]) -> None:
+        with self._db:
+            for row in put:
+                if poll_may_write(self._job_row(row.job_id), row):
+                    self._put_job_row(row)
+            self._db.executemany(
+                "DELETE FROM job_index WHERE job_id = ? AND rank = ? AND data = ?",
+                [(r.job_id, r.rank, r.data) for r in drop],
+            )
+
+    def job_index_version(self) -> str | None:
+        return None  # one process per file: its own receiver wakes its own tick

@@ -264,19 +264,17 @@ def test_headers_the_fake_would_not_send_are_bounded_labels(
     assert counted(metrics, "other", "none", "bad_signature") == 5
 
 
-def test_a_follower_tells_the_load_balancer_to_send_deliveries_elsewhere() -> None:
-    """Two controllers behind the ALB (state.backend: dynamodb): only the leader's index
-    scales, so only the leader passes the health check (GET answers 405 there, 503 on the
-    follower)."""
-    leading = {"now": False}
+def test_a_get_answers_405_for_the_load_balancers_health_check() -> None:
+    """Two controllers behind the ALB (state.backend: dynamodb): the index lives in the
+    table, so the follower takes deliveries too. It answered 503 here so that deliveries
+    went to the leader only (its in-memory index was the one that scaled); now every
+    listener answers the health check's GET with 405 (POST only): alive, no delivery."""
     metrics = fresh_metrics()
     receiver = WebhookReceiver(hook_config(), metrics)
-    server = WebhookServer(receiver, metrics, "127.0.0.1", 0, serving=lambda: leading["now"])
+    server = WebhookServer(receiver, metrics, "127.0.0.1", 0)
     server.start()
     try:
-        url = f"http://127.0.0.1:{server.port}/github/webhook"
-        assert httpx.get(url, timeout=5).status_code == 503
-        leading["now"] = True
-        assert httpx.get(url, timeout=5).status_code == 405
+        answer = httpx.get(f"http://127.0.0.1:{server.port}/github/webhook", timeout=5)
+        assert (answer.status_code, answer.headers["allow"]) == (405, "POST")
     finally:
         server.stop()

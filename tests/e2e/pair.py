@@ -102,6 +102,12 @@ class Controller:
     log: Path
     port: int
     started: float
+    hook_port: int = 0
+    """The webhook listener's port (0: the pair runs without webhooks)."""
+
+    @property
+    def hook_url(self) -> str:
+        return f"http://127.0.0.1:{self.hook_port}/github/webhook"
 
     def lines(self) -> list[str]:
         return self.log.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -139,6 +145,9 @@ class Pair:
     receiver: Receiver
     lease_duration: float = 2.0
     poll_interval: float = 1.0
+    webhook_secret: str | None = None
+    """Set: every controller listens for signed webhooks (``webhook`` section)."""
+    boot_timeout: str = "30s"
     controllers: dict[str, Controller] = field(default_factory=dict)
     stopped: list[Controller] = field(default_factory=list)
     fleet: Fleet | None = None
@@ -146,7 +155,7 @@ class Pair:
     _queueing: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
-    def config(self, name: str, port: int) -> Path:
+    def config(self, name: str, port: int, hook_port: int = 0) -> Path:
         doc: dict[str, Any] = {
             "poll_interval": f"{self.poll_interval:g}s",
             "listen": f"127.0.0.1:{port}",
@@ -157,7 +166,7 @@ class Pair:
                     "labels": CPU,
                     "pools": ["ci-cpu"],
                     "idle_timeout": "2s",
-                    "boot_timeout": "30s",
+                    "boot_timeout": self.boot_timeout,
                 }
             },
             "aws": {
@@ -189,12 +198,19 @@ class Pair:
                 },
             },
         }
+        if self.webhook_secret is not None:
+            doc["webhook"] = {
+                "listen": f"127.0.0.1:{hook_port}",
+                "secret": "${PAIR_WEBHOOK_SECRET}",
+                "reconcile_interval": "5m",
+            }
         path = self.tmp / f"{name}.yaml"
         path.write_text(yaml.safe_dump(doc), encoding="utf-8")
         return path
 
     def start(self, name: str) -> Controller:
         port = free_port()
+        hook_port = free_port() if self.webhook_secret is not None else 0
         log = self.tmp / f"{name}.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -204,13 +220,13 @@ class Pair:
                     "autoscaler",
                     "run",
                     "--config",
-                    str(self.config(name, port)),
+                    str(self.config(name, port, hook_port)),
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=out,
-                env={**os.environ, **AWS_ENV},
+                env={**os.environ, **AWS_ENV, "PAIR_WEBHOOK_SECRET": self.webhook_secret or ""},
             )
-        c = Controller(name, proc, log, port, time.time())
+        c = Controller(name, proc, log, port, time.time(), hook_port)
         self.controllers[name] = c
         return c
 
@@ -391,6 +407,8 @@ def pair(
     table: bool = True,
     lease_duration: float = 2.0,
     poll_interval: float = 1.0,
+    webhook_secret: str | None = None,
+    boot_timeout: str = "30s",
 ) -> Iterator[Pair]:
     """The environment on a fresh moto: the CPU pool, the table (``table``), the fake
     GitHub and the receiver; closed (controllers stopped) at the end."""
@@ -408,12 +426,23 @@ def pair(
     github.start()
     github.add_repo("app")
     receiver = Receiver()
-    p = Pair(tmp, moto, github, receiver, lease_duration, poll_interval)
+    p = Pair(
+        tmp,
+        moto,
+        github,
+        receiver,
+        lease_duration,
+        poll_interval,
+        webhook_secret=webhook_secret,
+        boot_timeout=boot_timeout,
+    )
     try:
         yield p
     finally:
         p.close()
         receiver.stop()
+        if github.webhooks is not None:
+            github.webhooks.close()
         github.stop()
 
 

@@ -23,14 +23,18 @@ six hours, well past GitHub's automatic retries) and at most ``max_remembered`` 
 
 from __future__ import annotations
 
-import enum
+import json
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from autoscaler.domain import Job, JobStatus
+from autoscaler.observe.github.webhook_rows import DONE, EVENT, POLL, IndexRow, Outcome
 from autoscaler.observe.github.webhooks import RANK, WorkflowJobEvent
+
+__all__ = ["CORRECTION_KINDS", "Completion", "JobIndex", "Outcome", "event_row", "poll_row"]
 
 #: Rank of a polled job's status (the poll lists live jobs only).
 _STATUS_RANK = {
@@ -41,14 +45,6 @@ _STATUS_RANK = {
 }
 #: The kinds of reconcile corrections (``ci_autoscaler_webhook_reconcile_corrections_total``).
 CORRECTION_KINDS = ("missed", "status", "gone")
-
-
-class Outcome(enum.Enum):
-    """What applying one event did (the ``result`` label of the events counter)."""
-
-    ACCEPTED = "accepted"
-    DUPLICATE = "duplicate"
-    STALE = "stale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +176,33 @@ class JobIndex:
     def __len__(self) -> int:
         return len(self._live)
 
+    # --- the state store's rows (webhook_rows)
+    def restore(self, rows: Iterable[IndexRow]) -> dict[int, IndexRow]:
+        """Make the index hold exactly the stored rows (what every replica wrote); returns
+        the live rows by job id (the reconcile diffs against them). Delivery ids are not
+        stored: a redelivery is told apart by its content (:func:`.webhook_rows.decide`)."""
+        live: dict[int, _Entry] = {}
+        done: list[Completion] = []
+        last: float | None = None
+        live_rows: dict[int, IndexRow] = {}
+        for row in rows:
+            received = datetime.fromtimestamp(row.received_at, UTC)
+            if row.via == EVENT:
+                last = row.received_at if last is None else max(last, row.received_at)
+            data = json.loads(row.data)
+            if row.rank >= DONE:
+                done.append(_completion(data, received))
+            else:
+                live[row.job_id] = _Entry(row.rank, _job(data), received)
+                live_rows[row.job_id] = row
+        self._live = live
+        self._done = OrderedDict((c.job_id, c) for c in sorted(done, key=lambda c: c.received_at))
+        if last is not None:
+            when = datetime.fromtimestamp(last, UTC)
+            if self.last_event_at is None or when > self.last_event_at:
+                self.last_event_at = when
+        return live_rows
+
     # --- memory
     def _forget(self, now: datetime) -> None:
         horizon = now - self.memory
@@ -191,3 +214,108 @@ class JobIndex:
     def _trim(self, remembered: OrderedDict[int, Completion] | OrderedDict[str, datetime]) -> None:
         while len(remembered) > self.max_remembered:
             remembered.popitem(last=False)
+
+
+# --- rows in the state store (autoscaler.observe.github.webhook_rows)
+
+
+def _iso(t: datetime | None) -> str | None:
+    return None if t is None else t.isoformat()
+
+
+def _time(s: Any) -> datetime | None:
+    return None if s is None else datetime.fromisoformat(str(s))
+
+
+def _job_json(job: Job) -> str:
+    return json.dumps(
+        {
+            "id": job.id,
+            "run_id": job.run_id,
+            "repo": job.repo,
+            "name": job.name,
+            "labels": sorted(job.labels),
+            "status": job.status.value,
+            "created_at": _iso(job.created_at),
+            "started_at": _iso(job.started_at),
+            "has_steps": job.has_steps,
+            "run_completed": job.run_completed,
+            "runner_name": job.runner_name,
+        },
+        sort_keys=True,
+    )
+
+
+def _job(data: dict[str, Any]) -> Job:
+    created = _time(data["created_at"])
+    assert created is not None
+    return Job(
+        id=int(data["id"]),
+        run_id=int(data["run_id"]),
+        repo=str(data["repo"]),
+        name=str(data["name"]),
+        labels=frozenset(data["labels"]),
+        status=JobStatus(data["status"]),
+        created_at=created,
+        started_at=_time(data.get("started_at")),
+        has_steps=bool(data.get("has_steps")),
+        run_completed=bool(data.get("run_completed")),
+        runner_name=data.get("runner_name"),
+    )
+
+
+def event_row(event: WorkflowJobEvent, received_at: datetime) -> IndexRow:
+    """The row a verified event writes (a completion for ``completed``, else the job)."""
+    job = event.job
+    if event.action == "completed":
+        data = json.dumps(
+            {
+                "job_id": job.id,
+                "run_id": job.run_id,
+                "repo": job.repo,
+                "name": job.name,
+                "labels": sorted(job.labels),
+                "conclusion": event.conclusion,
+                "runner_name": job.runner_name,
+                "run_attempt": event.run_attempt,
+                "completed_at": _iso(event.completed_at),
+            },
+            sort_keys=True,
+        )
+    else:
+        data = _job_json(job)
+    return IndexRow(job.id, event.rank, data, received_at.timestamp(), EVENT)
+
+
+def poll_row(job: Job, now: datetime) -> IndexRow:
+    """The row the reconcile writes for a live job GitHub listed."""
+    return IndexRow(job.id, _STATUS_RANK[job.status], _job_json(job), now.timestamp(), POLL)
+
+
+def _completion(data: dict[str, Any], received_at: datetime) -> Completion:
+    return Completion(
+        job_id=int(data["job_id"]),
+        run_id=int(data["run_id"]),
+        repo=str(data["repo"]),
+        name=str(data["name"]),
+        labels=frozenset(data["labels"]),
+        conclusion=data.get("conclusion"),
+        runner_name=data.get("runner_name"),
+        run_attempt=int(data.get("run_attempt", 1)),
+        completed_at=_time(data.get("completed_at")),
+        received_at=received_at,
+    )
+
+
+def reconcile_rows(
+    before: Mapping[int, IndexRow], index: JobIndex, now: datetime
+) -> tuple[list[IndexRow], list[IndexRow]]:
+    """What the store must change after :meth:`JobIndex.replace`: (put, drop). A live job
+    the replace changed is put; a row it dropped is dropped; a row it kept is left."""
+    put: list[IndexRow] = []
+    for job in index.jobs():
+        row = before.get(job.id)
+        if row is None or _job(json.loads(row.data)) != job:
+            put.append(poll_row(job, now))
+    drop = [row for job_id, row in before.items() if index.get(job_id) is None]
+    return put, drop

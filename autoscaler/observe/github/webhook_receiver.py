@@ -20,8 +20,16 @@ malformed / wrong types     400     invalid
 unknown action              422     invalid
 delivery id or body again   409     duplicate
 queue full                  503     queue_full
+state store unreachable     503     store_error
 ``workflow_job`` queued     202     (accepted/stale/duplicate when the tick applies it)
+``workflow_job`` stored     202     accepted/stale/duplicate (the store decides)
 ==========================  ======  ============================
+
+With a state store (``store``; ``run`` always passes one) a verified event is not queued
+for this process: it is written to the store's job index at once, by a conditional write
+that applies the index's ordering rules against whatever another replica wrote
+(:mod:`autoscaler.observe.github.webhook_rows`). The leader reads the index from there, so
+a delivery that reached a follower counts as one that reached the leader.
 
 Labels stay bounded whatever a client sends: ``event`` is ``workflow_job``, ``ping`` or
 ``other``; ``action`` one of GitHub's four, ``none`` or ``other``.
@@ -41,6 +49,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from autoscaler.config import WebhookConfig
+from autoscaler.errors import StateError
+from autoscaler.observe.github.webhook_index import event_row
+from autoscaler.observe.github.webhook_rows import JobIndexStore, Outcome
 from autoscaler.observe.github.webhooks import (
     ACTIONS,
     SIGNATURE_HEADER,
@@ -99,12 +110,16 @@ class WebhookReceiver:
         on_event: Callable[[], None] = lambda: None,
         # ``on_event``: called after a ``queued`` delivery is queued (wakes the tick).
         clock: Callable[[], datetime] = _utc_now,
+        store: JobIndexStore | None = None,
     ) -> None:
         self._secret = config.secret.reveal().encode("utf-8")
         self._max_body = config.max_body_bytes
         self._metrics = metrics
         self._on_event = on_event
         self._clock = clock
+        #: The state store's job index: each delivery is written there at once (by
+        #: whichever replica received it) instead of queued for this process's tick.
+        self._store = store
         self._inbox: queue.Queue[Delivery] = queue.Queue(maxsize=config.queue_size)
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
@@ -161,6 +176,8 @@ class WebhookReceiver:
             return self._refuse(
                 409, event, action, "duplicate", delivery=shown, reason="delivered before"
             )
+        if self._store is not None:
+            return self._record(parsed, event, action, body, delivery=delivery, shown=shown)
         try:
             self._inbox.put_nowait(Delivery(parsed, self._clock()))
         except queue.Full:
@@ -171,6 +188,33 @@ class WebhookReceiver:
         if parsed.action == "queued":
             self._on_event()  # demand: wake the tick (in_progress/completed can wait)
         return Answer(202, b"accepted\n")
+
+    def _record(
+        self,
+        parsed: WorkflowJobEvent,
+        event: str,
+        action: str,
+        body: bytes,
+        *,
+        delivery: str,
+        shown: str,
+    ) -> Answer:
+        """Write the event's row to the state store; the store's answer is the outcome.
+        The store unreachable: 503, so GitHub marks the delivery failed (a redelivery, or
+        the reconcile, catches the job), counted and logged; never raised."""
+        assert self._store is not None
+        try:
+            outcome = self._store.record_job_event(event_row(parsed, self._clock()))
+        except StateError as exc:
+            self._forget(delivery, body)  # GitHub's redelivery must be taken then
+            self._metrics.webhook_store_errors.labels("record", exc.code or "error").inc()
+            return self._refuse(
+                503, event, action, "store_error", delivery=shown, reason=f"state store: {exc}"
+            )
+        self._metrics.webhook_events.labels(event, action, outcome.value).inc()
+        if outcome is Outcome.ACCEPTED and parsed.action == "queued":
+            self._on_event()  # demand: wake this process's tick (the leader's watches)
+        return Answer(202, f"{outcome.value}\n".encode())
 
     def _first(self, delivery: str, body: bytes) -> bool:
         """Remember this delivery id and body; False when either was seen already."""

@@ -18,19 +18,31 @@ at most once per ``poll_interval``.
 
 The index outlives a failed poll and is read on the tick's thread only; the listener
 reaches it solely through the receiver's queue.
+
+**With a state store** (``store``; ``run`` always has one) the listener writes each event
+to the store's job index instead (:class:`WebhookReceiver`), and every ``observe`` first
+reads the whole index back from the store (:meth:`JobIndex.restore`): the leader counts
+the deliveries a follower received, and a follower that takes over starts with the
+leader's index, without waiting for a reconcile. The reconcile's replacement is written
+back (only by the controller that acts: ``acting``), the diff only. A store that cannot be
+read keeps the last index for this tick (counted, logged); one that cannot be written to
+by the reconcile leaves the store as it was until the next reconcile.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from autoscaler.config import WebhookConfig
 from autoscaler.domain import JobStatus, Observation, Runner
-from autoscaler.errors import TransientError
-from autoscaler.observe.github.webhook_index import JobIndex, Outcome
+from autoscaler.errors import StateError, TransientError
+from autoscaler.observe.github.webhook_index import JobIndex, Outcome, reconcile_rows
 from autoscaler.observe.github.webhook_receiver import Delivery, WebhookReceiver
+from autoscaler.observe.github.webhook_rows import EVENT, IndexRow, JobIndexStore
 from autoscaler.ports import JobSource
 from autoscaler.telemetry import Metrics
 
@@ -49,6 +61,8 @@ class WebhookSource:
         *,
         poll_interval: float,
         index: JobIndex | None = None,
+        store: JobIndexStore | None = None,
+        acting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.inner = inner
         self.receiver = receiver
@@ -61,13 +75,21 @@ class WebhookSource:
         self._failed_at: datetime | None = None
         #: Queued events applied (job id -> when received), for the reaction histogram.
         self.queued_received: dict[int, datetime] = {}
+        self.store = store
+        self._acting = acting
+        #: The live rows last read from the store (None: not read yet).
+        self._rows: dict[int, IndexRow] | None = None
+        self._logged_at = -1e9
 
     def __repr__(self) -> str:
         return f"WebhookSource(inner={self.inner!r})"
 
     # --- JobSource
     def observe(self, now: datetime) -> Observation:
-        self.apply(self.receiver.drain(), now)
+        if self.store is None:
+            self.apply(self.receiver.drain(), now)
+        else:
+            self.load(now)
         reason = self.reconcile_reason(now)
         if reason is None and self._base is not None:
             return self._from_index(now, self._base)
@@ -80,6 +102,7 @@ class WebhookSource:
             raise
         self._failed_at = None
         corrections = self.index.replace(observation.jobs, now)
+        self._write_back(now)
         for kind, count in corrections.items():
             self._metrics.webhook_reconcile_corrections.labels(kind).inc(count)
         self._metrics.webhook_reconciles.labels(reason or "interval").inc()
@@ -110,6 +133,60 @@ class WebhookSource:
                 self.queued_received[event.job.id] = delivery.received_at
         if deliveries:
             self._metrics.webhook_last_event.set(deliveries[-1].received_at.timestamp())
+
+    def load(self, now: datetime) -> None:
+        """Read the index from the store (every replica's deliveries); note the queued
+        events that arrived since the last read, for the reaction histogram."""
+        assert self.store is not None
+        try:
+            rows = self.store.load_job_index(now.timestamp())
+        except StateError as exc:
+            self._store_failed("load", exc)
+            return
+        before = self._rows
+        self._rows = self.index.restore(rows)
+        if before is not None:
+            for job_id, row in self._rows.items():
+                old = before.get(job_id)
+                fresh = old is None or old.rank != row.rank or old.data != row.data
+                job = self.index.get(job_id)
+                if (
+                    fresh
+                    and row.via == EVENT
+                    and job is not None
+                    and job.status is JobStatus.QUEUED
+                ):
+                    received = datetime.fromtimestamp(row.received_at, now.tzinfo)
+                    self.queued_received.setdefault(job_id, received)
+        if self.index.last_event_at is not None:
+            self._metrics.webhook_last_event.set(self.index.last_event_at.timestamp())
+
+    def _write_back(self, now: datetime) -> None:
+        """The reconcile's changes to the store (the acting controller's only)."""
+        if self.store is None or self._rows is None or not self._acting():
+            return
+        put, drop = reconcile_rows(self._rows, self.index, now)
+        try:
+            self.store.reconcile_job_index(put, drop)
+        except StateError as exc:
+            self._store_failed("reconcile", exc)
+            return
+        dropped = {row.job_id for row in drop}
+        rows = {i: row for i, row in self._rows.items() if i not in dropped}
+        self._rows = rows | {row.job_id: row for row in put}
+
+    def _store_failed(self, operation: str, exc: StateError) -> None:
+        self._metrics.webhook_store_errors.labels(operation, exc.code or "error").inc()
+        loud = time.monotonic() - self._logged_at >= 60.0
+        if loud:
+            self._logged_at = time.monotonic()
+        log.log(
+            logging.WARNING if loud else logging.DEBUG,
+            "webhook job index: %s on the state store failed (%s); %s",
+            operation,
+            exc,
+            "the last index is used" if operation == "load" else "tried again later",
+        )
 
     def reconcile_reason(self, now: datetime) -> str | None:
         """Why this tick must poll GitHub (None: the index answers)."""

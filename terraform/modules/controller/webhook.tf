@@ -82,9 +82,9 @@ resource "aws_lb_target_group" "webhook" {
   vpc_id      = var.vpc_id
   tags        = local.tags
 
-  # The listener serves POST /github/webhook only; a GET there answers 405 on the leader,
-  # which proves it is up without sending a delivery, and 503 on a follower (two tasks
-  # with the state table): deliveries go to the controller whose index acts.
+  # The listener serves POST /github/webhook only; a GET there answers 405, which proves
+  # it is up without sending a delivery. With the state table both tasks answer so: the
+  # webhook job index lives in the table, a delivery to either is read by the leader.
   health_check {
     path                = "/github/webhook"
     matcher             = "405"

@@ -1,0 +1,213 @@
+"""The webhook job index in the state store (issue 13's last point), both backends.
+
+Before this the index lived in the memory of the process whose listener received the
+delivery: a follower's deliveries never counted (so the follower answered the load
+balancer's health check 503), and a follower that took over started with an empty index
+until its next reconcile. Now every replica writes what it receives to the store with a
+conditional write carrying issue 10's ordering rules, and the leader reads it back.
+
+The rules are checked as tables of event sequences against SQLite and DynamoDB (moto's
+server): the outcome of each write, and what the index holds after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from autoscaler.domain import Job, JobStatus
+from autoscaler.errors import NotLeaderError
+from autoscaler.observe.github.webhook_index import JobIndex, event_row, poll_row
+from autoscaler.observe.github.webhook_rows import DONE_TTL, LIVE_TTL, IndexRow, Outcome
+from autoscaler.observe.github.webhooks import WorkflowJobEvent
+from autoscaler.state.dynamodb import DynamoStore
+from autoscaler.state.dynamodb_table import TTL_ATTRIBUTE
+from autoscaler.state.port import StateStore
+from autoscaler.state.sqlite import SqliteStore
+from tests.adapters.test_state_dynamodb import (  # noqa: F401 (fixtures)
+    dynamo_table,
+    leading_store,
+    lease_on,
+    moto,
+)
+
+T0 = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
+STATUS = {
+    "queued": JobStatus.QUEUED,
+    "waiting": JobStatus.WAITING,
+    "in_progress": JobStatus.IN_PROGRESS,
+    "completed": JobStatus.COMPLETED,
+}
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    if request.param == "sqlite":
+        s: StateStore = SqliteStore(tmp_path / "state.db")
+    else:
+        s = leading_store(request.getfixturevalue("moto"))
+    yield s
+    s.close()
+
+
+def follower_store(endpoint: str) -> DynamoStore:
+    """A replica that does not hold the lease (the leader's is taken by leading_store)."""
+    table = dynamo_table(endpoint)
+    return DynamoStore(table, lease_on(table, "follower"))
+
+
+def event(action: str, job_id: int = 7, *, runner: str | None = None, at: int = 0) -> IndexRow:
+    status = STATUS[action]
+    job = Job(
+        id=job_id,
+        run_id=70,
+        repo="app",
+        name="build",
+        labels=frozenset({"self-hosted", "linux.4xlarge"}),
+        status=status,
+        created_at=T0,
+        started_at=T0 + timedelta(seconds=5) if action in ("in_progress", "completed") else None,
+        runner_name=runner,
+    )
+    e = WorkflowJobEvent(
+        delivery=f"d-{action}-{at}",
+        action=action,
+        job=job,
+        conclusion="success" if action == "completed" else None,
+        completed_at=T0 + timedelta(seconds=9) if action == "completed" else None,
+    )
+    return event_row(e, T0 + timedelta(seconds=at))
+
+
+A, D, S = Outcome.ACCEPTED, Outcome.DUPLICATE, Outcome.STALE
+
+
+@pytest.mark.parametrize(
+    ("sequence", "outcomes", "final"),
+    [
+        pytest.param(["queued", "queued"], [A, D], "queued", id="redelivery-is-a-no-op"),
+        pytest.param(["queued", "in_progress", "completed"], [A, A, A], None, id="in-order"),
+        pytest.param(
+            ["in_progress", "queued"], [A, S], "in_progress", id="older-state-never-moves-back"
+        ),
+        pytest.param(
+            ["completed", "queued", "in_progress"],
+            [A, S, S],
+            None,
+            id="completed-for-an-unseen-job-is-remembered",
+        ),
+        pytest.param(["completed", "completed"], [A, D], None, id="completed-twice"),
+        pytest.param(
+            ["queued", "waiting", "queued"],
+            [A, A, A],
+            "queued",
+            id="same-rank-with-a-changed-job-is-taken",
+        ),
+        pytest.param(
+            ["in_progress", "completed", "in_progress", "queued"],
+            [A, A, S, S],
+            None,
+            id="late-events-after-completed-are-stale",
+        ),
+    ],
+)
+def test_the_ordering_rules_hold_in_the_store(
+    store: StateStore, sequence: list[str], outcomes: list[Outcome], final: str | None
+) -> None:
+    got = [store.record_job_event(event(a, at=i)) for i, a in enumerate(sequence)]
+    assert got == outcomes
+    index = JobIndex()
+    index.restore(store.load_job_index(T0.timestamp()))
+    job = index.get(7)
+    if final is None:
+        assert job is None
+        completion = index.completion(7)
+        assert completion is not None and completion.conclusion == "success"
+    else:
+        assert job is not None and job.status is STATUS[final]
+
+
+def test_a_follower_writes_what_it_receives_and_the_leader_reads_it(moto: str) -> None:  # noqa: F811
+    """No lease needed: an index write is an observation. The same delivery reaching both
+    replicas (a retry through the load balancer) is one row, and the follower's
+    ``queued`` cannot undo the ``in_progress`` the leader wrote."""
+    leader = leading_store(moto)
+    follower = follower_store(moto)
+    assert follower.lease.token() is None
+    assert follower.record_job_event(event("queued", 1)) is A
+    assert leader.record_job_event(event("queued", 1)) is D
+    assert leader.record_job_event(event("in_progress", 2, runner="r-1")) is A
+    assert follower.record_job_event(event("queued", 2)) is S
+    rows = {r.job_id: r for r in leader.load_job_index(T0.timestamp())}
+    assert (rows[1].rank, rows[2].rank) == (0, 1)
+    assert follower.load_job_index(T0.timestamp()) == list(rows.values())
+
+
+def test_the_reconcile_is_the_leaders_and_never_overwrites_a_newer_event(store: StateStore) -> None:
+    """The poll's page may be older than an event: the reconcile's put never lowers a row
+    nor touches a tombstone, and a row it drops is dropped only if nobody rewrote it."""
+    for row in (event("queued", 1), event("in_progress", 2), event("completed", 3)):
+        store.record_job_event(row)
+    stale_listing = [
+        poll_row(replace_status(event("queued", 2)), T0),  # GitHub's page is older
+        poll_row(replace_status(event("queued", 3)), T0),  # a tombstone stays
+        poll_row(replace_status(event("queued", 4)), T0),  # missed by the webhooks
+    ]
+    store.record_job_event(event("in_progress", 5))
+    read = {r.job_id: r for r in store.load_job_index(T0.timestamp())}
+    # job 5 moves on (its runner is named) after the reconcile read it
+    assert store.record_job_event(event("in_progress", 5, runner="r-5", at=1)) is A
+    store.reconcile_job_index(stale_listing, [read[1], read[5]])
+    rows = {r.job_id: r for r in store.load_job_index(T0.timestamp())}
+    assert sorted(rows) == [2, 3, 4, 5]
+    assert (rows[2].rank, rows[3].rank, rows[4].rank, rows[5].rank) == (1, 2, 0, 1)
+
+
+def test_a_follower_cannot_write_the_reconcile(moto: str) -> None:  # noqa: F811
+    leading_store(moto)
+    follower = follower_store(moto)
+    with pytest.raises(NotLeaderError):
+        follower.reconcile_job_index([poll_row(replace_status(event("queued", 4)), T0)], [])
+
+
+def test_old_rows_expire(store: StateStore) -> None:
+    store.record_job_event(event("completed", 1))
+    store.record_job_event(event("queued", 2))
+    assert len(store.load_job_index(T0.timestamp() + DONE_TTL - 10)) == 2
+    assert [r.job_id for r in store.load_job_index(T0.timestamp() + DONE_TTL + 10)] == [2]
+    assert store.load_job_index(T0.timestamp() + LIVE_TTL + 10) == []
+
+
+def test_dynamodb_rows_carry_the_ttl_attribute(moto: str) -> None:  # noqa: F811
+    store = leading_store(moto)
+    store.record_job_event(event("completed", 1))
+    (item,) = store.table.query("job#0")
+    assert int(item[TTL_ATTRIBUTE]["N"]) == int(T0.timestamp()) + DONE_TTL
+
+
+def test_the_wake_up_token_moves_only_for_an_accepted_queued_event(moto: str) -> None:  # noqa: F811
+    leader = leading_store(moto)
+    follower = follower_store(moto)
+    first = leader.job_index_version()
+    follower.record_job_event(event("queued", 1))
+    second = leader.job_index_version()
+    assert second != first
+    follower.record_job_event(event("queued", 1))  # a duplicate
+    follower.record_job_event(event("in_progress", 1))
+    assert leader.job_index_version() == second
+
+
+def test_sqlite_has_no_other_writer_to_watch(tmp_path: Path) -> None:
+    assert SqliteStore(tmp_path / "s.db").job_index_version() is None
+
+
+def replace_status(row: IndexRow) -> Job:
+    """The job a row holds (the poll lists jobs, not rows)."""
+    index = JobIndex()
+    index.restore([row])
+    job = index.get(row.job_id)
+    assert job is not None
+    return job
