@@ -28,6 +28,7 @@ PURE = [
     "autoscaler.observe.github.budget",
     "autoscaler.observe.github.webhooks",
     "autoscaler.observe.github.webhook_index",
+    "autoscaler.observe.github.reconcile_plan",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",

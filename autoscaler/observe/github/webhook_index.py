@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -85,6 +85,10 @@ class JobIndex:
         self._live: dict[int, _Entry] = {}
         self._done: OrderedDict[int, Completion] = OrderedDict()
         self._deliveries: OrderedDict[str, datetime] = OrderedDict()
+        #: run id -> the last accepted event that can change what its job listing holds
+        #: besides running jobs' steps: a job appeared (``queued``, ``waiting``) or one
+        #: ended (``completed``: its dependents queue next). The reconcile reads it.
+        self._run_events: OrderedDict[int, datetime] = OrderedDict()
         self.last_event_at: datetime | None = None
         """When the last event was applied (any outcome): webhooks are flowing."""
 
@@ -101,6 +105,15 @@ class JobIndex:
         job = event.job
         if job.id in self._done:
             return Outcome.DUPLICATE if event.action == "completed" else Outcome.STALE
+        outcome = self._apply(event, now)
+        if outcome is Outcome.ACCEPTED and event.action != "in_progress":
+            self._run_events[job.run_id] = now
+            self._run_events.move_to_end(job.run_id)
+            self._trim(self._run_events)
+        return outcome
+
+    def _apply(self, event: WorkflowJobEvent, now: datetime) -> Outcome:
+        job = event.job
         if event.action == "completed":
             self._live.pop(job.id, None)
             self._done[job.id] = Completion(
@@ -169,6 +182,34 @@ class JobIndex:
         """Every remembered ``completed`` event, oldest first."""
         return tuple(self._done.values())
 
+    def run_event_at(self, run_id: int) -> datetime | None:
+        """When the last accepted ``queued``, ``waiting`` or ``completed`` event about a
+        job of this run was applied (while remembered): a sibling's lost delivery may hide
+        in its job listing since."""
+        return self._run_events.get(run_id)
+
+    def live_by_run(self) -> dict[int, list[Job]]:
+        """The live jobs grouped by run id."""
+        runs: dict[int, list[Job]] = {}
+        for entry in self._live.values():
+            runs.setdefault(entry.job.run_id, []).append(entry.job)
+        return runs
+
+    def completed_ids(self) -> Container[int]:
+        """Ids of the jobs remembered completed (tombstones)."""
+        return self._done.keys()
+
+    def shared_runners(self) -> set[str]:
+        """Runner names more than one live job runs on per the index: a runner runs one
+        job at a time, so the ``completed`` of all but one was lost."""
+        seen: set[str] = set()
+        shared: set[str] = set()
+        for e in self._live.values():
+            name = e.job.runner_name
+            if e.job.status is JobStatus.IN_PROGRESS and name:
+                (shared if name in seen else seen).add(name)
+        return shared
+
     def busy_runners(self) -> Mapping[str, int]:
         """Runner name -> the live job it runs (from ``in_progress`` events)."""
         return {
@@ -187,7 +228,14 @@ class JobIndex:
             self._deliveries.popitem(last=False)
         while self._done and next(iter(self._done.values())).received_at < horizon:
             self._done.popitem(last=False)
+        while self._run_events and next(iter(self._run_events.values())) < horizon:
+            self._run_events.popitem(last=False)
 
-    def _trim(self, remembered: OrderedDict[int, Completion] | OrderedDict[str, datetime]) -> None:
+    def _trim(
+        self,
+        remembered: OrderedDict[int, Completion]
+        | OrderedDict[str, datetime]
+        | OrderedDict[int, datetime],
+    ) -> None:
         while len(remembered) > self.max_remembered:
             remembered.popitem(last=False)
