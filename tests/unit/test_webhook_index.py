@@ -245,3 +245,39 @@ def test_the_index_feeds_the_same_queue_math_as_the_poll() -> None:
     from_poll = compute_queue(listing, runners, types, NOW)
     assert from_events.per_type["cpu"].queue_size == 5
     assert from_events.per_type == from_poll.per_type
+
+
+#: id, deliveries [(action, job, delivery)], whether run 1's last event time is set
+RUN_EVENTS = [
+    ("queued-marks-the-run", [("queued", 1, "a")], True),
+    ("waiting-marks-the-run", [("waiting", 1, "a")], True),
+    ("completed-marks-the-run", [("completed", 1, "a")], True),
+    ("in-progress-alone-does-not", [("in_progress", 1, "a")], False),
+    ("a-stale-event-does-not", [("completed", 1, "a"), ("queued", 1, "b")], True),
+]
+
+
+@pytest.mark.parametrize(
+    ("deliveries", "marked"), [r[1:] for r in RUN_EVENTS], ids=[r[0] for r in RUN_EVENTS]
+)
+def test_run_events_the_reconcile_reads(
+    deliveries: list[tuple[str, int, str]], marked: bool
+) -> None:
+    """The lean reconcile re-lists a run's jobs after an event that can add or end a job
+    of it; an ``in_progress`` cannot (a lost one shows in the runner list instead)."""
+    index = JobIndex()
+    for n, (action, job_id, delivery) in enumerate(deliveries):
+        index.apply(event(action, job_id, delivery, run_id=1), NOW + timedelta(seconds=n))
+    assert (index.run_event_at(1) == NOW) is marked
+
+
+def test_shared_runners_are_claimed_by_two_running_jobs() -> None:
+    """A runner runs one job at a time: two jobs in progress on it in the index means
+    the ``completed`` of one was lost."""
+    index = JobIndex()
+    index.apply(event("in_progress", 1, "a", runner_name="r-1"), NOW)
+    index.apply(event("in_progress", 2, "b", runner_name="r-2"), NOW)
+    assert index.shared_runners() == set()
+    index.apply(event("in_progress", 3, "c", runner_name="r-1"), NOW)
+    assert index.shared_runners() == {"r-1"}
+    assert {j.run_id for j in index.jobs()} == set(index.live_by_run())
