@@ -38,7 +38,9 @@ CPU = ["self-hosted", "linux.4xlarge"]
 
 @dataclass
 class Org:
-    """Run A: two jobs running on r-1 and r-2; run B: one queued job; r-3 idle."""
+    """Run A: jobs a1 and a2 running on r-1 and r-2, b1 queued; r-3 idle. Run A stays
+    ``in_progress`` whatever happens to its jobs here, so its runs listing never moves:
+    only the rules about its jobs can find a lost delivery."""
 
     fake: FakeGitHub
     metrics: Metrics = field(default_factory=fresh_metrics)
@@ -55,7 +57,7 @@ class Org:
         a1 = fake.queue_job("app", CPU, name="a1")
         run_a = fake.job(a1).run_id
         self.jobs = {"a1": a1, "a2": fake.queue_job("app", CPU, name="a2", run_id=run_a)}
-        self.jobs["b1"] = fake.queue_job("app", CPU, name="b1")
+        self.jobs["b1"] = fake.queue_job("app", CPU, name="b1", run_id=run_a)
         fake.assign_job(self.jobs["a1"], self.runners["r-1"])
         fake.assign_job(self.jobs["a2"], self.runners["r-2"])
         config = GitHubConfig(owner="demo-org", api_url=fake.url, token=Secret("fake-token"))
@@ -78,10 +80,12 @@ class Org:
         assert self.receiver.handle(headers(raw), raw).status == 202
 
     def reconcile(self) -> dict[int, JobStatus]:
-        """Five minutes on (steps moved), with an event flowing; the jobs GitHub's
-        reconcile left in the index."""
+        """Five minutes on (steps moved), with deliveries flowing (a queued job of a
+        new run in another repository, delivered); the jobs after the reconcile."""
         assert self.source is not None
         self.now += timedelta(seconds=150)
+        self.jobs["c1"] = self.fake.queue_job("other", CPU, name="c1")
+        self.deliver(self.jobs["c1"], "queued")
         self.source.observe(self.now)
         self.now += timedelta(seconds=150)
         observation = self.source.observe(self.now)
@@ -110,22 +114,21 @@ def _rate_used(fake: FakeGitHub) -> int:
 
 
 def test_nothing_lost_costs_no_job_listing_and_no_correction(org: Org) -> None:
-    """Five minutes of step churn in run A and a queued job in run B, every delivery
-    made: the reconcile reads the runs listings (304s, free) and the runner list, and
-    no job listing at all."""
+    """Five minutes of step churn in run A, every delivery made: the reconcile reads the
+    runs listings (most 304s, free) and the runner list, and no job listing but the new
+    run's."""
     org.start()
     before, used = org.requests(), _rate_used(org.fake)
     counts = [corrections(org.metrics, k) for k in ("missed", "status", "gone")]
-    # An event at the 150 s tick keeps the webhooks "flowing"; it changes nothing.
-    c1 = org.fake.queue_job("other", CPU, name="c1")
-    org.deliver(c1, "queued")
     seen = org.reconcile()
+    c1 = org.jobs["c1"]
     listed = org.job_listings(before)
     assert [path.split("?")[0] for path, _ in listed] == [
         f"/repos/demo-org/other/actions/runs/{org.fake.job(c1).run_id}/jobs"
     ]  # the new run only
     assert seen[org.jobs["b1"]] is JobStatus.QUEUED
     assert seen[org.jobs["a1"]] is JobStatus.IN_PROGRESS
+    assert seen[c1] is JobStatus.QUEUED
     assert [corrections(org.metrics, k) for k in ("missed", "status", "gone")] == counts
     with org.fake.lock:
         answered = org.fake.requests[before:]
