@@ -440,6 +440,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.webhook_reconcile_job_listings = Counter(
+            P + "webhook_reconcile_job_listings_total",
+            "Known runs at a webhook reconcile, by whether (and why) their jobs were "
+            "listed again (new, stale, status, event, queued, runner; settled: not listed).",
+            ["reason"],
+            registry=r,
+        )
         self.reaction_seconds = Histogram(
             P + "reaction_seconds",
             "From a job's queued webhook to the capacity request it caused.",

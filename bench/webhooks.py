@@ -51,6 +51,7 @@ from autoscaler.controller import Controller
 from autoscaler.domain import PoolState
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_webhooks import Faults
+from autoscaler.observe.github.reconcile_plan import Reason
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
@@ -253,11 +254,23 @@ def drops(aws_url: str) -> dict[str, Any]:
     }
 
 
-def _counted(github: FakeGitHub) -> int:
+def _kind(path: str) -> str:
+    if "/jobs" in path:
+        return "jobs"
+    if "/actions/runs" in path:
+        return "runs"
+    return "runners" if "/runners" in path else "other"
+
+
+def _counted(github: FakeGitHub) -> dict[str, int]:
+    """Requests the fake charged to its primary limit so far, by kind (a 304 is free on
+    GitHub and on the fake; ``/rate_limit`` too)."""
+    kinds = dict.fromkeys(("runs", "jobs", "runners", "other"), 0)
     with github.lock:
-        return sum(
-            1 for r in github.requests if r.status != 304 and not r.path.startswith("/rate_limit")
-        )
+        for r in github.requests:
+            if r.status != 304 and not r.path.startswith("/rate_limit"):
+                kinds[_kind(r.path)] += 1
+    return kinds
 
 
 def requests_per_hour(webhooks: bool) -> dict[str, Any]:
@@ -303,20 +316,57 @@ def requests_per_hour(webhooks: bool) -> dict[str, Any]:
     try:
         controller.tick(clock["now"])  # the cold start, not counted
         before = _counted(github)
+        reconciles = _reconciles(metrics)
         for _ in range(60):
             org.churn(60.0)
             clock["now"] = org.now
             if sender is not None:
                 sender.wait_idle(30)
             controller.tick(clock["now"])
-        counted = _counted(github) - before
+        after = _counted(github)
+        kinds = {k: after[k] - before[k] for k in after}
         snapshot = controller.last_snapshot
         queued = sum(s.queue_size for s in snapshot.per_type.values()) if snapshot else 0
         truth = sum(1 for j in github.queued_jobs())
-        return {"counted": counted, "queued_seen": queued, "queued_truth": truth}
+        return {
+            "counted": sum(kinds.values()),
+            "kinds": kinds,
+            "polls": 60 if not webhooks else _reconciles(metrics) - reconciles,
+            "queued_seen": queued,
+            "queued_truth": truth,
+            "reasons": _reasons(metrics),
+        }
     finally:
         for close in reversed(closers):
             close()
+
+
+def _reconciles(metrics: Metrics) -> int:
+    total = 0.0
+    for reason in ("start", "interval", "silent"):
+        value = metrics.registry.get_sample_value(
+            "ci_autoscaler_webhook_reconciles_total", {"reason": reason}
+        )
+        total += value or 0.0
+    return int(total)
+
+
+def _reasons(metrics: Metrics) -> dict[str, int]:
+    """Known runs at the lean reconciles, by why their jobs were listed (or not)."""
+    out = {}
+    for reason in Reason:
+        value = metrics.registry.get_sample_value(
+            "ci_autoscaler_webhook_reconcile_job_listings_total", {"reason": reason.value}
+        )
+        if value:
+            out[reason.value] = int(value)
+    return out
+
+
+def _per_poll(result: dict[str, Any]) -> str:
+    polls = max(1, result["polls"])
+    parts = ", ".join(f"{k} {v / polls:.0f}" for k, v in result["kinds"].items() if v)
+    return f"{polls} polls, each {parts}"
 
 
 def free_port() -> int:
@@ -383,6 +433,10 @@ def run() -> bool:
         f"(GitHub: {hooked['queued_truth']})",
         flush=True,
     )
+    print(f"    polling alone: {_per_poll(alone)}", flush=True)
+    print(f"    webhooks: {_per_poll(hooked)} (the reconciles)", flush=True)
+    reasons = ", ".join(f"{k} {v}" for k, v in hooked["reasons"].items())
+    print(f"    webhooks: known runs at the reconciles, by reason: {reasons}", flush=True)
     aims = {
         "p95 < 1 s": fast["p95"] < 1.0,
         "p99 < 2 s": fast["p99"] < 2.0,

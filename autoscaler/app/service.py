@@ -39,9 +39,16 @@ class Wakeup:
         self.debounce = debounce
         self._event = threading.Event()
         self._now = False
+        self._lock = threading.Lock()
+        self._first: float | None = None
 
     def notify(self) -> None:
-        """Wake the loop after ``debounce`` (the rest of a burst comes with it)."""
+        """Wake the loop ``debounce`` after the first notify since it last woke (the rest
+        of a burst comes with it; a notify that came during a tick longer than the
+        debounce has waited enough: the next tick starts at once)."""
+        with self._lock:
+            if self._first is None:
+                self._first = time.monotonic()
         self._event.set()
 
     def set(self) -> None:
@@ -59,9 +66,12 @@ class Wakeup:
                 return
             if self._event.wait(min(left, self.STOP_CHECK)):
                 if not self._now:
-                    stop.wait(self.debounce)
-                self._now = False
-                self._event.clear()
+                    with self._lock:
+                        first = time.monotonic() if self._first is None else self._first
+                    stop.wait(max(0.0, first + self.debounce - time.monotonic()))
+                with self._lock:
+                    self._now, self._first = False, None
+                    self._event.clear()
                 return
 
 

@@ -210,8 +210,9 @@ class WebhookConfig:
     listen_port: int = 9465
     """Where ``POST /github/webhook`` is served (a listener of its own, never /metrics)."""
     reconcile_interval: float = 300.0
-    """Seconds between full polls while webhooks flow; when none arrives for longer, the
-    controller polls every ``poll_interval`` again until they do."""
+    """Seconds between reconcile polls while webhooks flow (lean: the jobs of runs the
+    index cannot be wrong about are not re-read); when none arrives for longer, the
+    controller polls every ``poll_interval`` again (the full poll) until they do."""
     max_body_bytes: int = 1_048_576
     """A delivery larger than this is refused with 413 unread (a ``workflow_job`` payload
     is a few tens of KiB)."""

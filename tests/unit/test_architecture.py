@@ -29,6 +29,7 @@ PURE = [
     "autoscaler.observe.github.webhooks",
     "autoscaler.observe.github.webhook_index",
     "autoscaler.observe.github.webhook_rows",
+    "autoscaler.observe.github.reconcile_plan",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.domain import Job, JobStatus, Runner, RunnerType
-from autoscaler.observe.github.webhook_index import JobIndex, Outcome
+from autoscaler.observe.github.webhook_index import JobIndex, Outcome, event_row
 from autoscaler.observe.github.webhooks import WorkflowJobEvent, parse_workflow_job
 from autoscaler.observe.queue import compute_queue
 from tests.unit.webhook_payloads import body
@@ -245,3 +245,74 @@ def test_the_index_feeds_the_same_queue_math_as_the_poll() -> None:
     from_poll = compute_queue(listing, runners, types, NOW)
     assert from_events.per_type["cpu"].queue_size == 5
     assert from_events.per_type == from_poll.per_type
+
+
+#: id, deliveries [(action, job, delivery)], whether run 1's last event time is set
+RUN_EVENTS = [
+    ("queued-marks-the-run", [("queued", 1, "a")], True),
+    ("waiting-marks-the-run", [("waiting", 1, "a")], True),
+    ("completed-marks-the-run", [("completed", 1, "a")], True),
+    ("in-progress-alone-does-not", [("in_progress", 1, "a")], False),
+    ("a-stale-event-does-not", [("completed", 1, "a"), ("queued", 1, "b")], True),
+]
+
+
+@pytest.mark.parametrize(
+    ("deliveries", "marked"), [r[1:] for r in RUN_EVENTS], ids=[r[0] for r in RUN_EVENTS]
+)
+def test_run_events_the_reconcile_reads(
+    deliveries: list[tuple[str, int, str]], marked: bool
+) -> None:
+    """The lean reconcile re-lists a run's jobs after an event that can add or end a job
+    of it; an ``in_progress`` cannot (a lost one shows in the runner list instead)."""
+    index = JobIndex()
+    for n, (action, job_id, delivery) in enumerate(deliveries):
+        index.apply(event(action, job_id, delivery, run_id=1), NOW + timedelta(seconds=n))
+    assert (index.run_event_at(1) == NOW) is marked
+
+
+def test_shared_runners_are_claimed_by_two_running_jobs() -> None:
+    """A runner runs one job at a time: two jobs in progress on it in the index means
+    the ``completed`` of one was lost."""
+    index = JobIndex()
+    index.apply(event("in_progress", 1, "a", runner_name="r-1"), NOW)
+    index.apply(event("in_progress", 2, "b", runner_name="r-2"), NOW)
+    assert index.shared_runners() == set()
+    index.apply(event("in_progress", 3, "c", runner_name="r-1"), NOW)
+    assert index.shared_runners() == {"r-1"}
+    assert {j.run_id for j in index.jobs()} == set(index.live_by_run())
+
+
+#: id, store reads [[(action, job, seconds after NOW)]], run 1's last event (seconds) or None
+STORED_RUN_EVENTS = [
+    ("queued-row-marks-the-run", [[("queued", 1, 0)]], 0),
+    ("completed-row-marks-the-run", [[("completed", 1, 5)]], 5),
+    ("in-progress-of-a-job-never-seen-marks-it", [[("in_progress", 1, 3)]], 3),
+    (
+        "in-progress-of-a-job-seen-queued-keeps-the-queued-time",
+        [[("queued", 1, 0)], [("in_progress", 1, 3)]],
+        0,
+    ),
+    ("a-later-sibling-moves-it", [[("queued", 1, 0)], [("queued", 1, 0), ("queued", 2, 7)]], 7),
+]
+
+
+@pytest.mark.parametrize(
+    ("reads", "expected"),
+    [r[1:] for r in STORED_RUN_EVENTS],
+    ids=[r[0] for r in STORED_RUN_EVENTS],
+)
+def test_run_events_survive_the_state_store(
+    reads: list[list[tuple[str, int, int]]], expected: int | None
+) -> None:
+    """With a state store the index is rebuilt from rows at every tick and never sees a
+    delivery itself: the lean reconcile once found no run event there and skipped the
+    runs whose siblings' deliveries may have been lost. The rows give the same events."""
+    index = JobIndex()
+    for rows in reads:
+        index.restore(
+            event_row(event(a, j, f"d{j}{a}", run_id=1), NOW + timedelta(seconds=s))
+            for a, j, s in rows
+        )
+    got = index.run_event_at(1)
+    assert got == (None if expected is None else NOW + timedelta(seconds=expected))

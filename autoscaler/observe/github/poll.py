@@ -22,7 +22,7 @@ import logging
 import queue
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ from autoscaler.observe.github.fetch import Allowance, Deferred, Fetcher, Settin
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.listing import Listed, PaginationError
 from autoscaler.observe.github.parse import BadPage, Skips, merge_runners
+from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
 from autoscaler.observe.github.records import PageRecord, RunRef, skip_counts
 from autoscaler.observe.github.units import (
     RUN_STATUSES,
@@ -52,6 +53,12 @@ log = logging.getLogger("autoscaler.observe.github")
 
 #: Completed runs kept for the job-retry reader at most (the oldest go first).
 FINISHED_KEPT = 5000
+
+
+#: A webhook reconcile's choice of the known runs whose jobs to list again
+#: (:func:`autoscaler.observe.github.reconcile_plan.jobs_reason`), given GitHub's runner
+#: list of this poll (name -> busy).
+Lean = Callable[[RunFacts, Mapping[str, bool]], Reason]
 
 
 @dataclass
@@ -79,6 +86,10 @@ class _Tick:
     deferred: int = 0
     busy_deferred: bool = False
     cut: AutoscalerError | None = None
+    lean: Lean | None = None
+    lean_poll: bool = False
+    moved: set[int] = field(default_factory=set)
+    """Runs seen in another status's listing than at their last one."""
 
 
 class Poll:
@@ -114,7 +125,10 @@ class Poll:
         return self.settings.repos or self.state.repo_names or ()
 
     # --- the poll
-    def run(self, now: datetime) -> Observation:
+    def run(self, now: datetime, lean: Lean | None = None) -> Observation:
+        """One poll. ``lean`` (a webhook reconcile): the jobs of known runs are listed
+        only when ``lean`` gives a reason, decided once the runner list is in; the
+        budget's cadence does not apply to them."""
         st, s = self.state, self.settings
         wall = now.timestamp()
         if self.http.gate.limits.limit is None:
@@ -137,6 +151,7 @@ class Poll:
         )
         allowance = Allowance(self.http.counted, tokens)
         tick = _Tick(wall, time.monotonic() + s.deadline, self.pool.batch(), plan, allowance)
+        tick.lean, tick.lean_poll = lean, lean is not None
         try:
             self._start(tick)
             self._drain(tick)
@@ -168,6 +183,8 @@ class Poll:
             tick.batch.submit(("repos", 0), self.fetch.repo_list, 0, tick.deadline, priority=FIRST)
         else:
             self._repos_known(tick, st.repo_names)
+        if tick.lean is not None:
+            return  # known runs' jobs: when the runner list is in (_lean_jobs)
         busy = [(r, u.last) for r, u in st.runs.items() if u.busy]
         quiet = [(r, u.last) for r, u in st.runs.items() if not u.busy]
         for run_id in pick_due(busy, tick.plan.busy_interval, s.poll_interval, tick.now):
@@ -234,6 +251,18 @@ class Poll:
             st.runner_list.cost = average(st.runner_list.cost, listed.counted)
             st.runner_list.skips = skip_counts(listed.records)
         st.runner_list.last = tick.now
+        if tick.lean is not None:
+            self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in runners})
+
+    def _lean_jobs(self, tick: _Tick, lean: Lean, busy: Mapping[str, bool]) -> None:
+        """A webhook reconcile: list the jobs of the known runs ``lean`` names."""
+        tick.lean = None  # once a poll
+        for run_id, unit in list(self.state.runs.items()):
+            facts = RunFacts(run_id, unit.jobs, unit.last, run_id in tick.moved)
+            reason = lean(facts, busy)
+            self.metrics.webhook_reconcile_job_listings.labels(reason.value).inc()
+            if reason is not Reason.SETTLED:
+                self._ask_jobs(tick, unit.ref, BUSY if unit.busy else QUIET)
 
     def _on_repos(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         candidates = self.fetch.repo_candidates()
@@ -280,10 +309,14 @@ class Poll:
                 seen.setdefault(run.id, run)
                 known = self.state.runs.get(run.id)
                 if known is None:
-                    self.state.runs[run.id] = RunUnit(run)
+                    self.state.runs[run.id] = RunUnit(run, status=_status)
                     self._ask_jobs(tick, run, BUSY)
-                else:
-                    known.ref = run
+                    continue
+                if known.status and known.status != _status:
+                    tick.moved.add(run.id)
+                    if tick.lean_poll and tick.lean is None:  # the runner list came first
+                        self._ask_jobs(tick, run, BUSY)
+                known.ref, known.status = run, _status
         tick.runs_left[repo] -= 1
         if tick.runs_left[repo] == 0:
             self._repo_done(tick, repo)

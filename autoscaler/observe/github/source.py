@@ -55,7 +55,7 @@ from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.jit import generate_jit_config
 from autoscaler.observe.github.parse import Skips
-from autoscaler.observe.github.poll import Poll
+from autoscaler.observe.github.poll import Lean, Poll
 from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
@@ -141,9 +141,17 @@ class GitHubSource:
 
     # --- JobSource
     def observe(self, now: datetime) -> Observation:
+        return self._observe(now, None)
+
+    def reconcile(self, now: datetime, lean: Lean) -> Observation:
+        """A webhook reconcile: the poll, the jobs of known runs listed only where
+        ``lean`` gives a reason (:mod:`.reconcile_plan`)."""
+        return self._observe(now, lean)
+
+    def _observe(self, now: datetime, lean: Lean | None) -> Observation:
         self._http.clock_skew = None
         try:
-            observation = self._poll.run(now)
+            observation = self._poll.run(now, lean)
         except AutoscalerError:
             raise
         except Exception as exc:

@@ -50,6 +50,8 @@ class RunUnit:
     skips: dict[str, int] = field(default_factory=dict)
     urls: list[str] = field(default_factory=list)
     relisted: bool = False
+    status: str = ""
+    """The status of the runs listing it was last seen in."""
 
     @property
     def busy(self) -> bool:

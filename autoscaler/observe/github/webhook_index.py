@@ -25,13 +25,20 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.domain import Job, JobStatus
-from autoscaler.observe.github.webhook_rows import DONE, EVENT, POLL, IndexRow, Outcome
+from autoscaler.observe.github.webhook_rows import (
+    DONE,
+    EVENT,
+    IN_PROGRESS,
+    POLL,
+    IndexRow,
+    Outcome,
+)
 from autoscaler.observe.github.webhooks import RANK, WorkflowJobEvent
 
 __all__ = ["CORRECTION_KINDS", "Completion", "JobIndex", "Outcome", "event_row", "poll_row"]
@@ -81,6 +88,10 @@ class JobIndex:
         self._live: dict[int, _Entry] = {}
         self._done: OrderedDict[int, Completion] = OrderedDict()
         self._deliveries: OrderedDict[str, datetime] = OrderedDict()
+        #: run id -> the last accepted event that can change what its job listing holds
+        #: besides running jobs' steps: a job appeared (``queued``, ``waiting``) or one
+        #: ended (``completed``: its dependents queue next). The reconcile reads it.
+        self._run_events: OrderedDict[int, datetime] = OrderedDict()
         self.last_event_at: datetime | None = None
         """When the last event was applied (any outcome): webhooks are flowing."""
 
@@ -97,6 +108,15 @@ class JobIndex:
         job = event.job
         if job.id in self._done:
             return Outcome.DUPLICATE if event.action == "completed" else Outcome.STALE
+        outcome = self._apply(event, now)
+        if outcome is Outcome.ACCEPTED and event.action != "in_progress":
+            self._run_events[job.run_id] = now
+            self._run_events.move_to_end(job.run_id)
+            self._trim(self._run_events)
+        return outcome
+
+    def _apply(self, event: WorkflowJobEvent, now: datetime) -> Outcome:
+        job = event.job
         if event.action == "completed":
             self._live.pop(job.id, None)
             self._done[job.id] = Completion(
@@ -165,6 +185,34 @@ class JobIndex:
         """Every remembered ``completed`` event, oldest first."""
         return tuple(self._done.values())
 
+    def run_event_at(self, run_id: int) -> datetime | None:
+        """When the last accepted ``queued``, ``waiting`` or ``completed`` event about a
+        job of this run was applied (while remembered): a sibling's lost delivery may hide
+        in its job listing since."""
+        return self._run_events.get(run_id)
+
+    def live_by_run(self) -> dict[int, list[Job]]:
+        """The live jobs grouped by run id."""
+        runs: dict[int, list[Job]] = {}
+        for entry in self._live.values():
+            runs.setdefault(entry.job.run_id, []).append(entry.job)
+        return runs
+
+    def completed_ids(self) -> Container[int]:
+        """Ids of the jobs remembered completed (tombstones)."""
+        return self._done.keys()
+
+    def shared_runners(self) -> set[str]:
+        """Runner names more than one live job runs on per the index: a runner runs one
+        job at a time, so the ``completed`` of all but one was lost."""
+        seen: set[str] = set()
+        shared: set[str] = set()
+        for e in self._live.values():
+            name = e.job.runner_name
+            if e.job.status is JobStatus.IN_PROGRESS and name:
+                (shared if name in seen else seen).add(name)
+        return shared
+
     def busy_runners(self) -> Mapping[str, int]:
         """Runner name -> the live job it runs (from ``in_progress`` events)."""
         return {
@@ -185,7 +233,9 @@ class JobIndex:
         done: list[Completion] = []
         last: float | None = None
         live_rows: dict[int, IndexRow] = {}
+        rows_seen: list[IndexRow] = []
         for row in rows:
+            rows_seen.append(row)
             received = datetime.fromtimestamp(row.received_at, UTC)
             if row.via == EVENT:
                 last = row.received_at if last is None else max(last, row.received_at)
@@ -195,6 +245,7 @@ class JobIndex:
             else:
                 live[row.job_id] = _Entry(row.rank, _job(data), received)
                 live_rows[row.job_id] = row
+        self._note_run_events(rows_seen, live, done)
         self._live = live
         self._done = OrderedDict((c.job_id, c) for c in sorted(done, key=lambda c: c.received_at))
         if last is not None:
@@ -203,6 +254,30 @@ class JobIndex:
                 self.last_event_at = when
         return live_rows
 
+    def _note_run_events(
+        self, rows: list[IndexRow], live: dict[int, _Entry], done: list[Completion]
+    ) -> None:
+        """The run events (:meth:`run_event_at`) the stored rows show, as :meth:`apply`
+        notes them: a ``queued``/``waiting``/``completed`` event row, and an in-progress
+        event row of a job this replica never saw (its ``queued`` went by between two
+        reads). Kept across reads: a row overwritten by its ``in_progress`` keeps the run
+        event its ``queued`` row gave."""
+        run_of = {job_id: e.job.run_id for job_id, e in live.items()}
+        run_of |= {c.job_id: c.run_id for c in done}
+        for row in rows:
+            run_id = run_of.get(row.job_id)
+            if row.via != EVENT or run_id is None:
+                continue
+            known = row.job_id in self._live or row.job_id in self._done
+            if row.rank == IN_PROGRESS and known:
+                continue
+            received = datetime.fromtimestamp(row.received_at, UTC)
+            current = self._run_events.get(run_id)
+            if current is None or received > current:
+                self._run_events[run_id] = received
+                self._run_events.move_to_end(run_id)
+        self._trim(self._run_events)
+
     # --- memory
     def _forget(self, now: datetime) -> None:
         horizon = now - self.memory
@@ -210,8 +285,15 @@ class JobIndex:
             self._deliveries.popitem(last=False)
         while self._done and next(iter(self._done.values())).received_at < horizon:
             self._done.popitem(last=False)
+        while self._run_events and next(iter(self._run_events.values())) < horizon:
+            self._run_events.popitem(last=False)
 
-    def _trim(self, remembered: OrderedDict[int, Completion] | OrderedDict[str, datetime]) -> None:
+    def _trim(
+        self,
+        remembered: OrderedDict[int, Completion]
+        | OrderedDict[str, datetime]
+        | OrderedDict[int, datetime],
+    ) -> None:
         while len(remembered) > self.max_remembered:
             remembered.popitem(last=False)
 

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+#: The rank of an ``in_progress`` row.
+IN_PROGRESS = 1
 #: The rank of a ``completed`` row: final.
 DONE = 2
 #: Seconds a tombstone is kept (GitHub's automatic retries are long over by then).

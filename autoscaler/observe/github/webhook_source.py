@@ -3,11 +3,16 @@
 Every ``observe`` first applies what the listener queued (:class:`WebhookReceiver`) to
 the :class:`JobIndex`, then either
 
-- **reconciles**: runs the wrapped source's full poll, makes the index what GitHub
+- **reconciles**: runs the wrapped source's poll, makes the index what GitHub
   lists and counts each difference (``webhook_reconcile_corrections_total{kind}``).
   That happens at the first tick, every ``reconcile_interval``, and at *every* tick
   while no delivery has arrived for longer than ``reconcile_interval`` (webhooks that
-  stopped are polling as before, not a blind controller); or
+  stopped are polling as before, not a blind controller). The first and the silent
+  ones are the full poll; the interval's, while deliveries flow, is *lean* when the
+  wrapped source can (:class:`LeanSource`): every runs listing and the runner list, but
+  the jobs of a known run only where :func:`~.reconcile_plan.jobs_reason` says the index
+  may be wrong about it (a run whose jobs all run on runners GitHub shows busy is not
+  re-read: its steps moved, which costs a counted request and tells the queue nothing); or
 - **answers from the index**: the jobs the webhooks told of, and the runners of the
   last poll, each runner's ``busy`` taken from the ``in_progress``/``completed`` events
   since. No request reaches GitHub: this is where the rate limit is saved.
@@ -33,13 +38,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
 
 from autoscaler.config import WebhookConfig
 from autoscaler.domain import JobStatus, Observation, Runner
 from autoscaler.errors import StateError, TransientError
+from autoscaler.observe.github.poll import Lean
+from autoscaler.observe.github.reconcile_plan import (
+    Reason,
+    RunFacts,
+    jobs_reason,
+    unexplained_busy,
+)
 from autoscaler.observe.github.webhook_index import JobIndex, Outcome, reconcile_rows
 from autoscaler.observe.github.webhook_receiver import Delivery, WebhookReceiver
 from autoscaler.observe.github.webhook_rows import EVENT, IndexRow, JobIndexStore
@@ -47,6 +60,13 @@ from autoscaler.ports import JobSource
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github.webhooks")
+
+
+@runtime_checkable
+class LeanSource(Protocol):
+    """A JobSource that can poll for a webhook reconcile, skipping settled runs' jobs."""
+
+    def reconcile(self, now: datetime, lean: Lean) -> Observation: ...
 
 
 class WebhookSource:
@@ -96,7 +116,11 @@ class WebhookSource:
         if self._failed_at is not None and now - self._failed_at < self._retry:
             raise TransientError("GitHub reconcile poll failed; retried within a poll interval")
         try:
-            observation = self.inner.observe(now)
+            inner = self.inner
+            if reason == "interval" and isinstance(inner, LeanSource):
+                observation = inner.reconcile(now, self.lean(now))
+            else:
+                observation = inner.observe(now)
         except Exception:
             self._failed_at = now
             raise
@@ -187,6 +211,34 @@ class WebhookSource:
             exc,
             "the last index is used" if operation == "load" else "tried again later",
         )
+
+    def lean(self, now: datetime) -> Lean:
+        """The reconcile's choice of runs whose jobs to list, from the index as it is now."""
+        live, done, index = self.index.live_by_run(), self.index.completed_ids(), self.index
+        running_on, shared = self.index.busy_runners(), self.index.shared_runners()
+        wall = now.timestamp()
+        # One runner list a reconcile, looked at once: does a busy runner run a job the
+        # index does not know started? A runner two index jobs claim counts as idle for
+        # both (all but one of them ended unseen).
+        seen: dict[int, tuple[bool, dict[str, bool]]] = {}
+
+        def decide(run: RunFacts, runners_busy: Mapping[str, bool]) -> Reason:
+            if id(runners_busy) not in seen:
+                seen.clear()
+                busy = {n: b and n not in shared for n, b in runners_busy.items()}
+                seen[id(runners_busy)] = (unexplained_busy(runners_busy, running_on), busy)
+            unexplained, busy = seen[id(runners_busy)]
+            return jobs_reason(
+                run,
+                live.get(run.run_id, ()),
+                done,
+                last_event_at=index.run_event_at(run.run_id),
+                runners_busy=busy,
+                busy_unexplained=unexplained,
+                now=wall,
+            )
+
+        return decide
 
     def reconcile_reason(self, now: datetime) -> str | None:
         """Why this tick must poll GitHub (None: the index answers)."""

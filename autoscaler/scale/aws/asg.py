@@ -63,6 +63,12 @@ IAM_ACTIONS: frozenset[str] = frozenset(
 
 _GROUPS_PER_PAGE = 100  # DescribeAutoScalingGroups MaxRecords limit
 _IDS_PER_FILTER = 200  # DescribeInstances filter value limit
+#: New instances' launch times are looked up at most this often (seconds): a tick woken
+#: by a queued webhook right after a scale-up must not wait for the launch times of the
+#: instances that scale-up started (issue 10: a DescribeInstances on every woken tick).
+#: Until looked up an instance's ``launched_at`` is None, which the policy and the
+#: diagnosis read as "young": it was launched seconds ago (or at most this long).
+LAUNCH_LOOKUP_SECONDS = 10.0
 _IDS_PER_PROTECT = 50  # SetInstanceProtection InstanceIds limit
 ACTIVITIES_PER_POOL = 20  # DescribeScalingActivities MaxRecords: one page, newest first
 _MESSAGE_CHARS = 500  # an activity's StatusMessage kept for logs and alerts
@@ -111,6 +117,7 @@ class AwsAsgPool:
         connect_timeout: float = 5.0,
         read_timeout: float = 15.0,
         wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         session = session if session is not None else boto3.session.Session()
         cfg = boto_config(config, connect_timeout=connect_timeout, read_timeout=read_timeout)
@@ -130,6 +137,8 @@ class AwsAsgPool:
         #: DescribeInstances lookup in its life, not one a tick (issue 10: at 200 instances
         #: the per-tick lookup was most of a webhook-woken tick's time).
         self._launched: dict[str, datetime] = {}
+        self._monotonic = monotonic
+        self._looked_up_at: float | None = None
 
     def clock_skew(self) -> float | None:
         """AWS's clock minus ours, in seconds, from the last answer with a ``Date``."""
@@ -177,7 +186,12 @@ class AwsAsgPool:
         ids = [i["InstanceId"] for g in groups for i in g.get("Instances", [])]
         known = self._launched
         launched = {i: known[i] for i in ids if i in known}
-        launched.update(self._launch_times([i for i in ids if i not in known]))
+        unknown = [i for i in ids if i not in known]
+        now = self._monotonic()
+        due = self._looked_up_at is None or now - self._looked_up_at >= LAUNCH_LOOKUP_SECONDS
+        if unknown and due:
+            launched.update(self._launch_times(unknown))
+            self._looked_up_at = now
         if set(wanted) >= set(self._max_size):  # every pool described: forget the gone
             self._launched = launched
         else:
