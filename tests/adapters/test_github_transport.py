@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -115,3 +116,47 @@ def test_bad_repo_items_are_skipped(body: list[Any], kind: str) -> None:
         "ci_autoscaler_github_skipped_items_total", {"kind": kind}
     )
     assert skipped == 1
+
+
+def test_the_first_rate_limit_request_goes_beside_the_skeleton_and_the_plan_waits_for_it() -> None:
+    """A cold tick sent ``GET /rate_limit`` first and waited for it before the runner and
+    repository lists: one more round trip on the critical path of every cold tick (and of
+    every tick on a GHES without rate limits). It now goes beside them; only the runs
+    listings, which need the budget's plan, wait for its answer."""
+    lock = threading.Lock()
+    arrived: list[str] = []
+    skeleton = threading.Event()
+    answered = threading.Event()
+    runs_before_plan: list[str] = []
+    waited: list[bool] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        with lock:
+            arrived.append(path)
+            if {"/api/v3/orgs/acme/actions/runners", "/api/v3/orgs/acme/repos"} <= set(arrived):
+                skeleton.set()
+        if path.endswith("/rate_limit"):
+            waited.append(skeleton.wait(timeout=5))  # in series, the skeleton never came
+            answered.set()
+            limits = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "5000"}
+            return httpx.Response(200, json={"resources": {}}, headers=limits)
+        if path.endswith("/repos"):
+            return httpx.Response(200, json=[{"name": "app"}])
+        if "/actions/runs" in path and not answered.is_set():
+            runs_before_plan.append(path)
+        return _empty_lists(request)
+
+    sleeps: list[float] = []
+    source, metrics = _source(handler, sleeps)
+    source.observe(T0)
+    source.close()
+    assert waited == [True]  # the runner and repository lists arrived while it was open
+    assert arrived.index("/api/v3/rate_limit") < 3  # among the first three, not before them
+    assert runs_before_plan == []
+    runs = sum("/actions/runs" in p for p in arrived)
+    assert runs == 5  # one listing per run status: the plan, once in, listed the repository
+    limit = metrics.registry.get_sample_value(
+        "ci_autoscaler_github_rate_limit_limit", {"resource": "core"}
+    )
+    assert limit == 5000
