@@ -20,7 +20,7 @@ from autoscaler.health import Health
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
 from autoscaler.retry.ledger import JobRetryStore
-from autoscaler.retry.model import InstanceEvents
+from autoscaler.retry.model import InstanceEvents, RunProgress
 from autoscaler.retry.stage import CompletedJobSource, JobRerunner, RetryStage
 from autoscaler.scale.jit import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
@@ -206,6 +206,9 @@ class FencedRerunner:
     def rerun_job(self, repo: str, job_id: int) -> None:
         self.fence.require("rerun", f"{repo} job {job_id}")
         self.rerunner.rerun_job(repo, job_id)
+
+    def run_progress(self, repo: str, run_id: int) -> RunProgress:
+        return self.rerunner.run_progress(repo, run_id)  # a read: no fence
 
 
 def _retry_stage(

@@ -8,6 +8,7 @@
   returns at most :attr:`GitHubState.RUN_LISTING_CAP` runs (1,000); ``total_count``
   still counts every match (the OpenAPI description: "up to 1,000 results for each
   search when using the following parameters").
+- ``GET /repos/{o}/{r}/actions/runs/{run_id}`` (:func:`one_run`): one run, as listed.
 - Both runner listings filter on the documented ``?name=`` (one runner, or none).
 - ``GET /users/{u}/repos`` lists public repositories only; ``GET /installation/repositories``
   (an installation token's) lists every repository the installation can see.
@@ -40,6 +41,7 @@ _REPOS = re.compile(r"^/(orgs|users)/([^/]+)/repos$")
 _INSTALLATION_REPOS = "/installation/repositories"
 _RUNS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs$")
 _JOBS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/jobs$")
+RUN = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)$")
 _RUNNERS = re.compile(r"^/orgs/([^/]+)/actions/runners$")
 _REPO_RUNNERS = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners$")
 #: Parameters that make GitHub cap a runs listing at 1,000 results.
@@ -172,6 +174,17 @@ def _runs(fake: GitHubState, repo: str, query: dict[str, str]) -> Listing:
         return run_json(base, owner, run, status, record, kind, conclusion)
 
     return Listing("workflow_runs", rendered, render, total)
+
+
+def one_run(fake: GitHubState, owner: str, repo: str, run_id: int) -> dict[str, Any] | None:
+    """``GET /repos/{o}/{r}/actions/runs/{run_id}``: the run as a listing shows it, or None
+    for a 404. Call with ``fake.lock`` held."""
+    run = fake._runs.get(run_id)
+    if owner.lower() != fake.owner.lower() or run is None or run.repo != repo:
+        return None
+    status, conclusion = fake.run_status(run), fake.run_conclusion(run)
+    record = fake._repos[repo]
+    return run_json(fake.url, fake.owner, run, status, record, fake.owner_kind, conclusion)
 
 
 _EARLIEST = datetime(1, 1, 1, tzinfo=UTC)

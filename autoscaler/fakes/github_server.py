@@ -16,10 +16,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from autoscaler.fakes.github_app import app_token, authorized, installation_token
 from autoscaler.fakes.github_jit import ORG_JIT, REPO_JIT, generate
 from autoscaler.fakes.github_listing import (
+    RUN,
     BadQuery,
     Forbidden,
     Listing,
     listing,
+    one_run,
     owner_serves,
     repo_of,
 )
@@ -141,6 +143,11 @@ class Handler(BaseHTTPRequestHandler):
                     return done
             if method != "GET":
                 return error_reply(404, "Not Found", _rate_headers(fake, count=True))
+            if m := RUN.match(path):
+                run = one_run(fake, m.group(1), m.group(2), int(m.group(3)))
+                if run is None:
+                    return error_reply(404, "Not Found", _rate_headers(fake, count=True))
+                return Reply(200, run, _rate_headers(fake, count=True))
             try:
                 found = listing(fake, path, query, installation=installation_token(fake, auth))
             except BadQuery as exc:

@@ -30,6 +30,17 @@ class Annotation:
 
 
 @dataclass(frozen=True, slots=True)
+class RunProgress:
+    """Where a workflow run is now (``GET /repos/{o}/{r}/actions/runs/{run_id}``): read
+    after GitHub answers a re-run with 403, which it does for three different reasons."""
+
+    status: str
+    """``completed``, ``in_progress``, ``queued``, ``waiting``..."""
+    attempt: int
+    """``run_attempt``: above the failed job's, the run was re-run already."""
+
+
+@dataclass(frozen=True, slots=True)
 class CompletedJob:
     """One completed workflow job, as the poll or a webhook saw it."""
 

@@ -58,7 +58,7 @@ from autoscaler.retry.decide import (
     record_rerun,
 )
 from autoscaler.retry.ledger import JobRetryStore, Ledger, decode, diff, encode
-from autoscaler.retry.model import CompletedJob, InstanceEvents
+from autoscaler.retry.model import CompletedJob, InstanceEvents, RunProgress
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,14 @@ class CompletedJobSource(Protocol):
 class JobRerunner(Protocol):
     def rerun_job(self, repo: str, job_id: int) -> None:
         """Ask the CI provider to re-run one job. RejectedError: already re-run (422);
-        AuthenticationError: no permission (403); NotFoundError: the job is gone."""
+        AuthenticationError: 403 (no permission, or see :meth:`run_progress`);
+        NotFoundError: the job is gone."""
+        ...
+
+    def run_progress(self, repo: str, run_id: int) -> RunProgress:
+        """Where the run is now (a read). GitHub answers a re-run 403 without permission,
+        but also for a job that is not its run's latest attempt (re-run already: by someone
+        else, or by us when the 201 was lost) and for a run still in progress."""
         ...
 
 
@@ -212,18 +219,8 @@ class RetryStage:
             log.info("re-run of %s job %d: GitHub says no (%s)", job.repo, job.job_id, exc)
             self.ledger = record_rerun(self.ledger, choice, now)
             return ALREADY
-        except AuthenticationError as exc:  # 403: no permission; say it once, stop trying
-            if not self.ledger.is_denied(job.repo, now):
-                log.error(
-                    "job re-runs in %s are not permitted: %s. The token or GitHub App needs "
-                    "Actions: read and write on the repository; no re-run is tried there for "
-                    "the next hours",
-                    job.repo,
-                    exc,
-                )
-            self.ledger = record_denied(self.ledger, job.repo, now)
-            self._denied_why[job.repo] = str(exc)
-            return DENIED
+        except AuthenticationError as exc:  # 403: which of GitHub's three reasons?
+            return self._refused(choice, exc, now)
         except NotFoundError as exc:
             log.info("re-run of %s job %d: gone (%s)", job.repo, job.job_id, exc)
             self.ledger = record_rerun(self.ledger, choice, now)
@@ -243,6 +240,50 @@ class RetryStage:
         self.ledger = record_allowed(record_rerun(self.ledger, choice, now), job.repo)
         self._denied_why.pop(job.repo, None)
         return RERUN
+
+    def _refused(self, choice: Choice, exc: AuthenticationError, now: datetime) -> str:
+        """A 403 is a missing permission only when the run is complete and still at the
+        failed job's attempt. Before this, a re-run whose 201 was lost (sent again: 403,
+        "not the latest attempt") paused the whole repository for hours and paged."""
+        job = choice.job
+        try:
+            progress: RunProgress | None = self.rerunner.run_progress(job.repo, job.run_id)
+        except AutoscalerError as lookup:
+            log.warning(
+                "re-run of %s job %d: 403, and the run could not be read (%s)",
+                job.repo,
+                job.job_id,
+                lookup.kind,
+            )
+            progress = None
+        if progress is not None and progress.attempt > job.run_attempt:
+            log.info(
+                "re-run of %s job %d: the run is at attempt %d already (re-run before)",
+                job.repo,
+                job.job_id,
+                progress.attempt,
+            )
+            self.ledger = record_rerun(self.ledger, choice, now)
+            return ALREADY
+        if progress is not None and progress.status != "completed":
+            log.info(
+                "re-run of %s job %d: the run is %s; asked again once it completes",
+                job.repo,
+                job.job_id,
+                progress.status,
+            )
+            return DEFERRED
+        if not self.ledger.is_denied(job.repo, now):
+            log.error(
+                "job re-runs in %s are not permitted: %s. The token or GitHub App needs "
+                "Actions: read and write on the repository; no re-run is tried there for "
+                "the next hours",
+                job.repo,
+                exc,
+            )
+        self.ledger = record_denied(self.ledger, job.repo, now)
+        self._denied_why[job.repo] = str(exc)
+        return DENIED
 
     def _count(self, choice: Choice, result: str) -> None:
         matched = match_job(choice.job.labels, self.types)

@@ -42,9 +42,7 @@ from functools import partial
 from autoscaler.config import Config
 from autoscaler.domain import (
     ClockSkew,
-    InstanceLifecycle,
     Observation,
-    PoolState,
     QueueSnapshot,
     ScalingProblem,
 )
@@ -63,12 +61,11 @@ from autoscaler.scale.diagnosis import CapacityFailure, ScalingView
 from autoscaler.scale.ephemeral import JitLedgerStore
 from autoscaler.scale.jit import EphemeralRunners, ParameterStore, RunnerRegistrar
 from autoscaler.scale.memory import Recollection, ScalingMemoryStore
+from autoscaler.scale.outcome import TickOutcome, record_pool_metrics, release_failures
 from autoscaler.scale.plan import (
     HOLD,
     LAUNCH_REFUSED,
-    MISSING,
     ORPHAN,
-    RANK,
     RELEASE,
     SCALE_IN,
     SCALE_UP,
@@ -129,9 +126,8 @@ class Scaler:
         self.failures: dict[str, CapacityFailure] = {}
         self.provisioning = ProvisioningClock()
         self._type_of = {p: rt.name for rt in config.runner_types for p in rt.pools}
-        self._deltas: dict[tuple[str, str], int] = {}
-        self._actions: dict[tuple[str, str], set[str]] = {}
-        self._notes: dict[tuple[str, str], list[str]] = {}
+        #: What this tick did per (type, pool), for the decisions it returns.
+        self.outcome = TickOutcome()
         #: Ephemeral pools' duties (JIT configs, spent machines), when a type is ephemeral.
         self.ephemeral: EphemeralRunners | None = None
         if registrar is not None and parameters is not None:
@@ -222,7 +218,7 @@ class Scaler:
             )
         if observation is not None:
             self._provisioned(observation, names)
-        failures = {**self.failures, **_release_failures(plan, now)}
+        failures = {**self.failures, **release_failures(plan, now)}
         if dry_run:  # remember what was observed, not the failures acted on
             self.state = replace(
                 self.state, idle_since=plan.state.idle_since, short_since=plan.state.short_since
@@ -230,19 +226,29 @@ class Scaler:
             decisions, state = list(plan.decisions), plan.state
         else:
             self.state, self.failures = plan.state, failures
-            self._deltas, self._actions, self._notes = {}, {}, {}
+            self.outcome = TickOutcome()
             if self.ephemeral is not None:
                 for key, n in self.ephemeral.terminated.items():
-                    self._note(key, f"{n} ephemeral instance(s) done with their job terminated")
+                    self.outcome.note(
+                        key, f"{n} ephemeral instance(s) done with their job terminated"
+                    )
             self._execute(plan, now)
-            decisions, state = self._outcome(plan), self.state
+            decisions, state = self.outcome.decisions(plan), self.state
             self.failures = failures = {
                 p: f for p, f in self.failures.items() if p in self.state.backoff_seconds
             }
             if self.memory is not None:
                 self.memory.remember(self.state)
         self.last_view = ScalingView(pools, plan, tuple(decisions), state, failures)
-        self._record(pools, decisions, plan, now)
+        record_pool_metrics(
+            self.metrics,
+            self.config,
+            self.state,
+            pools=pools,
+            decisions=decisions,
+            plan=plan,
+            now=now,
+        )
         return decisions
 
     def _measure_skew(self, observation: Observation | None) -> ClockSkew:
@@ -294,17 +300,19 @@ class Scaler:
             outcome = self._deregister(st.runner_type, st.pool, st.runner_id, st.runner_name)
             if outcome == REMOVED:
                 self.metrics.scale_actions.labels(st.runner_type, st.pool, "deregister_stale").inc()
-                self._done((st.runner_type, st.pool), 0, STALE)
+                self.outcome.done((st.runner_type, st.pool), 0, STALE)
                 log.info("deregistered offline runner %s (instance gone)", st.runner_name)
 
     def _scale_in(self, si: ScaleIn, now: datetime) -> None:
         key = (si.runner_type, si.pool)
         outcome = self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name)
         if outcome == GONE:
-            self._note(key, f"runner {si.runner_name} already gone: instance left to orphan sweep")
+            self.outcome.note(
+                key, f"runner {si.runner_name} already gone: instance left to orphan sweep"
+            )
             return
         if outcome != REMOVED:
-            self._note(key, f"runner {si.runner_name} kept")
+            self.outcome.note(key, f"runner {si.runner_name} kept")
             return
         if self._terminate(si.runner_type, si.pool, si.instance_id):
             log.info(
@@ -317,7 +325,7 @@ class Scaler:
         pending = PendingTermination(si.runner_type, si.pool, si.instance_id, si.runner_name, now)
         self.state = self.state.termination_pending(pending)
         self.metrics.deferred_terminations.labels(si.runner_type, si.pool).inc()
-        self._note(key, f"terminate {si.instance_id} failed: retried first next tick")
+        self.outcome.note(key, f"terminate {si.instance_id} failed: retried first next tick")
         log.warning(
             "runner %s deregistered but instance %s not terminated; retried first next tick",
             si.runner_name,
@@ -337,7 +345,7 @@ class Scaler:
             )
         else:
             self.metrics.deferred_terminations.labels(pt.runner_type, pt.pool).inc()
-            self._note(key, f"terminate {pt.instance_id} failed again: retried next tick")
+            self.outcome.note(key, f"terminate {pt.instance_id} failed again: retried next tick")
 
     def _terminate(self, runner_type: str, pool: str, instance_id: str) -> bool:
         """Terminate the instance of a deregistered runner (a scale-in)."""
@@ -349,7 +357,7 @@ class Scaler:
         ):
             return False
         self.metrics.scale_actions.labels(runner_type, pool, "scale_in").inc()
-        self._done((runner_type, pool), -1, SCALE_IN)
+        self.outcome.done((runner_type, pool), -1, SCALE_IN)
         return True
 
     def _orphan(self, o: TerminateOrphan) -> None:
@@ -360,11 +368,11 @@ class Scaler:
         except AutoscalerError as exc:
             self.metrics.orphans_kept.labels(o.runner_type, o.pool, "lookup_failed").inc()
             self._problem(exc, o.runner_type, o.pool, "find_runner")
-            self._note(key, f"cannot ask GitHub about {o.runner_name}: {o.instance_id} kept")
+            self.outcome.note(key, f"cannot ask GitHub about {o.runner_name}: {o.instance_id} kept")
             return
         if runner is not None:
             self.metrics.orphans_kept.labels(o.runner_type, o.pool, "registered").inc()
-            self._note(key, f"runner {o.runner_name} registered since the poll: kept")
+            self.outcome.note(key, f"runner {o.runner_name} registered since the poll: kept")
             log.info(
                 "instance %s registered its runner after the poll (%s); not an orphan",
                 o.instance_id,
@@ -379,12 +387,12 @@ class Scaler:
         ):
             self.metrics.scale_actions.labels(o.runner_type, o.pool, "terminate_orphan").inc()
             self.metrics.provisioning_failures.labels(o.runner_type, o.pool, "boot_timeout").inc()
-            self._done(key, -1, ORPHAN)
+            self.outcome.done(key, -1, ORPHAN)
             log.warning(
                 "terminated orphan instance %s in %s (never registered)", o.instance_id, o.pool
             )
         else:
-            self._note(key, f"terminate {o.instance_id} failed")
+            self.outcome.note(key, f"terminate {o.instance_id} failed")
 
     def _scale_up(self, up: ScaleUp, now: datetime) -> None:
         need, failed_over = up.need, False
@@ -413,7 +421,7 @@ class Scaler:
                 if more:
                     self.metrics.pool_failovers.labels(up.runner_type, slot.pool).inc()
                     failed_over = True
-                self._note(
+                self.outcome.note(
                     key,
                     f"{exc.code}: backed off {seconds:.0f}s" + (", failing over" if more else ""),
                 )
@@ -423,13 +431,13 @@ class Scaler:
                 continue
             except AutoscalerError as exc:
                 self._problem(exc, up.runner_type, slot.pool, "set_desired_capacity")
-                self._note(key, f"scale up failed ({exc.kind} {exc.code})")
+                self.outcome.note(key, f"scale up failed ({exc.kind} {exc.code})")
                 return
             self.state = self.state.scaled_up(slot.pool, now)
             self.provisioning.asked(slot.pool, target - slot.current, now)
             self.metrics.scale_actions.labels(up.runner_type, slot.pool, "scale_up").inc()
             text = f"scale up +{target - slot.current} after failover" if failed_over else ""
-            self._done(key, target - slot.current, SCALE_UP, text)
+            self.outcome.done(key, target - slot.current, SCALE_UP, text)
             log.info("scaled up %s (%s): %d -> %d", slot.pool, up.runner_type, slot.current, target)
             need -= take
         if need > 0:
@@ -452,7 +460,7 @@ class Scaler:
             f": {r.message}" if r.message else "",
         )
         if r.desired >= r.current:
-            self._done(key, 0, RELEASE)
+            self.outcome.done(key, 0, RELEASE)
         elif self._cloud(
             r.runner_type,
             r.pool,
@@ -460,9 +468,9 @@ class Scaler:
             partial(self.pool.set_desired_capacity, r.pool, r.desired),
         ):
             self.provisioning.released(r.pool, r.current - r.desired)
-            self._done(key, r.desired - r.current, RELEASE)
+            self.outcome.done(key, r.desired - r.current, RELEASE)
         else:
-            self._note(key, f"lowering desired to {r.desired} failed")
+            self.outcome.note(key, f"lowering desired to {r.desired} failed")
 
     # --- helpers
 
@@ -522,60 +530,3 @@ class Scaler:
                 exc.kind,
                 exc.code,
             )
-
-    def _done(self, key: tuple[str, str], delta: int, action: str, text: str = "") -> None:
-        self._deltas[key] = self._deltas.get(key, 0) + delta
-        self._actions.setdefault(key, set()).add(action)
-        if text:
-            self._note(key, text)
-
-    def _note(self, key: tuple[str, str], text: str) -> None:
-        self._notes.setdefault(key, []).append(text)
-
-    def _outcome(self, plan: Plan) -> list[Decision]:
-        out = []
-        for d in plan.decisions:
-            key = (d.runner_type, d.pool)
-            if d.action == MISSING:
-                out.append(d)
-                continue
-            action = min(self._actions.get(key) or {HOLD}, key=RANK.__getitem__)
-            reason = "; ".join([d.reason, *self._notes.get(key, [])])
-            out.append(
-                replace(
-                    d, desired=d.current + self._deltas.get(key, 0), action=action, reason=reason
-                )
-            )
-        return out
-
-    def _record(
-        self, pools: dict[str, PoolState], decisions: list[Decision], plan: Plan, now: datetime
-    ) -> None:
-        m = self.metrics
-        for d in decisions:
-            rt, name, p = d.runner_type, d.pool, pools.get(d.pool)
-            if p is None:
-                continue
-            m.pool_desired_capacity.labels(rt, name).set(d.desired)
-            m.pool_max_size.labels(rt, name).set(p.max_size)
-            for lc in InstanceLifecycle:
-                count = sum(1 for i in p.instances if i.lifecycle is lc)
-                m.pool_instances.labels(rt, name, lc.value).set(count)
-            until = self.state.backoff_until.get(name)
-            m.pool_backoff_remaining.labels(name).set(
-                max(0.0, (until - now).total_seconds()) if until else 0.0
-            )
-            pending = self.state.pending_terminations.values()
-            m.pending_terminations.labels(rt, name).set(sum(1 for p in pending if p.pool == name))
-        for b in self.config.budgets:
-            m.budget_instances.labels(b.name).set(plan.budget_use.get(b.name, 0))
-            m.budget_max_instances.labels(b.name).set(b.max_instances)
-
-
-def _release_failures(plan: Plan, now: datetime) -> dict[str, CapacityFailure]:
-    """The pools the policy found failing to launch this tick, with AWS's code and last
-    words (the Failed activity's, as the adapter classified it)."""
-    return {
-        r.pool: CapacityFailure(r.pool, now, r.reason, code=r.code, message=r.message)
-        for r in plan.releases
-    }

@@ -4,20 +4,23 @@ its 201, 403 and 422 answers as typed errors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.config import GitHubConfig
+from autoscaler.config import GitHubConfig, parse_config
 from autoscaler.config.reader import Secret
 from autoscaler.errors import AuthenticationError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns
 from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.retry.decide import ALREADY
+from autoscaler.retry.model import CompletedJob, RunProgress
+from autoscaler.retry.stage import RetryStage
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -195,3 +198,54 @@ def test_bounded_per_call_and_waits_while_the_rate_limit_is_low(world: World) ->
     world.fake.RATE_LIMIT = 5000
     world.tick()
     assert len(world.source.completed_jobs(world.now)) == 3
+
+
+class Handed:
+    """The completed jobs the poll handed over before the (lost) re-run, handed once."""
+
+    def __init__(self, jobs: Sequence[CompletedJob]) -> None:
+        self.jobs = list(jobs)
+
+    def completed_jobs(self, now: datetime) -> Sequence[CompletedJob]:
+        jobs, self.jobs = self.jobs, []
+        return jobs
+
+
+def test_the_run_is_read_as_github_reports_it(world: World) -> None:
+    job = running_job(world)
+    run = world.fake.job(job).run_id
+    world.tick()
+    fail_job(world.fake, job)
+    assert world.source.run_progress("pytorch", run) == RunProgress("completed", 1)
+    world.source.rerun_job("pytorch", job)
+    progress = world.source.run_progress("pytorch", run)
+    assert (progress.status != "completed", progress.attempt) == (True, 2)
+    with pytest.raises(NotFoundError):
+        world.source.run_progress("pytorch", 999_999)
+
+
+def test_a_rerun_whose_201_was_lost_is_not_taken_for_a_missing_permission(world: World) -> None:
+    """The story: the controller re-ran a job, GitHub made attempt 2, and the 201 never
+    arrived (a timeout), so the next tick sent the re-run again. GitHub answers that 403
+    ("not the latest attempt"), which used to pause re-runs in the whole repository for
+    hours and page "Job re-runs not permitted". Now the run is read: attempt 2 exists, so
+    the job counts as re-run and the repository is not paused."""
+    config = parse_config(
+        {
+            "github": {"owner": "demo-org", "token": "t"},
+            "runner_types": {"gpu": {"labels": GPU}},
+            "job_retry": {"enabled": True},
+        },
+        env={},
+    )
+    job = running_job(world)
+    world.tick()
+    fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])
+    world.tick()  # the poll sees the run complete, its job failed
+    failed = world.source.completed_jobs(world.now)
+    stage = RetryStage(config, Handed(failed), world.source, world.metrics)
+    world.source.rerun_job("pytorch", job)  # went through; its answer was "lost"
+    report = stage.step(world.now)
+    assert [c.result for c in report.choices] == [ALREADY]
+    assert report.denied == {}
+    assert world.fake.reruns == [("pytorch", job)]  # the second POST changed nothing

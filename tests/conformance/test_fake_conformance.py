@@ -50,6 +50,7 @@ from tests.conformance.scenario import (
 ORG_REPOS = "/orgs/{org}/repos"
 RUNS = "/repos/{owner}/{repo}/actions/runs"
 JOBS = "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs"
+RUN = "/repos/{owner}/{repo}/actions/runs/{run_id}"
 ORG_RUNNERS = "/orgs/{org}/actions/runners"
 ORG_RUNNER = "/orgs/{org}/actions/runners/{runner_id}"
 REPO_RUNNERS = "/repos/{owner}/{repo}/actions/runners"
@@ -163,6 +164,9 @@ CALLS = [
         before="rerun-422",
     ),
     Call("rerun-running", "POST", RERUN, API + "/actions/jobs/{mixed_job}/rerun", 403),
+    Call("run", "GET", RUN, API + "/actions/runs/{mixed_run}", 200),
+    Call("run-finished", "GET", RUN, API + "/actions/runs/{finished_run}", 200),
+    Call("run-gone", "GET", RUN, API + "/actions/runs/999999", 404),
     Call("rate-limit", "GET", "/rate_limit", "/rate_limit", 200),
     Call("rate-limit-304", "GET", "/rate_limit", "/rate_limit", 304, before="etag"),
     Call("rate-limit-spent", "GET", "/rate_limit", "/rate_limit", 200, before="spent"),
@@ -198,6 +202,7 @@ UNDOCUMENTED_STATUSES = {
     ("DELETE", ORG_RUNNER, 404): _GONE,
     ("DELETE", REPO_RUNNER, 404): _GONE,
     ("GET", ANNOTATIONS, 404): "an unknown check run answers 404, like any unknown resource",
+    ("GET", RUN, 404): "an unknown workflow run answers 404, like any unknown resource",
     ("POST", RERUN, 422): (
         "a re-run GitHub refuses as a request (a job already re-run, issue 14) answers 422 "
         "with its generic error body; the description lists only 201 and 403"
@@ -408,6 +413,7 @@ def test_every_request_the_client_makes_is_covered(
             source.observe(T0 + timedelta(minutes=2))
             assert [j.job_id for j in source.completed_jobs(T0)] == [lost]
             source.rerun_job(repo, lost)
+            source.run_progress(repo, s.fake.job(lost).run_id)  # what a 403 makes it read
         finally:
             source.close()
         requests = [(r.method, r.path) for r in s.fake.requests]

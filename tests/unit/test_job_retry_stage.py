@@ -24,7 +24,13 @@ from autoscaler.errors import (
     TransientError,
 )
 from autoscaler.retry.decide import ALREADY, DEFERRED, DENIED, EXHAUSTED, FAILED, RERUN, SKIP
-from autoscaler.retry.model import SPOT_INTERRUPTION, Annotation, CompletedJob, InstanceEvent
+from autoscaler.retry.model import (
+    SPOT_INTERRUPTION,
+    Annotation,
+    CompletedJob,
+    InstanceEvent,
+    RunProgress,
+)
 from autoscaler.retry.stage import SETTLE, RetryStage
 from autoscaler.telemetry import Metrics
 
@@ -72,15 +78,33 @@ class Source:
         return self.batches.pop(0) if self.batches else ()
 
 
+#: A finished run at its first attempt: a 403 on its job's re-run means no permission.
+COMPLETE = RunProgress("completed", 1)
+
+
 class Rerunner:
-    def __init__(self, error: Exception | None = None) -> None:
+    """Answers re-runs with ``error`` (None: 201) and run lookups with ``progress``."""
+
+    def __init__(
+        self,
+        error: Exception | None = None,
+        progress: RunProgress | Exception = COMPLETE,
+    ) -> None:
         self.calls: list[tuple[str, int]] = []
+        self.looked_up: list[tuple[str, int]] = []
         self.error = error
+        self.progress = progress
 
     def rerun_job(self, repo: str, job_id: int) -> None:
         self.calls.append((repo, job_id))
         if self.error is not None:
             raise self.error
+
+    def run_progress(self, repo: str, run_id: int) -> RunProgress:
+        self.looked_up.append((repo, run_id))
+        if isinstance(self.progress, Exception):
+            raise self.progress
+        return self.progress
 
 
 class Store:
@@ -159,6 +183,39 @@ def test_403_is_said_once_alerted_once_and_stops_trying(caplog: pytest.LogCaptur
     assert len(errors) == 1
     assert "Actions: read and write" in errors[0].getMessage()
     assert set(second.denied) == {"pytorch"}
+
+
+@pytest.mark.parametrize(
+    ("progress", "result", "paused"),
+    [
+        pytest.param(RunProgress("completed", 2), ALREADY, False, id="lost-201-sent-again"),
+        pytest.param(RunProgress("in_progress", 3), ALREADY, False, id="someone-reran-it"),
+        pytest.param(RunProgress("in_progress", 1), DEFERRED, False, id="run-still-going"),
+        pytest.param(RunProgress("completed", 1), DENIED, True, id="no-permission"),
+        pytest.param(TransientError("503", code="503"), DENIED, True, id="run-unreadable"),
+    ],
+)
+def test_a_403_pauses_the_repository_only_when_it_means_no_permission(
+    progress: RunProgress | Exception, result: str, paused: bool
+) -> None:
+    """GitHub answers a re-run 403 for three reasons. A re-run whose 201 was lost and is
+    sent again gets 403 ("not the latest attempt"); so does a run re-run by someone else or
+    still in progress. Before, each of them paused the repository for hours and paged
+    "Job re-runs not permitted". Now the run is read first: a newer attempt means the job
+    was re-run (never asked again), a run still going is asked again later, and only a
+    complete run at the failed job's attempt (or one that cannot be read) means permission.
+    """
+    rerunner = Rerunner(AuthenticationError("403", code="403"), progress)
+    s, metrics = stage(Source([job(1)], [job(1)]), rerunner)
+    report = s.step(NOW)
+    assert [c.result for c in report.choices] == [result]
+    assert rerunner.looked_up == [("pytorch", 101)]
+    assert (set(report.denied) == {"pytorch"}) is paused
+    assert count(metrics, "runner_lost", result) == 1
+    again = s.step(NOW + timedelta(seconds=30)).choices
+    if result == ALREADY:  # recorded as re-run: never sent again
+        assert [c.result for c in again] == [ALREADY]
+        assert rerunner.calls == [("pytorch", 1)]
 
 
 def test_422_already_rerun_is_a_no_op_never_asked_again() -> None:

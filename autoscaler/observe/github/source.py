@@ -60,7 +60,7 @@ from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
 from autoscaler.ports import JitRunner
-from autoscaler.retry.model import CompletedJob
+from autoscaler.retry.model import CompletedJob, RunProgress
 from autoscaler.telemetry import Metrics
 
 __all__ = ["RUN_STATUSES", "GitHubSource"]
@@ -247,6 +247,21 @@ class GitHubSource:
         403 (no Actions: write), RejectedError on 422, NotFoundError on 404."""
         path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/jobs/{int(job_id)}/rerun"
         self._http.send("POST", path, "job_rerun")
+
+    def run_progress(self, repo: str, run_id: int) -> RunProgress:
+        """``GET /repos/{o}/{r}/actions/runs/{run_id}``: its ``status`` and ``run_attempt``
+        (read after a re-run's 403). TransientError when the body is not a run."""
+        path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runs/{int(run_id)}"
+        answer = self._http.send("GET", path, "run")
+        try:
+            body = json_object(answer.content)
+        except ValueError:
+            body = None
+        status = body.get("status") if body is not None else None
+        attempt = body.get("run_attempt") if body is not None else None
+        if not isinstance(status, str) or not isinstance(attempt, int) or attempt < 1:
+            raise TransientError(f"GitHub GET {path}: the body is not a workflow run")
+        return RunProgress(status, attempt)
 
     # --- the calls
     def _exchange(self, installation_id: int, authorization: str) -> Mapping[str, Any]:
