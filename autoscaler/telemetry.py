@@ -8,9 +8,7 @@ rules) or by code (operation, status, result); never a job id or a repository li
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -508,14 +506,6 @@ class Metrics:
 
     def tick_finished(self, seconds: float) -> None:
         self.tick_duration.observe(seconds)
-
-    @contextmanager
-    def timed_github(self, endpoint: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.github_request_duration.labels(endpoint).observe(time.perf_counter() - start)
 
 
 def report_queue(metrics: Metrics, snapshot: QueueSnapshot, now: datetime) -> None:

@@ -16,7 +16,9 @@ Aims (the exit code says whether they are met):
 - controller peak RSS < 150 MB at 50,000 queued jobs;
 - every queued job seen, every tick.
 The fake's own CPU per request and its busy share (CPU / wall) say whether it, not the
-controller, limits the run.
+controller, limits the run. Beside the ideal, the **critical path** (:meth:`Result.critical_path`):
+the shortest a cold tick can be given which requests wait for which (the repository list
+before any runs listing), at 50 ms and at one GET's measured round trip in the same run.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ CONCURRENCY = 16
 INTERVAL = 300.0
 #: Plain httpx GETs timed for the HTTP client's own CPU cost.
 FLOOR_REQUESTS = 100
+#: Sequential GETs timed for one request's round trip on its own.
+ROUND_TRIPS = 20
+#: Items a listing page holds.
+PER_PAGE = 100
 
 
 class Proc:
@@ -110,6 +116,23 @@ class Result:
     rss_mb: float
     httpx_ms: float
     """CPU per request of a plain httpx GET in the controller process, same run."""
+    round_trip_ms: float
+    """Wall time of one GET on its own (nothing else in flight), same run."""
+
+    def critical_path(self, latency: float) -> float:
+        """The shortest any cold tick can be at CONCURRENCY requests in flight and
+        ``latency`` seconds a request: nothing but the skeleton (``GET /rate_limit``, the
+        runner list, the repository list) can go before the repository list is in (its
+        pages one after another: each names the next); then every other request, at
+        most CONCURRENCY at a time, each taking ``latency``. With the first tick's few
+        repositories the formula's ideal (requests x latency / concurrency) counts the
+        first round's idle workers as busy: it is below this bound."""
+        cold = self.ticks["cold"]
+        repo_pages = -(-self.size.repos // PER_PAGE)
+        runner_pages = -(-self.size.runners // PER_PAGE)
+        skeleton = 1 + repo_pages + min(runner_pages, repo_pages)
+        rounds = repo_pages + -(-max(0, cold.requests - skeleton) // CONCURRENCY)
+        return rounds * latency
 
 
 def measure(size: Size) -> Result:
@@ -149,7 +172,8 @@ def measure(size: Size) -> Result:
             rss = answer["rss_mb"]
             now += INTERVAL
         floor = controller.ask(op="floor", requests=FLOOR_REQUESTS)["cpu_ms"]
-        return Result(size, ticks, rss, floor)
+        trip = controller.ask(op="round_trip", requests=ROUND_TRIPS)["ms"]
+        return Result(size, ticks, rss, floor, trip)
     finally:
         if controller is not None:
             controller.close()
@@ -208,6 +232,15 @@ def report(results: list[Result]) -> bool:
             lambda r: f"{r.ticks['cold'].wall / r.ticks['cold'].ideal:.2f}",
             "<= 1.3",
             "wall",
+        ),
+        row(
+            "critical path at 50 ms (s) / ideal",
+            lambda r: f"{r.critical_path(LATENCY):.2f} / {r.ticks['cold'].ideal:.2f}",
+        ),
+        row("one GET on its own, same run (ms)", lambda r: f"{r.round_trip_ms:.1f}"),
+        row(
+            "cold wall / critical path at that",
+            lambda r: f"{r.ticks['cold'].wall / r.critical_path(r.round_trip_ms / 1000):.2f}",
         ),
         row("CPU per request, cold (ms)", lambda r: f"{r.ticks['cold'].cpu_per_request_ms:.2f}"),
         row("  a plain httpx GET alone (ms)", lambda r: f"{r.httpx_ms:.2f}"),

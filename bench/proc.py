@@ -156,6 +156,19 @@ def httpx_floor(url: str, requests: int) -> float:
         return 1000 * (_cpu() - cpu) / requests
 
 
+def round_trip(url: str, path: str, requests: int) -> float:
+    """Milliseconds of one GET of ``path`` on its own (sequential, one connection, nothing
+    else in flight): the fake's latency plus both processes' time for one request, on
+    this machine at this moment. What one step of a chain of dependent requests takes."""
+    headers = {"Authorization": "Bearer fake-token"}
+    with httpx.Client(base_url=url, headers=headers, limits=httpx.Limits(max_connections=1)) as c:
+        c.get(path)
+        started = time.perf_counter()
+        for _ in range(requests):
+            c.get(path)
+        return 1000 * (time.perf_counter() - started) / requests
+
+
 def run_controller(params: dict[str, Any]) -> None:
     size = Size(**params["size"])
     types = type_names(size.types)
@@ -203,6 +216,9 @@ def run_controller(params: dict[str, Any]) -> None:
         def handle(command: dict[str, Any]) -> dict[str, Any]:
             if command["op"] == "floor":
                 return {"cpu_ms": httpx_floor(params["url"], command["requests"])}
+            if command["op"] == "round_trip":
+                path = f"/repos/{params['owner']}/repo-0000/actions/runs?status=queued"
+                return {"ms": round_trip(params["url"], path, command["requests"])}
             clock["now"] = command["t"]
             before, latency = _statuses(metrics), _latency_sum(metrics)
             cpu, started = _cpu(), time.perf_counter()

@@ -4,6 +4,8 @@ URL in the log, and whatever escapes the adapter is a classified error."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -160,6 +162,13 @@ def _mock(
 
 
 RUN = {"id": 7, "status": "queued", "created_at": "2026-11-30T02:00:00Z"}
+_RUNNER = {
+    "id": 1,
+    "name": "gpu-1",
+    "status": "online",
+    "busy": False,
+    "labels": [{"name": "self-hosted"}],
+}
 
 
 def test_a_link_back_to_a_page_already_read_stops_the_listing(
@@ -248,3 +257,42 @@ def test_an_exception_escaping_the_adapter_is_a_transient_error(
     source.close()
     assert caught.value.code == "RuntimeError"
     assert any(r.exc_info for r in caplog.records if "unexpectedly" in r.message)
+
+
+def test_a_gzipped_page_is_inflated_and_counted() -> None:
+    """The helper asks for gzip itself since it calls httpx's transport directly (no
+    ``httpx.Client`` to ask and inflate): a gzipped page must read as the plain one."""
+    runners = {"total_count": 1, "runners": [_RUNNER]}
+
+    def handler(request: httpx.Request) -> httpx.Response | None:
+        assert request.headers["accept-encoding"] == "gzip"
+        if request.url.path.endswith("/orgs/acme/actions/runners"):
+            body = gzip.compress(json.dumps(runners).encode())
+            return httpx.Response(200, content=body, headers={"Content-Encoding": "gzip"})
+        return None
+
+    source, _, _ = _mock(handler, repos=())
+    observation = source.observe(T0)
+    source.close()
+    assert [r.name for r in observation.runners] == ["gpu-1"]
+
+
+def test_a_gzip_bomb_is_refused_while_inflating() -> None:
+    """A few KB that inflate past the page limit are refused like a page that size:
+    the limit applies to what would be parsed, not to what came over the wire."""
+    bomb = gzip.compress(b" " * (MAX_PAGE_BYTES + 1))
+    assert len(bomb) < MAX_PAGE_BYTES // 100
+
+    def handler(request: httpx.Request) -> httpx.Response | None:
+        if request.url.path.endswith("/orgs/acme/actions/runners"):
+            return httpx.Response(200, content=bomb, headers={"Content-Encoding": "gzip"})
+        return None
+
+    source, metrics, _ = _mock(handler, repos=())
+    with pytest.raises(TransientError, match="over the page limit"):
+        source.observe(T0)
+    source.close()
+    too_large = metrics.registry.get_sample_value(
+        "ci_autoscaler_github_requests_total", {"endpoint": "runners", "status": "too_large"}
+    )
+    assert too_large == 1

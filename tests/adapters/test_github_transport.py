@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from autoscaler.config import GitHubConfig
 from autoscaler.config.reader import Secret
 from autoscaler.errors import TransientError
+from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics
 
@@ -115,3 +117,112 @@ def test_bad_repo_items_are_skipped(body: list[Any], kind: str) -> None:
         "ci_autoscaler_github_skipped_items_total", {"kind": kind}
     )
     assert skipped == 1
+
+
+def test_the_first_rate_limit_request_goes_beside_the_skeleton_and_the_plan_waits_for_it() -> None:
+    """A cold tick sent ``GET /rate_limit`` first and waited for it before the runner and
+    repository lists: one more round trip on the critical path of every cold tick (and of
+    every tick on a GHES without rate limits). It now goes beside them; only the runs
+    listings, which need the budget's plan, wait for its answer."""
+    lock = threading.Lock()
+    arrived: list[str] = []
+    skeleton = threading.Event()
+    answered = threading.Event()
+    runs_before_plan: list[str] = []
+    waited: list[bool] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        with lock:
+            arrived.append(path)
+            if {"/api/v3/orgs/acme/actions/runners", "/api/v3/orgs/acme/repos"} <= set(arrived):
+                skeleton.set()
+        if path.endswith("/rate_limit"):
+            waited.append(skeleton.wait(timeout=5))  # in series, the skeleton never came
+            answered.set()
+            limits = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "5000"}
+            return httpx.Response(200, json={"resources": {}}, headers=limits)
+        if path.endswith("/repos"):
+            return httpx.Response(200, json=[{"name": "app"}])
+        if "/actions/runs" in path and not answered.is_set():
+            runs_before_plan.append(path)
+        return _empty_lists(request)
+
+    sleeps: list[float] = []
+    source, metrics = _source(handler, sleeps)
+    source.observe(T0)
+    source.close()
+    assert waited == [True]  # the runner and repository lists arrived while it was open
+    assert arrived.index("/api/v3/rate_limit") < 3  # among the first three, not before them
+    assert runs_before_plan == []
+    runs = sum("/actions/runs" in p for p in arrived)
+    assert runs == 5  # one listing per run status: the plan, once in, listed the repository
+    limit = metrics.registry.get_sample_value(
+        "ci_autoscaler_github_rate_limit_limit", {"resource": "core"}
+    )
+    assert limit == 5000
+
+
+def test_a_lean_reconcile_without_rate_limits_lists_only_the_runs_it_names() -> None:
+    """On a GHES without rate limits every poll takes the cold path, and the runner list
+    can come in before the budget's plan. Merged beside the lean reconcile, that path
+    made the lean choice before the plan and then let the plan's cadence list every due
+    run anyway: a full poll at every reconcile. The choice now waits for the plan, is
+    made once, and a settled run's jobs are not listed."""
+    runs = [
+        {"id": run_id, "status": "in_progress", "created_at": "2026-11-30T02:59:00Z"}
+        for run_id in (7, 8)
+    ]
+
+    def job(run_id: int) -> dict[str, Any]:
+        return {
+            "id": run_id * 10,
+            "run_id": run_id,
+            "status": "in_progress",
+            "labels": ["self-hosted", "linux.4xlarge"],
+            "created_at": "2026-11-30T02:59:00Z",
+            "started_at": "2026-11-30T02:59:30Z",
+            "runner_name": f"r-{run_id}",
+            "name": "build",
+            "steps": [{"name": "step", "status": "in_progress"}],
+        }
+
+    lock = threading.Lock()
+    jobs_listed: list[int] = []
+    runners_in = threading.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.endswith("/rate_limit"):
+            runners_in.wait(timeout=5)  # the runner list first: before the plan
+            return httpx.Response(404, json={"message": "Rate limiting is not enabled."})
+        if path.endswith("/repos"):
+            return httpx.Response(200, json=[{"name": "app"}])
+        if path.endswith("/actions/runners"):
+            runners_in.set()
+            return httpx.Response(200, json={"total_count": 0, "runners": []})
+        for run_id in (7, 8):
+            if path.endswith(f"/runs/{run_id}/jobs"):
+                with lock:
+                    jobs_listed.append(run_id)
+                return httpx.Response(200, json={"total_count": 1, "jobs": [job(run_id)]})
+        if path.endswith("/actions/runs") and request.url.params.get("status") == "in_progress":
+            return httpx.Response(200, json={"total_count": 2, "workflow_runs": runs})
+        return _empty_lists(request)
+
+    asked: list[int] = []
+
+    def lean(facts: RunFacts, busy: Mapping[str, bool]) -> Reason:
+        asked.append(facts.run_id)
+        return Reason.EVENT if facts.run_id == 7 else Reason.SETTLED
+
+    source, _ = _source(handler, [])
+    source.observe(T0)
+    assert sorted(jobs_listed) == [7, 8]  # the full poll lists both runs' jobs
+    jobs_listed.clear()
+    runners_in.clear()
+    observation = source.reconcile(T0 + timedelta(minutes=5), lean)
+    source.close()
+    assert sorted(asked) == [7, 8]  # decided once each, with the plan
+    assert jobs_listed == [7]  # the settled run is not listed
+    assert sorted(j.id for j in observation.jobs) == [70, 80]

@@ -12,7 +12,7 @@ from autoscaler.config import BudgetConfig, Config, ScalingConfig
 from autoscaler.config.schedule import IdleWindow, MinIdle
 from autoscaler.domain import InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.scale.plan import PendingTermination, Plan, ScalingState
-from autoscaler.scale.policy import decide
+from autoscaler.scale.policy import decide, pool_of_runner, runners_by_pool
 from tests.unit.scaling_fakes import CPU, GPU, T0, config, iid, inst, pool, rtype, runner, snapshot
 
 PENDING = InstanceLifecycle.PENDING
@@ -494,3 +494,29 @@ def test_pending_terminations_come_first_and_share_the_scale_in_cap() -> None:
     assert plan.scale_ins == ()  # the cap of 2 went to the retries
     assert iid(1) not in [o.instance_id for o in plan.orphans]
     assert iid(2) not in [o.instance_id for o in plan.orphans]
+
+
+@pytest.mark.parametrize(
+    "pools",
+    [
+        pytest.param(["ci-gpu", "ci-gpu-spot"], id="one-pool-name-prefixes-another"),
+        pytest.param(["ci-gpu-spot", "ci-gpu"], id="the-other-order"),
+        pytest.param(["ci-gpu", "ci-gpu"], id="a-pool-listed-twice"),
+        pytest.param(["elsewhere"], id="no-pool-matches"),
+    ],
+)
+def test_runners_by_pool_matches_pool_of_runner(pools: list[str]) -> None:
+    """The policy read each runner's pool once per runner type (600,000 regex searches a
+    tick at 200 types and 3,000 runners); it now reads them once per tick. The runners a
+    type gets, and their order, must be what ``pool_of_runner`` gave."""
+    runners = [
+        Runner(1, "ci-gpu-spot-i-0123456789abcdef0", frozenset(), True, False),
+        Runner(2, "ci-gpu-i-0123456789abcdef1", frozenset(), True, True),
+        Runner(3, "static-builder-1", frozenset(), True, False),
+        Runner(4, "ci-gpu-i-0123456789abcdef2", frozenset(), False, False),
+        Runner(5, "other-ci-gpu-i-0123456789abcdef3", frozenset(), True, False),
+    ]
+    expected = [(r, pn) for r in runners if (pn := pool_of_runner(r, pools)) is not None]
+    by_pool = runners_by_pool(runners)
+    found = [(i, r, pn) for pn in dict.fromkeys(pools) for i, r in by_pool.get(pn, ())]
+    assert [(r, pn) for _, r, pn in sorted(found, key=lambda f: f[0])] == expected

@@ -56,7 +56,10 @@ class EtagCache:
 
     def __init__(self, *, max_entries: int = MAX_ENTRIES, ttl: float = TTL_SECONDS) -> None:
         self._entries: dict[str, Entry] = {}
-        self._dirty: set[str] = set()
+        #: URL -> its encoded entry, written at the next flush. Encoded in :meth:`put`, on
+        #: the worker that fetched the page (while other requests are in flight), not
+        #: all at once after the poll, when the tick waits on it.
+        self._dirty: dict[str, str] = {}
         self._dropped: set[str] = set()
         self._lock = threading.Lock()
         self._max = max_entries
@@ -74,9 +77,10 @@ class EtagCache:
             return entry
 
     def put(self, url: str, etag: str, link: str | None, record: PageRecord, now: float) -> None:
+        text = encode(record, etag, link)
         with self._lock:
             self._entries[url] = Entry(etag, link, record, now)
-            self._dirty.add(url)
+            self._dirty[url] = text
             self._dropped.discard(url)
 
     def discard(self, url: str) -> None:
@@ -84,14 +88,14 @@ class EtagCache:
         with self._lock:
             if self._entries.pop(url, None) is not None:
                 self._dropped.add(url)
-            self._dirty.discard(url)
+            self._dirty.pop(url, None)
 
     def drop(self, urls: Iterable[str]) -> None:
         with self._lock:
             for url in urls:
                 if self._entries.pop(url, None) is not None:
                     self._dropped.add(url)
-                self._dirty.discard(url)
+                self._dirty.pop(url, None)
 
     def sweep(self, now: float) -> int:
         """Drop entries unused for the TTL, then the least recently used over the bound."""
@@ -105,7 +109,7 @@ class EtagCache:
                 stale += [u for _, u in fresh[:excess]]
             for url in stale:
                 del self._entries[url]
-                self._dirty.discard(url)
+                self._dirty.pop(url, None)
                 self._dropped.add(url)
             return len(stale)
 
@@ -129,17 +133,18 @@ class EtagCache:
     def flush(self, store: PollCacheStore) -> int:
         """Write what changed since the last flush; returns how many entries were written."""
         with self._lock:
-            put = {u: self._entries[u] for u in self._dirty if u in self._entries}
+            encoded = self._dirty
             drop = set(self._dropped)
-            self._dirty.clear()
+            self._dirty = {}
             self._dropped.clear()
-        encoded = {u: encode(e.record, e.etag, e.link) for u, e in put.items()}
         if encoded or drop:
             try:
                 store.save_poll_cache(encoded, drop)
             except BaseException:
-                with self._lock:  # written next time
-                    self._dirty.update(u for u in put if u in self._entries)
+                with self._lock:  # written next time (unless replaced or dropped meanwhile)
+                    for url, text in encoded.items():
+                        if url in self._entries:
+                            self._dirty.setdefault(url, text)
                     self._dropped.update(drop)
                 raise
         return len(encoded)

@@ -63,9 +63,9 @@ class Fetcher:
         if self.spent(allowance) >= allowance.requests:
             raise Deferred
 
-    def rate_limit(self) -> None:
+    def rate_limit(self, deadline: float | None = None) -> None:
         """``GET /rate_limit``: free, and tells the limit before anything is spent."""
-        self.http.send("GET", "/rate_limit", "rate_limit", exempt=True)
+        self.http.send("GET", "/rate_limit", "rate_limit", deadline=deadline, exempt=True)
 
     def runners(self, path: str | None, deadline: float) -> Listed:
         path = path or f"/orgs/{self.settings.owner}/actions/runners"

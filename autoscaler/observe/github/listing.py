@@ -94,25 +94,28 @@ def list_pages(
     """Every page of a listing, first page ``path`` (``per_page=100`` added)."""
     listed = Listed()
     seen: set[str] = set()
-    url: str | None = with_per_page(path)
+    url: str | None = http.url(with_per_page(path))
     while url is not None:
-        key = _same_page(http.url(url))
-        if key in seen:
-            raise PaginationError(
-                f"{endpoint}: Link rel=next points back to a page already read: {http.url(url)}",
-                "loop",
-            )
-        if len(listed.records) >= max_pages:
-            raise PaginationError(
-                f"{endpoint}: more than {max_pages} pages, stopped before {http.url(url)}",
-                "page_cap",
-            )
-        seen.add(key)
+        if listed.urls:  # a next page: (most listings have one page, and need no key)
+            if not seen:
+                seen.add(_same_page(listed.urls[0]))
+            key = _same_page(url)
+            if key in seen:
+                raise PaginationError(
+                    f"{endpoint}: Link rel=next points back to a page already read: {url}",
+                    "loop",
+                )
+            if len(listed.records) >= max_pages:
+                raise PaginationError(
+                    f"{endpoint}: more than {max_pages} pages, stopped before {url}",
+                    "page_cap",
+                )
+            seen.add(key)
         page = http.get_page(url, endpoint, compact, deadline)
         listed.records.append(page.record)
-        listed.urls.append(http.url(url))
+        listed.urls.append(url)
         listed.counted += page.counted
-        url = page.next_url
+        url = None if page.next_url is None else http.url(page.next_url)
     return listed
 
 

@@ -68,8 +68,16 @@ class _Tick:
     now: float
     deadline: float
     batch: Batch
-    plan: BudgetPlan
-    allowance: Allowance
+    start: int
+    """``GitHubHttp.counted`` when the poll began (its allowance counts from here)."""
+    plan: BudgetPlan | None = None
+    """None until the rate limit is known (a first poll asks beside the skeleton)."""
+    allowance: Allowance = field(default_factory=lambda: Allowance(0, 0.0))
+    tokens: float = 0.0
+    runners_asked: bool = False
+    repos_asked: bool = False
+    listed_names: tuple[str, ...] | None = None
+    """The repository list, when it came in before the plan."""
     names: tuple[str, ...] | None = None
     runners: tuple[Runner, ...] | None = None
     by_repo: dict[str, list[Runner]] = field(default_factory=dict)
@@ -129,35 +137,29 @@ class Poll:
         """One poll. ``lean`` (a webhook reconcile): the jobs of known runs are listed
         only when ``lean`` gives a reason, decided once the runner list is in; the
         budget's cadence does not apply to them."""
-        st, s = self.state, self.settings
         wall = now.timestamp()
-        if self.http.gate.limits.limit is None:
-            try:  # free: know the limit before spending from it
-                self.fetch.rate_limit()
-            except AutoscalerError as exc:
-                log.debug("GET /rate_limit failed: %s", exc)
-        limits = self.http.gate.limits
-        plan = plan_budget(
-            st.activity(repo_list=s.repos is None),
-            st.runner_list.cost,
-            limits,
-            wall,
-            s.poll_interval,
-            s.share,
-        )
-        elapsed = wall - self._tokens_at
-        tokens = refill(
-            self._tokens, elapsed, limits, wall, s.poll_interval, s.share, s.concurrency
-        )
-        allowance = Allowance(self.http.counted, tokens)
-        tick = _Tick(wall, time.monotonic() + s.deadline, self.pool.batch(), plan, allowance)
+        deadline = time.monotonic() + self.settings.deadline
+        tick = _Tick(wall, deadline, self.pool.batch(), self.http.counted)
         tick.lean, tick.lean_poll = lean, lean is not None
         try:
-            self._start(tick)
+            if self.http.gate.limits.limit is None:
+                # Free, and it tells the limit before anything is spent from it. It goes
+                # out beside the skeleton (the runner and repository lists, spent first
+                # whatever the plan): only the listings after them wait for the plan. In
+                # series it was one more round trip on the critical path of every cold
+                # tick (and of every tick on a GHES without rate limits).
+                tick.batch.submit(("rate_limit",), self._rate_limit, tick.deadline, priority=FIRST)
+                self._start_skeleton(tick)
+            else:
+                self._plan(tick)
+                self._start(tick)
             self._drain(tick)
         finally:
             tick.batch.cancel()
-            self._tokens, self._tokens_at = tokens - self.fetch.spent(allowance), wall
+            if tick.plan is None:
+                self._plan(tick)
+            spent = self.fetch.spent(tick.allowance)
+            self._tokens, self._tokens_at = tick.tokens - spent, wall
         self._report(tick)
         if tick.runners is None or tick.names is None:
             raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
@@ -167,29 +169,88 @@ class Poll:
                 "%d were never listed",
                 tick.cut,
                 len(tick.runs_left),
-                st.unlisted(),
+                self.state.unlisted(),
             )
         return self._observation(now, tick)
 
-    def _start(self, tick: _Tick) -> None:
+    def _plan(self, tick: _Tick) -> BudgetPlan:
+        """The budget for this poll, from the limits known now."""
+        st, s = self.state, self.settings
+        limits = self.http.gate.limits
+        tick.plan = plan = plan_budget(
+            st.activity(repo_list=s.repos is None),
+            st.runner_list.cost,
+            limits,
+            tick.now,
+            s.poll_interval,
+            s.share,
+        )
+        elapsed = tick.now - self._tokens_at
+        tick.tokens = refill(
+            self._tokens, elapsed, limits, tick.now, s.poll_interval, s.share, s.concurrency
+        )
+        tick.allowance = Allowance(tick.start, tick.tokens)
+        return plan
+
+    @staticmethod
+    def _planned(tick: _Tick) -> BudgetPlan:
+        if tick.plan is None:
+            raise AssertionError("the poll has no plan yet")
+        return tick.plan
+
+    def _rate_limit(self, deadline: float) -> None:
+        try:
+            self.fetch.rate_limit(deadline)
+        except AutoscalerError as exc:  # the skeleton's answers carry the limit too
+            log.debug("GET /rate_limit failed: %s", exc)
+
+    def _on_rate_limit(
+        self, tick: _Tick, tag: Any, value: Any, error: BaseException | None
+    ) -> None:
+        if error is not None:
+            raise error
+        self._plan(tick)
+        self._start(tick)
+
+    def _start_skeleton(self, tick: _Tick) -> None:
+        """What a poll lists before it has a plan: the runners, and the repositories when
+        none are known yet."""
         st, s = self.state, self.settings
         if self.runner_scope != "repos":
+            tick.runners_asked = True
+            tick.batch.submit(("runners",), self.fetch.runners, None, tick.deadline, priority=FIRST)
+        if s.repos is None and st.repo_names is None:
+            tick.repos_asked = True
+            tick.batch.submit(("repos", 0), self.fetch.repo_list, 0, tick.deadline, priority=FIRST)
+
+    def _start(self, tick: _Tick) -> None:
+        st, s = self.state, self.settings
+        plan = self._planned(tick)
+        if not tick.runners_asked and self.runner_scope != "repos":
             tick.batch.submit(("runners",), self.fetch.runners, None, tick.deadline, priority=FIRST)
         if s.repos is not None:
             self._repos_known(tick, s.repos)
+        elif tick.repos_asked:
+            if tick.listed_names is not None:  # it came in before the plan
+                self._repos_known(tick, tick.listed_names)
         elif st.repo_names is None or pick_due(
-            [("list", st.repo_list.last)], tick.plan.quiet_interval, s.poll_interval, tick.now
+            [("list", st.repo_list.last)], plan.quiet_interval, s.poll_interval, tick.now
         ):
+            tick.repos_asked = True
             tick.batch.submit(("repos", 0), self.fetch.repo_list, 0, tick.deadline, priority=FIRST)
         else:
             self._repos_known(tick, st.repo_names)
-        if tick.lean is not None:
-            return  # known runs' jobs: when the runner list is in (_lean_jobs)
+        if tick.lean_poll:
+            # Known runs' jobs: when the runner list is in (_lean_jobs), or now if it came
+            # in before the plan (a first poll's skeleton, a GHES without rate limits).
+            if tick.lean is not None and tick.runners is not None:
+                self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in tick.runners})
+            return
         busy = [(r, u.last) for r, u in st.runs.items() if u.busy]
         quiet = [(r, u.last) for r, u in st.runs.items() if not u.busy]
-        for run_id in pick_due(busy, tick.plan.busy_interval, s.poll_interval, tick.now):
+        for run_id in pick_due(busy, plan.busy_interval, s.poll_interval, tick.now):
             self._ask_jobs(tick, st.runs[run_id].ref, BUSY)
-        for run_id in pick_due(quiet, tick.plan.quiet_interval, s.poll_interval, tick.now):
+        for run_id in pick_due(quiet, plan.quiet_interval, s.poll_interval, tick.now):
             self._ask_jobs(tick, st.runs[run_id].ref, QUIET)
 
     def _drain(self, tick: _Tick) -> None:
@@ -251,7 +312,7 @@ class Poll:
             st.runner_list.cost = average(st.runner_list.cost, listed.counted)
             st.runner_list.skips = skip_counts(listed.records)
         st.runner_list.last = tick.now
-        if tick.lean is not None:
+        if tick.lean is not None and tick.plan is not None:  # else: at the plan (_start)
             self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in runners})
 
     def _lean_jobs(self, tick: _Tick, lean: Lean, busy: Mapping[str, bool]) -> None:
@@ -285,8 +346,9 @@ class Poll:
         st.repo_list.cost = average(st.repo_list.cost, listed.counted)
         st.repo_list.skips = skip_counts(listed.records)
         st.repo_list.last = tick.now
-        st.repo_names = tuple(dict.fromkeys(names))
-        self._repos_known(tick, st.repo_names)
+        st.repo_names = tick.listed_names = tuple(dict.fromkeys(names))
+        if tick.plan is not None:  # else the plan, when it comes, lists them
+            self._repos_known(tick, st.repo_names)
 
     def _on_runs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         _, repo, _status = tag
@@ -391,7 +453,7 @@ class Poll:
             self._ask_repo_runners(tick, names)
         busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
         quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
-        plan, poll, now = tick.plan, s.poll_interval, tick.now
+        plan, poll, now = self._planned(tick), s.poll_interval, tick.now
         due = [(r, BUSY) for r in pick_due(busy, plan.busy_interval, poll, now)]
         due += [(r, QUIET) for r in pick_due(quiet, plan.quiet_interval, poll, now)]
         for repo, priority in due:
@@ -438,7 +500,7 @@ class Poll:
         skips = st.skips()
         for kind, count in tick.page_skips.items():
             skips[kind] = skips.get(kind, 0) + count
-        plan = tick.plan
+        plan = self._planned(tick)
         return Observation(
             observed_at=now,
             jobs=st.jobs(),
@@ -457,7 +519,7 @@ class Poll:
 
     def _report(self, tick: _Tick) -> None:
         """The plan on /metrics and in the log; "too small" said once, when it starts."""
-        plan, m = tick.plan, self.metrics
+        plan, m = self._planned(tick), self.metrics
         m.github_poll_interval.labels("busy").set(plan.busy_interval)
         m.github_poll_interval.labels("quiet").set(plan.quiet_interval)
         m.github_budget.set(plan.budget_per_hour)
