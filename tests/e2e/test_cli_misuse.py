@@ -1,0 +1,111 @@
+"""The CLI broken on purpose, as a newcomer breaks it: every mistake gets one short screen
+that names the file or key and what to do, a non-zero exit code, no traceback and no
+secret. One row per mistake; a new one is one more row."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+SECRET = "ghp_" + "Zq7" * 12  # looks like a GitHub token: must never be echoed
+SCREEN = 24  # lines: what a newcomer reads without scrolling
+
+GOOD = {
+    "github": {"owner": "my-org", "token": SECRET},
+    "runner_types": {"linux.4xlarge": {"labels": ["self-hosted", "linux.4xlarge"]}},
+}
+
+
+def _with(**changes: object) -> str:
+    doc = {**GOOD, **changes}
+    return yaml.safe_dump(doc)
+
+
+# (id, file body or None for no file, command, what stderr must say)
+CONFIG_MISTAKES = [
+    ("missing-file", None, ["check-config"], "cannot read: No such file or directory"),
+    ("missing-file-once", None, ["once", "--config"], "cannot read: No such file or directory"),
+    ("empty-file", "", ["check-config"], "the file is empty: start from config.example.yaml"),
+    ("invalid-yaml", "github: [owner\n", ["check-config"], "not valid YAML: line 2"),
+    (
+        "wrong-type",
+        _with(github={"owner": "my-org", "token": SECRET, "max_concurrency": "lots"}),
+        ["check-config"],
+        "github.max_concurrency: must be an integer, got a string",
+    ),
+    (
+        "unknown-key-holding-a-secret",
+        _with(github={"owner": "my-org", "tokne": SECRET}),
+        ["check-config"],
+        "github.tokne: unknown key (did you mean 'token'?)",
+    ),
+    (
+        "unset-env",
+        _with(github={"owner": "my-org", "token": "${NEWCOMER_UNSET_TOKEN}"}),
+        ["run", "--config"],
+        "github.token: environment variable NEWCOMER_UNSET_TOKEN is not set",
+    ),
+    (
+        "bare-number-duration",
+        _with(poll_interval=30),
+        ["check-config"],
+        "poll_interval: must be a duration like 30s, 5m or 4h, got 30: a bare number",
+    ),
+    (
+        "duration-with-a-space",
+        _with(poll_interval="30 s"),
+        ["check-config"],
+        "poll_interval: must be a duration like 30s, 5m or 4h, got '30 s'",
+    ),
+    (
+        "state-create-table-on-sqlite",
+        _with(),
+        ["state", "create-table", "--config"],
+        "state.backend is sqlite: there is no table to create",
+    ),
+    (
+        "explain-an-unknown-runner-type",
+        _with(),
+        ["explain", "linux.nope", "--config"],
+        "unknown runner type 'linux.nope' (configured: linux.4xlarge)",
+    ),
+]
+
+
+def _short_and_clean(result: subprocess.CompletedProcess[str]) -> None:
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out
+    assert "Traceback" not in out, out
+    assert SECRET not in out
+    assert len(result.stderr.splitlines()) <= SCREEN, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "command", "says"),
+    [pytest.param(*row[1:], id=row[0]) for row in CONFIG_MISTAKES],
+)
+def test_a_config_mistake_is_one_clear_screen(
+    tmp_path: Path, body: str | None, command: list[str], says: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    if body is not None:
+        path.write_text(body)
+    env = {k: v for k, v in os.environ.items() if k != "NEWCOMER_UNSET_TOKEN"}
+    result = subprocess.run(
+        [sys.executable, "-m", "autoscaler", *command, str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    _short_and_clean(result)
+    assert result.returncode == 1
+    assert says in result.stderr
+    assert result.stdout == ""
