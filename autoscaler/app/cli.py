@@ -144,7 +144,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     runtime = build_runtime(config, metrics, webhooks=True)
     controller = runtime.controller
-    server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
+    try:
+        server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
+    except OSError as exc:  # the port is taken or not ours: say so, not a traceback
+        print(
+            f"{args.config}: listen: cannot serve /metrics on "
+            f"{config.listen_host}:{config.listen_port}: {exc.strerror or exc} "
+            "(is another ci-autoscaler running? stop it, or set listen to a free port)",
+            file=sys.stderr,
+        )
+        runtime.close()
+        return 1
     server.start()
     hooks = runtime.webhooks
     listener = None
@@ -162,10 +172,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:  # the port is taken or not ours: say so, not a traceback
             log.error(
-                "cannot listen for webhooks on %s:%d: %s",
+                "cannot listen for webhooks on %s:%d: %s (webhook.listen in %s: set a free port)",
                 hooks.config.listen_host,
                 hooks.config.listen_port,
                 exc.strerror or exc,
+                args.config,
             )
             server.stop()
             runtime.close()

@@ -5,12 +5,15 @@ secret. One row per mistake; a new one is one more row."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.e2e.harness import cli, write_config
 
 SECRET = "ghp_" + "Zq7" * 12  # looks like a GitHub token: must never be echoed
 SCREEN = 24  # lines: what a newcomer reads without scrolling
@@ -109,3 +112,20 @@ def test_a_config_mistake_is_one_clear_screen(
     assert result.returncode == 1
     assert says in result.stderr
     assert result.stdout == ""
+
+
+def test_run_on_a_port_already_in_use_says_which_key_to_change(tmp_path: Path) -> None:
+    """Before: `run` with `listen` on a port another process holds ended in an OSError
+    traceback from socket.create_server, after opening the state store. Now one line
+    names the file, the key and the fix, and the exit code is 1."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path, "http://127.0.0.1:9", port)
+        result = cli("run", "--config", str(config), timeout=60)
+    finally:
+        taken.close()
+    _short_and_clean(result)
+    assert result.returncode == 1
+    assert f"{config}: listen: cannot serve /metrics on 127.0.0.1:{port}" in result.stderr
+    assert "set listen to a free port" in result.stderr
