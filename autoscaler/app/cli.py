@@ -398,6 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code = args.func(args)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        # Ctrl-C before `run`'s own handler is installed (loading the config, opening the
+        # state, the first tick of `once`/`explain`): a stop the user asked for, not a bug.
+        print("interrupted", file=sys.stderr)
+        return 130
     assert isinstance(code, int)
     return code

@@ -5,15 +5,18 @@ secret. One row per mistake; a new one is one more row."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
-from tests.e2e.harness import cli, write_config
+from tests.e2e.harness import cli, free_port, wait_for, write_config
 
 SECRET = "ghp_" + "Zq7" * 12  # looks like a GitHub token: must never be echoed
 SCREEN = 24  # lines: what a newcomer reads without scrolling
@@ -129,3 +132,82 @@ def test_run_on_a_port_already_in_use_says_which_key_to_change(tmp_path: Path) -
     assert result.returncode == 1
     assert f"{config}: listen: cannot serve /metrics on 127.0.0.1:{port}" in result.stderr
     assert "set listen to a free port" in result.stderr
+
+
+def _hanging_github() -> socket.socket:
+    """A GitHub that accepts connections and never answers: every request hangs until
+    its timeout."""
+    return socket.create_server(("127.0.0.1", 0), backlog=64)
+
+
+def _first_request(github: socket.socket) -> None:
+    """Wait (30 s at most) until the controller connects: its tick is under way."""
+    github.settimeout(30)
+    conn, _ = github.accept()
+    conn.close()  # an answerless close: the client sees a transient error and goes on
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize("command", [["once"], ["explain"]], ids=["once", "explain"])
+def test_ctrl_c_during_a_tick_exits_130_without_a_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """Before: Ctrl-C while `once` or `explain` waited on GitHub (or while `run` was still
+    loading its state) printed a KeyboardInterrupt traceback. Now `interrupted` and 130,
+    the shell's code for SIGINT."""
+    github = _hanging_github()
+    try:
+        url = f"http://127.0.0.1:{github.getsockname()[1]}"
+        config = write_config(tmp_path, url, free_port())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autoscaler", *command, "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "E2E_TOKEN": "e2e-token"},
+        )
+        _first_request(github)  # the tick is waiting on the silent GitHub
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        github.close()
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    _short_and_clean(result)
+    assert proc.returncode == 130
+    assert err.rstrip().endswith("interrupted")
+
+
+def test_sigint_stops_run_promptly_while_github_hangs(tmp_path: Path) -> None:
+    """Before: Ctrl-C on `run` while GitHub did not answer logged "received SIGINT,
+    stopping" and then waited 15 s: closing the poll's workers joined each thread for up
+    to 5 s, one after another, each stuck in a read. Now they share one 2 s deadline."""
+    github = _hanging_github()
+    try:
+        url = f"http://127.0.0.1:{github.getsockname()[1]}"
+        config = write_config(tmp_path, url, free_port())
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autoscaler", "run", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "E2E_TOKEN": "e2e-token"},
+        )
+        port = int(yaml.safe_load(config.read_text())["listen"].rsplit(":", 1)[1])
+        wait_for(lambda: _healthy(port), 30, "run's /healthz")  # its signal handler is in
+        _first_request(github)  # and its first tick waits on the silent GitHub
+        asked = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - asked
+    finally:
+        github.close()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "received SIGINT, stopping" in err
+    assert took < 8, f"stopping took {took:.1f}s"
