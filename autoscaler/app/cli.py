@@ -299,6 +299,26 @@ def cmd_record(args: argparse.Namespace) -> int:
     return run_record(config, args.since, args.out, args.max_requests, utc_now())
 
 
+def _positive_seconds(text: str) -> float:
+    """An argparse type: seconds, more than zero (``--tick 0`` ended in a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def _host_port(text: str) -> str:
+    """An argparse type: ``HOST:PORT`` with a port in 0-65535 (``abc`` ended in a
+    traceback from int(), ``:99999`` in one from bind())."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    return f"{host}:{int(port)}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ci-autoscaler",
@@ -353,9 +373,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_alerts_test)
 
     p = sub.add_parser("demo", help="a self-contained demo: no credentials, no network")
-    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--listen", default="127.0.0.1:9464", help="where to serve /metrics")
-    p.add_argument("--tick", type=float, default=2.0, help="seconds between ticks")
+    p.add_argument(
+        "--duration", type=_positive_seconds, default=None, help="stop after this many seconds"
+    )
+    p.add_argument(
+        "--listen",
+        type=_host_port,
+        default="127.0.0.1:9464",
+        help="HOST:PORT for the page and /metrics (taken: a free port is used and shown)",
+    )
+    p.add_argument(
+        "--tick", type=_positive_seconds, default=2.0, help="seconds between ticks (default 2)"
+    )
     p.set_defaults(func=cmd_demo)
 
     from autoscaler.sim.simulate import POLICIES  # noqa: PLC0415

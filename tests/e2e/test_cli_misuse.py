@@ -211,3 +211,25 @@ def test_sigint_stops_run_promptly_while_github_hangs(tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert "received SIGINT, stopping" in err
     assert took < 8, f"stopping took {took:.1f}s"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--tick", "0"], "argument --tick: must be more than 0 seconds, got 0"),
+        (["--duration", "-5"], "argument --duration: must be more than 0 seconds, got -5"),
+        (["--tick", "x"], "argument --tick: 'x' is not a number of seconds"),
+        (["--listen", "abc"], "argument --listen: 'abc': expected HOST:PORT"),
+        (["--listen", "127.0.0.1:99999"], "'127.0.0.1:99999': expected HOST:PORT"),
+    ],
+    ids=["tick-zero", "negative-duration", "tick-not-a-number", "listen-no-port", "port-too-big"],
+)
+def test_demo_arguments_are_checked_before_anything_starts(args: list[str], says: str) -> None:
+    """Before: `demo --tick 0` ended in a ConfigError traceback (poll_interval must be
+    greater than zero), `--listen abc` in a ValueError from int() and `--listen :99999` in
+    an OverflowError from bind(), each after the fake GitHub and moto had started. Now
+    argparse refuses them with the usage line, exit 2."""
+    result = cli("demo", *args, timeout=60)
+    _short_and_clean(result)
+    assert result.returncode == 2
+    assert says in result.stderr
