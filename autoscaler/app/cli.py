@@ -319,17 +319,24 @@ def _host_port(text: str) -> str:
     return f"{host}:{int(port)}"
 
 
+CONFIG_HELP = "the YAML config file (start from config.example.yaml; check it with check-config)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ci-autoscaler",
         description="Watch GitHub Actions queues per runner type, alert, and scale runner pools.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        help="log lines to stderr from this level (default: the config's log_level, info)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 1 not)")
-    p.add_argument("file")
+    p.add_argument("file", help="the YAML config file to check")
     p.add_argument(
         "--allow-unset-env",
         action="store_true",
@@ -339,21 +346,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")
-    p.add_argument("--config", required=True)
-    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    p.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for a person (default), json for a script: one object on stdout",
+    )
     p.add_argument("--dry-run", action="store_true", help="deliver nothing, change nothing")
     p.set_defaults(func=cmd_once)
 
     p = sub.add_parser(
         "explain", help="one dry-run tick: why jobs wait, per runner type (pools, causes)"
     )
-    p.add_argument("runner_type", nargs="?", default=None, metavar="RUNNER_TYPE")
-    p.add_argument("--config", required=True)
-    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument(
+        "runner_type",
+        nargs="?",
+        default=None,
+        metavar="RUNNER_TYPE",
+        help="one runner type (a key of runner_types); default: every one",
+    )
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    p.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for a person (default), json for a script: one object on stdout",
+    )
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("state", help="the state backend")
@@ -362,14 +385,14 @@ def build_parser() -> argparse.ArgumentParser:
         "create-table",
         help="create the DynamoDB state table (state.table) as the terraform module does",
     )
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.set_defaults(func=cmd_state_create_table)
 
     p = sub.add_parser("alerts", help="alerting tools")
     alerts_sub = p.add_subparsers(dest="alerts_command", required=True)
     p = alerts_sub.add_parser("test", help="send a sample FIRING then RESOLVED to a receiver")
-    p.add_argument("receiver")
-    p.add_argument("--config", required=True)
+    p.add_argument("receiver", help="a receiver's name under alerts.receivers")
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.set_defaults(func=cmd_alerts_test)
 
     p = sub.add_parser("demo", help="a self-contained demo: no credentials, no network")
@@ -392,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "simulate", help="replay a job trace through this policy and the peers' (virtual time)"
     )
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.add_argument("--trace", required=True, help="JSON lines: created_at, labels, duration")
     p.add_argument(
         "--policy",
@@ -400,7 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=POLICIES,
         help="a policy to replay (repeatable; default: all of them)",
     )
-    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for a person (default), json for a script: one object on stdout",
+    )
     p.add_argument("--plot", metavar="FILE", help="draw the results (needs matplotlib)")
     p.add_argument(
         "--sweep",
@@ -412,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("record", help="write a trace of the owner's completed jobs")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.add_argument("--since", default="7d", help="7d, 36h, or an ISO date/time (UTC)")
     p.add_argument("--out", required=True, help="the trace file ('-': standard output)")
     p.add_argument(
