@@ -295,7 +295,7 @@ def causes_panel(result: TickResult, config: Config, width: int = 160) -> list[s
         if not t.queue_size:
             continue
         lines.append(f"  {t.name}: {t.queue_size} queued")
-        lines.extend(f"    {c.code}: {c.detail}"[:width] for c in t.causes or ())
+        lines.extend(_cut(f"    {c.code}: {c.detail}", width) for c in t.causes or ())
     return lines if len(lines) > 1 else [*lines, "  (no queue)"]
 
 
@@ -336,6 +336,12 @@ def log_panel(records: Sequence[str]) -> list[str]:
     return ["controller log:", *(f"  {r}" for r in records or ["(nothing yet)"])]
 
 
+def _cut(line: str, width: int) -> str:
+    """``line`` at most ``width`` long, a cut one ending in "..." (a detail cut mid-word,
+    "Could not launch S", read as the whole message)."""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def screen(panels: Sequence[Sequence[str]], width: int | None = None) -> str:
     """Panels separated by a blank line; lines cut to ``width`` (a terminal that wraps
     would scroll the redraw)."""
@@ -345,7 +351,7 @@ def screen(panels: Sequence[Sequence[str]], width: int | None = None) -> str:
             lines.append("")
         lines.extend(panel)
     if width:
-        lines = [line if len(line) <= width else line[: width - 3] + "..." for line in lines]
+        lines = [_cut(line, width) for line in lines]
     return "\n".join(lines) + "\n"
 
 

@@ -220,3 +220,14 @@ def test_the_queue_panel_calls_unmatched_jobs_what_once_and_explain_call_them() 
     snap = QueueSnapshot(T0, {GPU: QueueStats(GPU, 0, 0.0, RunnerCounts())}, 2, 0, (9.0, 4.0))
     rows = queue_panel(TickResult(now=T0, snapshot=snap))
     assert rows[-1].split()[:3] == ["(unmatched)", "2", "0m09s"]
+
+
+def test_a_cause_cut_to_the_panel_width_says_it_was_cut() -> None:
+    """Found running `make demo`: the causes panel cut AWS's message at 160 characters
+    mid-word ("... Could not launch S") with nothing to say more was there."""
+    config = scaling_config(rtype(GPU))
+    long = Cause("capacity_backoff", "AWS: " + "no capacity " * 30)
+    snap = QueueSnapshot(T0, {GPU: QueueStats(GPU, 3, 95.0, RunnerCounts())}, 0, 0)
+    lines = causes_panel(TickResult(now=T0, snapshot=snap, causes={GPU: (long,)}), config)
+    cut = next(line for line in lines if "capacity_backoff" in line)
+    assert len(cut) == 160 and cut.endswith("...")
