@@ -13,7 +13,7 @@ from autoscaler import __version__
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
 from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
-from autoscaler.errors import ConfigError, StateError
+from autoscaler.errors import ConfigError, StateError, StateUnavailableError
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler")
@@ -238,7 +238,29 @@ def cmd_state_create_table(args: argparse.Namespace) -> int:
     try:
         outcome = create_table(table)
     except StateError as exc:
-        print(str(exc), file=sys.stderr)
+        # The table's own messages are written for the running controller ("the
+        # controller's role needs GetItem, ...", "retried at the next step"); a person
+        # creating the table once needs other words. By the error's type and code.
+        if exc.code == "permission":
+            print(
+                f"{args.config}: cannot create {table.path}: no AWS credentials were found, "
+                "or they may not create it. Creating it needs dynamodb:CreateTable, "
+                "DescribeTable, DescribeTimeToLive, UpdateTimeToLive and "
+                "UpdateContinuousBackups: run this with such credentials (AWS_PROFILE, "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or let terraform create it "
+                "(state_table_name)",
+                file=sys.stderr,
+            )
+        elif isinstance(exc, StateUnavailableError):
+            print(
+                f"{args.config}: cannot create {table.path}: DynamoDB did not answer "
+                f"({exc.code}). Check aws.region and aws.endpoint_url, and the network; "
+                "run it again once DynamoDB answers (safe to repeat: a table already "
+                "there is checked, not made again)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
     what = "created" if outcome == "created" else "already exists with the expected schema"
     print(f"{table.path}: {what} (on-demand, TTL on expires_at, point-in-time recovery)")

@@ -233,3 +233,57 @@ def test_demo_arguments_are_checked_before_anything_starts(args: list[str], says
     _short_and_clean(result)
     assert result.returncode == 2
     assert says in result.stderr
+
+
+NO_AWS_CREDENTIALS = {
+    "AWS_CONFIG_FILE": "/nonexistent",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        (
+            {**NO_AWS_CREDENTIALS, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""},
+            "no AWS credentials were found, or they may not create it. Creating it needs "
+            "dynamodb:CreateTable",
+        ),
+        (
+            {**NO_AWS_CREDENTIALS, "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"},
+            "DynamoDB did not answer (unreachable). Check aws.region and aws.endpoint_url",
+        ),
+    ],
+    ids=["no-credentials", "endpoint-unreachable"],
+)
+def test_state_create_table_failures_speak_to_the_person_creating_it(
+    tmp_path: Path, env: dict[str, str], says: str
+) -> None:
+    """Before: without credentials `state create-table` said "the controller's role needs
+    dynamodb:ConditionCheckItem, DeleteItem, ... on this table" (the running controller's
+    list, without CreateTable), and with DynamoDB unreachable "CreateTable failed
+    (ConnectionError); retried at the next step", though the command had already given
+    up. Both now say what creating the table needs."""
+    config = tmp_path / "config.yaml"
+    doc = {
+        **GOOD,
+        "state": {"backend": "dynamodb", "table": "ci-autoscaler-state"},
+        "aws": {"region": "us-east-1", "endpoint_url": "http://127.0.0.1:9"},
+    }
+    config.write_text(yaml.safe_dump(doc))
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    blank = [k for k, v in env.items() if v == ""]
+    result = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "state", "create-table", "--config", str(config)],
+        env={**clean, **{k: v for k, v in env.items() if k not in blank}},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    _short_and_clean(result)
+    assert result.returncode == 1
+    assert f"{config}: cannot create dynamodb table ci-autoscaler-state" in result.stderr
+    assert says in result.stderr
+    assert "retried at the next step" not in result.stderr
