@@ -350,11 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Watch GitHub Actions queues per runner type, alert, and scale runner pools.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        help="log lines to stderr from this level (default: the config's log_level, info)",
-    )
+    _log_level_option(parser, default=None)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 1 not)")
@@ -472,7 +468,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="GitHub requests to spend at most (the hourly limit is shared with the controller)",
     )
     p.set_defaults(func=cmd_record)
+    _everywhere(parser)
     return parser
+
+
+def _log_level_option(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default=default,
+        help="log lines to stderr from this level (default: the config's log_level, info)",
+    )
+
+
+def _everywhere(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` after the command too: ``once --log-level debug --config X`` was
+    refused as an unrecognized argument, which is where a person puts it. SUPPRESS keeps
+    a value given before the command when it is not given again after it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if not any(isinstance(a, argparse._SubParsersAction) for a in child._actions):
+                    _log_level_option(child, default=argparse.SUPPRESS)
+                _everywhere(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,3 +42,23 @@ def test_every_argument_says_what_it_is(name: str, parser: argparse.ArgumentPars
 def test_every_command_is_reached() -> None:
     names = {name for name, _ in PARSERS}
     assert {"ci-autoscaler run", "ci-autoscaler state create-table", "ci-autoscaler demo"} <= names
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["once", "--config", "c.yaml"], None),
+        (["--log-level", "debug", "once", "--config", "c.yaml"], "debug"),
+        (["once", "--log-level", "warning", "--config", "c.yaml"], "warning"),
+        (["--log-level", "debug", "demo", "--log-level", "error"], "error"),
+        (["state", "create-table", "--config", "c.yaml", "--log-level", "info"], "info"),
+    ],
+    ids=["none", "before-the-command", "after-the-command", "after-wins", "nested-command"],
+)
+def test_log_level_is_accepted_before_or_after_the_command(
+    argv: list[str], level: str | None
+) -> None:
+    """Found in a fresh-clone review: `ci-autoscaler once --log-level debug --config X`
+    (where a person puts it) was refused as an unrecognized argument; only
+    `ci-autoscaler --log-level debug once ...` worked."""
+    assert build_parser().parse_args(argv).log_level == level
