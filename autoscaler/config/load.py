@@ -248,6 +248,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             "max_concurrency",
             "hosted_labels",
             "rate_limit_share",
+            "proxy",
         ),
     )
     app = None
@@ -297,6 +298,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             )
         ),
         rate_limit_share=share,
+        proxy=r.url(m.get("proxy"), "github.proxy"),
     )
 
 
