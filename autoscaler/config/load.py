@@ -250,6 +250,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             "max_concurrency",
             "hosted_labels",
             "rate_limit_share",
+            "proxy",
         ),
     )
     app = None
@@ -299,6 +300,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             )
         ),
         rate_limit_share=share,
+        proxy=r.url(m.get("proxy"), "github.proxy"),
     )
 
 
