@@ -78,6 +78,10 @@ def test_every_defined_metric_is_in_the_readme_metrics_table() -> None:
     assert missing == [], f"defined in telemetry.py, not in README's Metrics table: {missing}"
 
 
+def _strings(node: ast.Tuple) -> list[str]:
+    return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
 def _accepted_keys() -> set[str]:
     """Every key name the config loader accepts: the key tuples handed to
     ``Reader.mapping`` in autoscaler/config/ (literal, or a module-level constant)."""
@@ -86,14 +90,17 @@ def _accepted_keys() -> set[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         constants: dict[str, list[str]] = {}
         for node in ast.walk(tree):
-            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            value: ast.expr | None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign):
+                targets, value = [node.target], node.value
+            else:
+                continue
             if isinstance(value, ast.Tuple):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     if isinstance(target, ast.Name):
-                        constants[target.id] = [
-                            e.value for e in value.elts if isinstance(e, ast.Constant)
-                        ]
+                        constants[target.id] = _strings(value)
         for node in ast.walk(tree):
             if not (
                 isinstance(node, ast.Call)
@@ -104,7 +111,7 @@ def _accepted_keys() -> set[str]:
                 continue
             arg = node.args[2]
             if isinstance(arg, ast.Tuple):
-                keys |= {e.value for e in arg.elts if isinstance(e, ast.Constant)}
+                keys |= set(_strings(arg))
             else:
                 assert isinstance(arg, ast.Name) and arg.id in constants, (
                     f"{path.name}:{node.lineno}: keys not a literal tuple or a constant"
