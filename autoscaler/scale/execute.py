@@ -34,7 +34,6 @@ from autoscaler.errors import (
 )
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
-from autoscaler.scale.diagnosis import CapacityFailure
 from autoscaler.scale.outcome import TickOutcome
 from autoscaler.scale.plan import (
     LAUNCH_REFUSED,
@@ -53,6 +52,7 @@ from autoscaler.scale.plan import (
     slot_target,
 )
 from autoscaler.scale.provisioning import ProvisioningClock
+from autoscaler.scale.view import CapacityFailure
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -49,7 +49,6 @@ from autoscaler.domain import (
 from autoscaler.errors import AutoscalerError, NotLeaderError, StateError
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
-from autoscaler.scale.diagnosis import CapacityFailure, ScalingView
 from autoscaler.scale.ephemeral import JitLedgerStore
 from autoscaler.scale.execute import PlanExecution, report_problem
 from autoscaler.scale.jit import EphemeralRunners, ParameterStore, RunnerRegistrar
@@ -58,6 +57,7 @@ from autoscaler.scale.outcome import TickOutcome, record_pool_metrics, release_f
 from autoscaler.scale.plan import HOLD, Decision, Plan, ScalingState
 from autoscaler.scale.policy import decide, pool_of_runner
 from autoscaler.scale.provisioning import ProvisioningClock
+from autoscaler.scale.view import CapacityFailure, ScalingView
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
