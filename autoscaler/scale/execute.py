@@ -55,7 +55,8 @@ from autoscaler.scale.provisioning import ProvisioningClock
 from autoscaler.scale.view import CapacityFailure
 from autoscaler.telemetry import Metrics
 
-log = logging.getLogger(__name__)
+#: The scaler's logger: its log lines keep the name they had before the acting moved here.
+log = logging.getLogger("autoscaler.scale.scaler")
 
 #: What deregistering a runner came to.
 REMOVED, BUSY, GONE, FAILED = "removed", "busy", "gone", "failed"
