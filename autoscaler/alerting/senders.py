@@ -14,7 +14,6 @@ no error of ours names a receiver's URL (it is a secret).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -87,18 +86,19 @@ def receiver_url(rc: ReceiverConfig) -> str:
 
 
 class Sender:
-    """Sends one notification to one receiver within a round's :class:`Call`."""
+    """Sends one notification to one receiver within a round's :class:`Call`. Built by
+    :class:`~autoscaler.alerting.delivery.Deliverer`, whose settings (and defaults) it takes."""
 
     def __init__(
         self,
         metrics: Metrics,
         *,
-        sleep: Callable[[float], None] = time.sleep,
-        monotonic: Callable[[], float] = time.monotonic,
-        backoff: float = 0.5,
-        max_backoff: float = 5.0,
-        github_api_url: str = "https://api.github.com",
-        github_token: Secret | None = None,
+        sleep: Callable[[float], None],
+        monotonic: Callable[[], float],
+        backoff: float,
+        max_backoff: float,
+        github_api_url: str,
+        github_token: Secret | None,
     ) -> None:
         self.metrics = metrics
         self._sleep = sleep

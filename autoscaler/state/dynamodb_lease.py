@@ -13,7 +13,6 @@ failing means "already so" is dropped and the rest written. Apart from what the 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,15 +97,16 @@ class Group:
 
 
 class FencedWriter:
-    """Writes to the table, each transaction fenced by ``lease``; refuses once closed."""
+    """Writes to the table, each transaction fenced by ``lease``; refuses once closed.
+    Built by :class:`~autoscaler.state.dynamodb.DynamoStore`, whose clocks it uses."""
 
     def __init__(
         self,
         table: DynamoTable,
         lease: Lease,
         *,
-        wall_clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        wall_clock: Callable[[], float],
+        sleep: Callable[[float], None],
     ) -> None:
         self.table = table
         self.lease = lease
