@@ -42,6 +42,7 @@ def read_github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             "max_concurrency",
             "hosted_labels",
             "rate_limit_share",
+            "proxy",
         ),
     )
     app = None
@@ -91,6 +92,7 @@ def read_github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             )
         ),
         rate_limit_share=share,
+        proxy=r.url(m.get("proxy"), "github.proxy"),
     )
 
 

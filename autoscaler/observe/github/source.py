@@ -108,6 +108,7 @@ class GitHubSource:
             sleep,
             wall_clock,
             cache=cache,
+            proxy=config.proxy,
         )
         self.auth: Auth
         if config.app is not None:
@@ -249,6 +250,13 @@ class GitHubSource:
     def completed_jobs(self, now: datetime) -> list[CompletedJob]:
         """Jobs of runs the poll saw complete, failed ones with their annotations."""
         return self.completed.completed_jobs(now)
+
+    def annotate(self, job: CompletedJob) -> CompletedJob | None:
+        """A failed job a webhook reported, with its annotations (one request); None while
+        GitHub's remaining rate limit is kept for the poll (ask again later)."""
+        if not self.completed.affordable():
+            return None
+        return self.completed.annotated(job)
 
     def rerun_job(self, repo: str, job_id: int) -> None:
         """``POST /repos/{o}/{r}/actions/jobs/{job_id}/rerun`` (201). AuthenticationError on
