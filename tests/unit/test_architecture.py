@@ -30,6 +30,7 @@ PURE = [
     "autoscaler.observe.github.webhook_index",
     "autoscaler.observe.github.webhook_rows",
     "autoscaler.observe.github.reconcile_plan",
+    "autoscaler.observe.github.delivery_log",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",

@@ -46,8 +46,10 @@ from typing import Protocol, runtime_checkable
 from autoscaler.config import WebhookConfig
 from autoscaler.domain import JobStatus, Observation, Runner
 from autoscaler.errors import StateError, TransientError
+from autoscaler.observe.github.delivery_watch import DeliveryWatch
 from autoscaler.observe.github.poll import Lean
 from autoscaler.observe.github.reconcile_plan import (
+    MAX_AGE_SECONDS,
     Reason,
     RunFacts,
     jobs_reason,
@@ -66,7 +68,7 @@ log = logging.getLogger("autoscaler.observe.github.webhooks")
 class LeanSource(Protocol):
     """A JobSource that can poll for a webhook reconcile, skipping settled runs' jobs."""
 
-    def reconcile(self, now: datetime, lean: Lean) -> Observation: ...
+    def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation: ...
 
 
 class WebhookSource:
@@ -83,8 +85,14 @@ class WebhookSource:
         index: JobIndex | None = None,
         store: JobIndexStore | None = None,
         acting: Callable[[], bool] = lambda: True,
+        deliveries: DeliveryWatch | None = None,
     ) -> None:
         self.inner = inner
+        #: The webhook's delivery log (``webhook.hook_id``); None: not read.
+        self.deliveries = deliveries
+        #: When a reconcile last listed runs (not the runner list alone).
+        self._listed_at: datetime | None = None
+        self._sweep = timedelta(seconds=MAX_AGE_SECONDS)
         self.receiver = receiver
         self.index = index if index is not None else JobIndex()
         self._interval = timedelta(seconds=config.reconcile_interval)
@@ -115,9 +123,12 @@ class WebhookSource:
             return self._from_index(now, self._base)
         if self._failed_at is not None and now - self._failed_at < self._retry:
             raise TransientError("GitHub reconcile poll failed; retried within a poll interval")
+        clean = self._read_log(now, reason)
         try:
             inner = self.inner
             if reason == "interval" and isinstance(inner, LeanSource):
+                if clean and self._listed_at is not None and now - self._listed_at < self._sweep:
+                    return self._runners_only(now, inner.reconcile(now, self.lean(now), runs=False))
                 observation = inner.reconcile(now, self.lean(now))
             else:
                 observation = inner.observe(now)
@@ -125,6 +136,7 @@ class WebhookSource:
             self._failed_at = now
             raise
         self._failed_at = None
+        self._listed_at = now
         corrections = self.index.replace(observation.jobs, now)
         self._write_back(now)
         for kind, count in corrections.items():
@@ -136,6 +148,29 @@ class WebhookSource:
                 reason,
                 ", ".join(f"{n} {kind}" for kind, n in corrections.items() if n),
             )
+        self._base, self._reconciled_at = observation, now
+        self._forget_reactions()
+        return replace(observation, jobs=self.index.jobs())
+
+    def _read_log(self, now: datetime, reason: str | None) -> bool:
+        """The delivery log at a start or interval reconcile (failed deliveries
+        redelivered by the acting controller); True: no delivery lost since the last
+        read. Not while webhooks are silent: a listener that is down would fail every
+        redelivery, and the silent reconciles are full polls anyway (the first read
+        after them judges nothing)."""
+        if self.deliveries is None:
+            return False
+        if reason not in ("start", "interval"):
+            self.deliveries.read_at = None
+            return False
+        return self.deliveries.check(now, redeliver=self._acting())
+
+    def _runners_only(self, now: datetime, observation: Observation) -> Observation:
+        """A reconcile the delivery log vouches for: the runner list is GitHub's, the
+        jobs the index's (every delivery since the last listing arrived; the listings
+        this skipped say nothing the events did not, but for the hourly sweep's facts)."""
+        self._failed_at = None
+        self._metrics.webhook_reconciles.labels("interval").inc()
         self._base, self._reconciled_at = observation, now
         self._forget_reactions()
         return replace(observation, jobs=self.index.jobs())
