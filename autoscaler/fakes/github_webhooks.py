@@ -314,9 +314,7 @@ class WebhookSender:
             self._pending -= 1
             self._idle.notify_all()
 
-    def _post(
-        self, delivery: str, action: str, job_id: int, body: bytes, redelivery: bool
-    ) -> None:
+    def _post(self, delivery: str, action: str, job_id: int, body: bytes, redelivery: bool) -> None:
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "GitHub-Hookshot/fake",

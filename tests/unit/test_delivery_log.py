@@ -38,7 +38,7 @@ def test_an_answer_is_classified_by_what_a_redelivery_can_change(code: int, resu
     assert classify(code) is result
 
 
-def a(  # noqa: PLR0917
+def a(
     ident: int, guid: str, at: float, code: int, event: str = "workflow_job", again: bool = False
 ) -> Attempt:
     return Attempt(ident, guid, at, again, code, event, "queued")
@@ -77,7 +77,7 @@ REVIEWS: list[tuple[str, list[Attempt], set[int], float | None, bool, int, tuple
     [r[1:] for r in REVIEWS],
     ids=[r[0] for r in REVIEWS],
 )
-def test_review(  # noqa: PLR0917
+def test_review(
     attempts: list[Attempt],
     judged: set[int],
     since: float | None,
