@@ -109,7 +109,7 @@ def test_more_pages_than_the_cap_end_the_read_and_the_window_is_not_clean() -> N
     github = source(handler, metrics)
     try:
         watch = DeliveryWatch(github.delivery_log(7), metrics, first_window=300.0)
-        watch.read_at = NOW.timestamp() - 300.0  # a previous read, five minutes ago
+        watch.horizon = NOW.timestamp() - 300.0  # a previous read, five minutes ago
         assert watch.check(NOW) is False
     finally:
         github.close()
@@ -159,7 +159,7 @@ def test_malformed_input_is_skipped_counted_and_no_evidence(body: bytes, attempt
         log = github.delivery_log(7)
         read = log.read(NOW.timestamp() - 300)
         watch = DeliveryWatch(log, metrics, first_window=300.0)
-        watch.read_at = NOW.timestamp() - 300.0
+        watch.horizon = NOW.timestamp() - 300.0
         clean = watch.check(NOW)
     finally:
         github.close()

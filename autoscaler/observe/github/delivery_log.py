@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-#: The log is read back to the previous read minus this (seconds): an attempt GitHub was
-#: still making at the previous read shows up late, with its start as ``delivered_at``.
-MARGIN_SECONDS = 120.0
+#: The log is read back to the newest attempt the previous read saw minus this (seconds):
+#: an attempt GitHub was still making then shows up late, with its start as
+#: ``delivered_at`` (GitHub gives a delivery 10 seconds to answer).
+MARGIN_SECONDS = 30.0
 #: Pages of 100 attempts one read may take before it stops (incomplete: not clean).
 MAX_PAGES = 20
 #: Redelivery requests one reconcile may make (the rest wait for the next one).

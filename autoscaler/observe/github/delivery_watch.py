@@ -1,7 +1,8 @@
 """The webhook's delivery log at each reconcile: redeliver what failed, tell a clean window.
 
 :class:`DeliveryWatch` keeps what one read needs from the previous one (when it was, and
-the attempt ids already judged), reads the log back to the previous read (minus
+the attempt ids already judged), reads the log back to the newest attempt the previous
+read saw (minus
 :data:`~.delivery_log.MARGIN_SECONDS`), lets :func:`~.delivery_log.review` decide, asks
 GitHub to redeliver each failed ``workflow_job`` delivery (the acting controller only:
 two controllers would ask twice) and answers whether the window was *clean*: then the
@@ -85,8 +86,11 @@ class DeliveryWatch:
         the reconcile that follows lists the truth)."""
         self.max_redeliveries = max_redeliveries
         self._monotonic = monotonic
-        self.read_at: float | None = None
-        """Unix time of the last good read (None: none, or the last one failed)."""
+        self.horizon: float | None = None
+        """How far the log has been read, on the log's own clock: the newest
+        ``delivered_at`` seen (None: no good read yet, or the last one failed). The next
+        read goes back to it minus :data:`~.delivery_log.MARGIN_SECONDS`, so a clock
+        skew between GitHub and this host cannot open a gap."""
         self._judged: dict[int, float] = {}
         #: Redeliveries requested per event (guid), forgotten with the judged attempts.
         self._tries: dict[str, int] = {}
@@ -98,8 +102,8 @@ class DeliveryWatch:
     def check(self, now: datetime, *, redeliver: bool = True) -> bool:
         """Read, redeliver (``redeliver``: this controller acts), judge; True: clean."""
         wall = now.timestamp()
-        first = self.read_at is None
-        since = wall - self.first_window if self.read_at is None else self.read_at - MARGIN_SECONDS
+        first = self.horizon is None
+        since = wall - self.first_window if self.horizon is None else self.horizon - MARGIN_SECONDS
         deadline = self._monotonic() + READ_WAIT
         try:
             read = self.log.read(since, deadline)
@@ -140,7 +144,11 @@ class DeliveryWatch:
             retry_later |= self._postponed_guids(read.attempts, verdict.redeliver, since)
         self._permanent(verdict.permanent)
         self._remember(read.attempts, since, retry_later)
-        self.read_at = wall
+        # GitHub's clock: the newest attempt read. An empty log leaves the horizon where
+        # it was; at a first read, ``since`` (our clock, first_window back: a skew of
+        # less than that opens no gap).
+        newest = max((a.delivered_at for a in read.attempts), default=since)
+        self.horizon = newest if self.horizon is None else max(newest, self.horizon)
         result = (
             "first"
             if first
@@ -241,7 +249,7 @@ class DeliveryWatch:
         else:
             result, why = "error", str(exc)
         self.metrics.webhook_delivery_log_reads.labels(result).inc()
-        self.read_at = None  # the next good read judges nothing: the gap is unknown
+        self.horizon = None  # the next good read judges nothing: the gap is unknown
         if self._unusable != result:
             log.warning(
                 "webhook delivery log unreadable (%s): failed deliveries are not "

@@ -161,7 +161,7 @@ class WebhookSource:
         if self.deliveries is None:
             return False
         if reason not in ("start", "interval"):
-            self.deliveries.read_at = None
+            self.deliveries.horizon = None
             return False
         return self.deliveries.check(now, redeliver=self._acting())
 
