@@ -37,8 +37,10 @@ class Log:
         self.asked.append(delivery_id)
 
 
-def watch(log: Log, **kwargs: int) -> DeliveryWatch:
-    return DeliveryWatch(log, fresh_metrics(), first_window=300.0, **kwargs)
+def watch(log: Log, max_redeliveries: int = 100) -> DeliveryWatch:
+    return DeliveryWatch(
+        log, fresh_metrics(), first_window=300.0, max_redeliveries=max_redeliveries
+    )
 
 
 def test_the_first_read_judges_no_window_then_a_quiet_one_is_clean() -> None:
