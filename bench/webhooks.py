@@ -15,11 +15,15 @@ Three measurements, each printed with what it was measured against:
    ``ci_autoscaler_webhook_reconcile_corrections_total{kind="missed"}`` (sampled every
    50 ms). Aim: every dropped job counted within one ``reconcile_interval``, plus 10% for
    the reconcile tick's own time (a poll and a scale-up, about a second or two here: at
-   the uncompressed 5 minutes that share is under 1%).
+   the uncompressed 5 minutes that share is under 1%). Run twice: without and with
+   ``webhook.hook_id`` (the delivery log read and failed deliveries redelivered at each
+   reconcile; a window with a failure is still the lean reconcile).
 3. **Rate limit** (a virtual hour): the busy 200-repository org of ``github_budget``
    (1,000 queued jobs, 30 runner types, 300 runners; jobs start, complete and queue every
-   minute) ticked every 60 s, once polling alone and once with webhooks (the fake
-   delivering every event to the listener, reconcile every 5 minutes). Counted: requests
+   minute) ticked every 60 s, three times: polling alone, with webhooks (the fake
+   delivering every event to the listener, the lean reconcile every 5 minutes), and with
+   webhooks and the delivery log (``hook_id``: a reconcile whose log shows no delivery
+   lost lists the runner list only; the hourly sweep). Counted: requests
    the fake charged to its primary limit (not 304s, not ``/rate_limit``), the cold first
    tick excluded; no rate limit, so polling alone shows what it needs. Aim: webhooks
    need at most a fifth.

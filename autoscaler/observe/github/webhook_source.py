@@ -17,6 +17,14 @@ the :class:`JobIndex`, then either
   last poll, each runner's ``busy`` taken from the ``in_progress``/``completed`` events
   since. No request reaches GitHub: this is where the rate limit is saved.
 
+**With the webhook's delivery log** (``deliveries``, ``webhook.hook_id``): a start or
+interval reconcile first reads the log (:class:`~.delivery_watch.DeliveryWatch`), which
+redelivers failed deliveries. When it shows no delivery lost since its previous read, an
+interval reconcile lists GitHub's runner list only and keeps the index (the listings it
+skips exist in case a delivery was lost), unless no reconcile listed runs for an hour
+(:data:`~.reconcile_plan.MAX_AGE_SECONDS`: the sweep for what no delivery says). The
+log unreadable, incomplete or showing a loss: the lean reconcile as without it.
+
 A failed reconcile raises like a failed poll (the tick keeps its last picture; readiness
 and "GitHub unreachable" work as without webhooks) and is tried again at the next tick
 at most once per ``poll_interval``.
