@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from autoscaler.app.webhook_server import WebhookServer
-from autoscaler.config import GitHubConfig
+from autoscaler.app.wiring import build_runtime
+from autoscaler.config import GitHubConfig, parse_config
 from autoscaler.config.reader import Secret
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_webhooks import HOOK_ID, Faults, WebhookSender
@@ -44,7 +45,9 @@ class Org:
     server: WebhookServer | None = None
     poll: GitHubSource | None = None
 
-    def start(self, *, drop: float = 0.0, hook_id: int = HOOK_ID) -> WebhookSource:
+    def start(
+        self, *, drop: float = 0.0, hook_id: int = HOOK_ID, acting: bool = True
+    ) -> WebhookSource:
         fake = self.fake
         fake.add_repo("app")
         fake.register_runner("r-1", CPU)
@@ -64,7 +67,13 @@ class Org:
         )
         watch = DeliveryWatch(self.poll.delivery_log(hook_id), self.metrics, first_window=INTERVAL)
         self.source = WebhookSource(
-            self.poll, receiver, hook, self.metrics, poll_interval=60.0, deliveries=watch
+            self.poll,
+            receiver,
+            hook,
+            self.metrics,
+            poll_interval=60.0,
+            deliveries=watch,
+            acting=lambda: acting,
         )
         self.source.observe(self.now)  # the first reconcile: the full poll, the first read
         return self.source
@@ -220,3 +229,42 @@ def test_the_fakes_log_pages_newest_first_by_the_links_cursor(org: Org) -> None:
             pages += 1
     assert pages == 3
     assert ids == sorted(ids, reverse=True) and len(set(ids)) == 5
+
+
+def test_a_follower_reads_no_log_and_reconciles_as_without_it(org: Org) -> None:
+    """Two controllers share one token's budget and one hook: only the acting one reads
+    the log and redelivers (twice would redeliver twice); a follower lists as before."""
+    org.start(drop=0.5, acting=False)
+    org.queue(4)
+    mark = org.mark()
+    org.reconcile()
+    paths = org.paths(mark)
+    assert not [p for p in paths if "/hooks/" in p]
+    assert any("/actions/runs" in p for p in paths)
+    assert org.value("ci_autoscaler_webhook_redeliveries_total", result="requested") == 0
+
+
+def test_the_runtime_reads_the_log_only_with_hook_id(org: Org) -> None:
+    """``webhook.hook_id`` set: the webhook source has a delivery watch on the poll's
+    source (its credentials and rate-limit gate); unset: none, the lean reconcile."""
+
+    def watch_of(hook: dict[str, object]) -> DeliveryWatch | None:
+        config = parse_config(
+            {
+                "github": {"api_url": org.fake.url, "owner": "demo-org", "token": "fake-token"},
+                "runner_types": {"cpu": {"labels": list(CPU)}},
+                "state": {"path": ":memory:"},
+                "webhook": {"listen": "127.0.0.1:0", "secret": "s", **hook},
+            },
+            env={},
+        )
+        runtime = build_runtime(config, fresh_metrics(), webhooks=True)
+        try:
+            assert runtime.webhooks is not None
+            return runtime.webhooks.source.deliveries
+        finally:
+            runtime.close()
+
+    watch = watch_of({"hook_id": HOOK_ID})
+    assert watch is not None and "/orgs/demo-org/hooks/4242/deliveries" in repr(watch)
+    assert watch_of({}) is None

@@ -162,16 +162,17 @@ class WebhookSource:
 
     def _read_log(self, now: datetime, reason: str | None) -> bool:
         """The delivery log at a start or interval reconcile (failed deliveries
-        redelivered by the acting controller); True: no delivery lost since the last
-        read. Not while webhooks are silent: a listener that is down would fail every
+        redelivered); True: no delivery lost since the last read. Only the acting
+        controller reads it. Not while webhooks are silent: a listener that is down would fail every
         redelivery, and the silent reconciles are full polls anyway (the first read
         after them judges nothing)."""
         if self.deliveries is None:
             return False
-        if reason not in ("start", "interval"):
+        if reason not in ("start", "interval") or not self._acting():
+            # A follower reads no log (the leader redelivers; the same token's budget).
             self.deliveries.horizon = None
             return False
-        return self.deliveries.check(now, redeliver=self._acting())
+        return self.deliveries.check(now)
 
     def _runners_only(self, now: datetime, observation: Observation) -> Observation:
         """A reconcile the delivery log vouches for: the runner list is GitHub's, the
