@@ -142,6 +142,10 @@ class WebhookSource:
                 observation = inner.observe(now)
         except Exception:
             self._failed_at = now
+            if self.deliveries is not None:
+                # The window this read judged was not listed around: the next read must
+                # not vouch for it (a first read vouches for nothing).
+                self.deliveries.horizon = None
             raise
         self._failed_at = None
         self._listed_at = now
