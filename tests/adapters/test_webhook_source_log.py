@@ -28,7 +28,7 @@ class LeanPoll:
     fail: bool = False
 
     def observe(self, now: datetime) -> Observation:
-        return self.reconcile(now, lambda *_: None, runs=True)  # type: ignore[arg-type,return-value]
+        return self.reconcile(now, lambda *_: None, runs=True)  # type: ignore[arg-type]
 
     def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation:
         self.calls.append(runs)
