@@ -219,16 +219,19 @@ def test_the_fakes_log_pages_newest_first_by_the_links_cursor(org: Org) -> None:
     org.queue(5)
     url: str | None = f"{org.fake.url}/orgs/demo-org/hooks/{HOOK_ID}/deliveries?per_page=2"
     ids: list[int] = []
+    used: list[int] = []
     pages = 0
     with httpx.Client(headers={"Authorization": "Bearer fake-token"}) as client:
         while url is not None:
             answer = client.get(url)
             assert answer.status_code == 200
+            used.append(int(answer.headers["x-ratelimit-used"]))
             ids += [item["id"] for item in answer.json()]
             url = answer.links.get("next", {}).get("url")
             pages += 1
     assert pages == 3
     assert ids == sorted(ids, reverse=True) and len(set(ids)) == 5
+    assert used[1] - used[0] == used[2] - used[1] == 1  # each page counts, as on GitHub
 
 
 def test_a_follower_reads_no_log_and_reconciles_as_without_it(org: Org) -> None:
