@@ -28,7 +28,7 @@ from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.app.wiring import build_runtime
 from autoscaler.config import Secret, WebhookConfig
 from autoscaler.scale.aws.asg import AwsAsgPool
-from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients
+from autoscaler.sim.fleet import aws_clients
 from autoscaler.telemetry import Metrics
 from bench.state_requests import (
     INTERVAL,
@@ -40,6 +40,7 @@ from bench.state_requests import (
     _mean,
     _p95,
     config,
+    cpu_fleet,
     dynamodb_calls,
     session,
     world,
@@ -88,13 +89,7 @@ def measure(seed: int = 13) -> tuple[dict[str, Controller], Counter[str], int, i
             urls = [f"http://127.0.0.1:{servers[n].port}/github/webhook" for n in servers]
             sender = github.send_webhooks(urls[0], SECRET.encode())
             autoscaling, _ = aws_clients(moto)
-            fleet = Fleet(
-                github,
-                autoscaling,
-                [PoolSpec("ci-cpu", "linux.4xlarge", LABELS, 40)],
-                boot_delay=60.0,
-                job_duration=lambda job: 60.0 + (job * 37) % 240,
-            )
+            fleet = cpu_fleet(github, autoscaling)
             outside: Counter[str] = Counter()
             bursts = 0
             phases = [("warm-up", 3), ("busy", BUSY_TICKS), ("drain", 20), ("quiet", QUIET_TICKS)]

@@ -197,6 +197,18 @@ class Controller:
         spent.add(Units(self.meter.units.wru - wru, self.meter.units.rru - rru))
 
 
+def cpu_fleet(github: FakeGitHub, autoscaling: Any) -> Fleet:
+    """The emulated fleet of both request benchmarks: one CPU pool of 40, runners that
+    boot in a minute and jobs of 1 to 5 minutes."""
+    return Fleet(
+        github,
+        autoscaling,
+        [PoolSpec("ci-cpu", "linux.4xlarge", LABELS, 40)],
+        boot_delay=60.0,
+        job_duration=lambda job: 60.0 + (job * 37) % 240,
+    )
+
+
 @contextmanager
 def world(clock: dict[str, datetime]) -> Iterator[tuple[str, FakeGitHub, Receiver]]:
     """moto's server (one request at a time, as DynamoDB's conditional writes are atomic)
@@ -243,13 +255,7 @@ def measure(repos: int, seed: int = 13) -> dict[str, Controller]:
             assert controllers["leader"].runtime.controller.acting()
             assert not controllers["follower"].runtime.controller.acting()
             autoscaling, _ = aws_clients(moto)
-            fleet = Fleet(
-                github,
-                autoscaling,
-                [PoolSpec("ci-cpu", "linux.4xlarge", LABELS, 40)],
-                boot_delay=60.0,
-                job_duration=lambda job: 60.0 + (job * 37) % 240,
-            )
+            fleet = cpu_fleet(github, autoscaling)
             phases = [("warm-up", 3), ("busy", BUSY_TICKS), ("drain", 20), ("quiet", QUIET_TICKS)]
             for phase, ticks in phases:
                 for k in range(ticks):

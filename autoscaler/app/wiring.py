@@ -18,6 +18,7 @@ from autoscaler.config import Config
 from autoscaler.controller import Controller
 from autoscaler.domain import Observation
 from autoscaler.health import Health
+from autoscaler.observe.github.webhook_completions import PolledCompletions, WebhookCompletedJobs
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
 from autoscaler.retry.ledger import JobRetryStore
@@ -160,7 +161,14 @@ def build_runtime(
             jit_store=store,
         )
 
-    retries = _retry_stage(config, polled, metrics, store, events=events, fence=backend.fence)
+    completed: object = polled
+    if hooks is not None and isinstance(polled, PolledCompletions):
+        # The completed events first: a run that starts and ends between two reconciles
+        # is never seen running by the poll.
+        completed = WebhookCompletedJobs(hooks.source.index, polled)
+    retries = _retry_stage(
+        config, completed, polled, metrics, store, events=events, fence=backend.fence
+    )
     observed: list[Controller] = []
     interruptions = None
     if config.aws.interruption_queue_url and has_pools:
@@ -225,6 +233,7 @@ class FencedRerunner:
 
 def _retry_stage(
     config: Config,
+    completed: object,
     source: JobSource,
     metrics: Metrics,
     store: object,
@@ -232,10 +241,11 @@ def _retry_stage(
     events: InstanceEvents,
     fence: Fence | None,
 ) -> RetryStage | None:
-    """The job-retry stage, when enabled and the source can see completed jobs and re-run."""
+    """The job-retry stage, when enabled, ``completed`` gives completed jobs and the
+    source can re-run them."""
     if not config.job_retry.enabled:
         return None
-    if not isinstance(source, CompletedJobSource) or not isinstance(source, JobRerunner):
+    if not isinstance(completed, CompletedJobSource) or not isinstance(source, JobRerunner):
         log.warning("job_retry.enabled, but this CI source cannot re-run jobs: job retry is off")
         return None
     ledger = store if isinstance(store, JobRetryStore) else None
@@ -245,7 +255,7 @@ def _retry_stage(
             "memory only (a restart may re-run a job once more)"
         )
     rerunner: JobRerunner = source if fence is None else FencedRerunner(source, fence)
-    return RetryStage(config, source, rerunner, metrics, store=ledger, events=events)
+    return RetryStage(config, completed, rerunner, metrics, store=ledger, events=events)
 
 
 def _interruption_handler(

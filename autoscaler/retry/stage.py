@@ -75,8 +75,9 @@ WAITING = frozenset({DEFERRED, DENIED, FAILED})
 
 @runtime_checkable
 class CompletedJobSource(Protocol):
-    """Completed jobs to judge: the poll's recently completed runs with failed jobs (and,
-    once webhooks land, ``workflow_job`` ``completed`` events)."""
+    """Completed jobs to judge: the poll's recently completed runs with failed jobs, and
+    with webhooks on ``workflow_job`` ``completed`` events first
+    (:class:`~autoscaler.observe.github.webhook_completions.WebhookCompletedJobs`)."""
 
     def completed_jobs(self, now: datetime) -> Sequence[CompletedJob]:
         """Jobs of runs seen complete since the last call, failed ones with annotations.

@@ -12,7 +12,6 @@ server): the outcome of each write, and what the index holds after.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -41,16 +40,6 @@ STATUS = {
     "in_progress": JobStatus.IN_PROGRESS,
     "completed": JobStatus.COMPLETED,
 }
-
-
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    if request.param == "sqlite":
-        s: StateStore = SqliteStore(tmp_path / "state.db")
-    else:
-        s = leading_store(request.getfixturevalue("moto"))
-    yield s
-    s.close()
 
 
 def follower_store(endpoint: str) -> DynamoStore:

@@ -11,7 +11,6 @@ import itertools
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -32,7 +31,6 @@ from autoscaler.state.dynamodb_table import (
 )
 from autoscaler.state.lease import Lease
 from autoscaler.state.port import StateStore
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 from tests.conftest import free_port
 
@@ -90,16 +88,6 @@ def leading_store(endpoint: str, owner: str = "a") -> DynamoStore:
     lease = lease_on(table, owner)
     assert lease.step().event.value == "acquired"
     return DynamoStore(table, lease)
-
-
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    if request.param == "sqlite":
-        s: StateStore = SqliteStore(tmp_path / "state.db")
-    else:
-        s = leading_store(request.getfixturevalue("moto"))
-    yield s
-    s.close()
 
 
 def evaluation(rule: str = "queue", breached: bool = True) -> Evaluation:

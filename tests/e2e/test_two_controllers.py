@@ -18,19 +18,17 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
 
-from autoscaler.sim.fleet import aws_clients, reset_moto_server
+from autoscaler.sim.fleet import aws_clients
 from tests.e2e.pair import (
     TABLE,
     Controller,
     Pair,
-    atomic_moto_process,
     create_table,
     pair,
     wait_until,
@@ -41,18 +39,6 @@ pytestmark = pytest.mark.e2e
 LEASE, INTERVAL = 2.0, 2.0
 KILLS = 10
 SEED = 13
-
-
-@pytest.fixture(scope="module")
-def atomic_moto() -> Iterator[str]:
-    with atomic_moto_process() as endpoint:
-        yield endpoint
-
-
-@pytest.fixture
-def moto(atomic_moto: str) -> str:
-    reset_moto_server(atomic_moto)  # process-global: every test starts afresh
-    return atomic_moto
 
 
 def scale_ups(*controllers: Controller) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
@@ -26,24 +25,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.sim.fleet import aws_clients, reset_moto_server
-from tests.e2e.pair import CPU, Controller, Pair, atomic_moto_process, pair, wait_until
+from autoscaler.sim.fleet import aws_clients
+from tests.e2e.pair import CPU, Controller, Pair, pair, wait_until
 
 pytestmark = pytest.mark.e2e
 
 SECRET = "pair-webhook-secret-value"
-
-
-@pytest.fixture(scope="module")
-def atomic_moto() -> Iterator[str]:
-    with atomic_moto_process() as endpoint:
-        yield endpoint
-
-
-@pytest.fixture
-def moto(atomic_moto: str) -> str:
-    reset_moto_server(atomic_moto)
-    return atomic_moto
 
 
 def metric(c: Controller, name: str, **labels: str) -> float | None:

@@ -29,6 +29,7 @@ PURE = [
     "autoscaler.observe.github.webhooks",
     "autoscaler.observe.github.webhook_index",
     "autoscaler.observe.github.webhook_rows",
+    "autoscaler.observe.github.webhook_completions",
     "autoscaler.observe.github.reconcile_plan",
     "autoscaler.observe.github.delivery_log",
     "autoscaler.scale.policy",

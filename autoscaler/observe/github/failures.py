@@ -12,7 +12,8 @@ Bounded: at most :data:`RUNS_PER_TICK` runs a call and :data:`RUNS_PER_HOUR` an 
 (the rest wait, oldest first, up to :data:`MAX_WAITING`; past it the oldest are dropped and
 counted), and nothing while GitHub's remaining rate limit is under :data:`RESERVE` of it:
 the poll that scales comes first. A run seen complete between two polls without ever
-being seen running is not found here (webhooks will hand such jobs straight to the stage).
+being seen running is not found here; with webhooks on, its ``completed`` events hand
+its jobs to the stage (:mod:`.webhook_completions`, which asks :meth:`annotated` here).
 
 Bad input never fails the call: a malformed job is skipped (``github_skipped_items_total
 {kind="completed_job"}``), unreadable annotations leave a job's ``annotations`` None, odd
@@ -143,7 +144,7 @@ class CompletedRuns:
         while len(self.finished) > MAX_WAITING:
             self.finished.popleft()
             self.dropped += 1
-        if not self._affordable():
+        if not self.affordable():
             return []
         out: list[CompletedJob] = []
         for _ in range(RUNS_PER_TICK):
@@ -164,7 +165,8 @@ class CompletedRuns:
             self._read.append(wall)
         return out
 
-    def _affordable(self) -> bool:
+    def affordable(self) -> bool:
+        """Enough of GitHub's rate limit remains for job retry's reads."""
         limits = self.http.gate.limits
         if limits.limit is None or limits.remaining is None:
             return True
@@ -184,7 +186,7 @@ class CompletedRuns:
             self.skips.skip("completed_jobs_page", "no jobs list")
             return []
         jobs = list(self._parse(items, run.repo))
-        return [self._annotated(j) if j.failed else j for j in jobs]
+        return [self.annotated(j) if j.failed else j for j in jobs]
 
     def _parse(self, items: Iterable[Any], repo: str) -> Iterable[CompletedJob]:
         for item in items:
@@ -196,7 +198,8 @@ class CompletedRuns:
             if job is not None:
                 yield job
 
-    def _annotated(self, job: CompletedJob) -> CompletedJob:
+    def annotated(self, job: CompletedJob) -> CompletedJob:
+        """The job with its annotations (unchanged when they could not be read)."""
         repo = quote(job.repo, safe="")
         path = (
             f"/repos/{self.owner}/{repo}/check-runs/{job.job_id}/annotations"

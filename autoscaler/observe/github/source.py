@@ -257,6 +257,13 @@ class GitHubSource:
         """Jobs of runs the poll saw complete, failed ones with their annotations."""
         return self.completed.completed_jobs(now)
 
+    def annotate(self, job: CompletedJob) -> CompletedJob | None:
+        """A failed job a webhook reported, with its annotations (one request); None while
+        GitHub's remaining rate limit is kept for the poll (ask again later)."""
+        if not self.completed.affordable():
+            return None
+        return self.completed.annotated(job)
+
     def rerun_job(self, repo: str, job_id: int) -> None:
         """``POST /repos/{o}/{r}/actions/jobs/{job_id}/rerun`` (201). AuthenticationError on
         403 (no Actions: write), RejectedError on 422, NotFoundError on 404."""

@@ -68,6 +68,9 @@ class Completion:
     run_attempt: int
     completed_at: datetime | None
     received_at: datetime
+    started_at: datetime | None = None
+    failed_step: bool | None = None
+    """A step concluded ``failure``; None: the event listed no steps."""
 
 
 @dataclass
@@ -130,6 +133,8 @@ class JobIndex:
                 run_attempt=event.run_attempt,
                 completed_at=event.completed_at,
                 received_at=now,
+                started_at=job.started_at,
+                failed_step=event.failed_step,
             )
             self._trim(self._done)
             return Outcome.ACCEPTED
@@ -361,6 +366,8 @@ def event_row(event: WorkflowJobEvent, received_at: datetime) -> IndexRow:
                 "runner_name": job.runner_name,
                 "run_attempt": event.run_attempt,
                 "completed_at": _iso(event.completed_at),
+                "started_at": _iso(job.started_at),
+                "failed_step": event.failed_step,
             },
             sort_keys=True,
         )
@@ -386,6 +393,8 @@ def _completion(data: dict[str, Any], received_at: datetime) -> Completion:
         run_attempt=int(data.get("run_attempt", 1)),
         completed_at=_time(data.get("completed_at")),
         received_at=received_at,
+        started_at=_time(data.get("started_at")),
+        failed_step=data.get("failed_step"),
     )
 
 

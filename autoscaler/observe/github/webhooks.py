@@ -107,6 +107,9 @@ class WorkflowJobEvent:
     completed_at: datetime | None = None
     run_attempt: int = 1
     """Which attempt of the run this job belongs to (re-runs count up from 1)."""
+    failed_step: bool | None = None
+    """A step concluded ``failure``; None: the payload lists no steps (job retry's
+    ``no_runner`` evidence needs to tell the two apart)."""
 
     @property
     def rank(self) -> int:
@@ -201,4 +204,9 @@ def parse_workflow_job(body: bytes, delivery: str) -> WorkflowJobEvent:
         conclusion=_optional(item, "conclusion", str),
         completed_at=completed_at,
         run_attempt=attempt if attempt is not None else 1,
+        failed_step=(
+            any(isinstance(step, dict) and step.get("conclusion") == "failure" for step in steps)
+            if steps
+            else None
+        ),
     )

@@ -1,0 +1,82 @@
+"""Wiring for job retry: its completed jobs come from the poll's source alone, or, with
+webhooks on, from the ``completed`` events first (a run that starts and fails between two
+reconciles is never seen running by the poll); re-runs always go through the poll's
+source (the webhook wrapper only observes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry
+
+from autoscaler.app.wiring import Runtime, build_runtime
+from autoscaler.config import Config, StateConfig, WebhookConfig
+from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.config.secrets import Secret
+from autoscaler.observe.github.webhook_completions import WebhookCompletedJobs
+from autoscaler.retry.model import CompletedJob, RunProgress
+from autoscaler.retry.stage import RetryStage
+from autoscaler.telemetry import Metrics
+from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
+
+POOL = "gpu-spot"
+
+
+class RetryingSource(FakeSource):
+    """A source that also finds completed jobs and re-runs them, as GitHubSource does."""
+
+    def completed_jobs(self, now: datetime) -> Sequence[CompletedJob]:
+        return []
+
+    def annotate(self, job: CompletedJob) -> CompletedJob | None:
+        return job
+
+    def rerun_job(self, repo: str, job_id: int) -> None:
+        raise AssertionError("not in these tests")
+
+    def run_progress(self, repo: str, run_id: int) -> RunProgress:
+        raise AssertionError("not in these tests")
+
+
+def runtime(source: RetryingSource, *, webhook: bool) -> Runtime:
+    c: Config = config(rtype(pools=(POOL,)))
+    c = replace(c, state=StateConfig(path=":memory:"), job_retry=JobRetryConfig(enabled=True))
+    if webhook:
+        c = replace(c, webhook=WebhookConfig(secret=Secret("s3cret")))
+    return build_runtime(
+        c,
+        Metrics(CollectorRegistry()),
+        source=source,
+        pool=FakePool({POOL: pool(POOL)}),
+        webhooks=webhook,
+    )
+
+
+def stage_of(r: Runtime) -> RetryStage:
+    stage = r.controller.retries
+    assert isinstance(stage, RetryStage)
+    return stage
+
+
+def test_polling_alone_feeds_job_retry_from_the_poll() -> None:
+    source = RetryingSource()
+    r = runtime(source, webhook=False)
+    try:
+        assert stage_of(r).source is source
+    finally:
+        r.close()
+
+
+def test_with_webhooks_job_retry_reads_the_completed_events_and_reruns_through_the_poll() -> None:
+    source = RetryingSource()
+    r = runtime(source, webhook=True)
+    try:
+        assert r.webhooks is not None
+        feed = stage_of(r).source
+        assert isinstance(feed, WebhookCompletedJobs)
+        assert feed.index is r.webhooks.source.index
+        assert feed.polled is source
+    finally:
+        r.close()
