@@ -261,6 +261,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             "max_concurrency",
             "hosted_labels",
             "rate_limit_share",
+            "proxy",
         ),
     )
     app = None
@@ -310,6 +311,7 @@ def _github(r: Reader, value: Any, base: Path) -> GitHubConfig:
             )
         ),
         rate_limit_share=share,
+        proxy=r.url(m.get("proxy"), "github.proxy"),
     )
 
 

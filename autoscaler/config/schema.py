@@ -13,6 +13,7 @@ from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, EPHEMER
 from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.config.reader import Secret
 from autoscaler.config.schedule import MinIdle
+from autoscaler.config.secrets import SecretUrl
 from autoscaler.config.simulation import SimulationConfig
 from autoscaler.domain import RunnerType
 
@@ -60,6 +61,10 @@ class GitHubConfig:
     """Share of the primary rate limit (``x-ratelimit-limit`` per hour) the poll may spend;
     the rest is left to other users of the same credentials. Over it, quiet repositories
     are re-listed less often, then busy ones (the "GitHub budget too small" alert)."""
+    proxy: SecretUrl | None = field(default=None, repr=False)
+    """An HTTP(S) proxy every GitHub request goes through (an egress proxy of the VPC),
+    ``http://[user:password@]host:port``; None: straight to ``api_url``. The environment's
+    ``HTTPS_PROXY`` is not read: configuration is the one place settings come from."""
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,16 @@ def test_minimal_config_gets_defaults() -> None:
     assert config.github.api_url == "https://api.github.com"
     assert config.github.repos is None
     assert config.github.rate_limit_share == 0.8
+    assert config.github.proxy is None
+
+
+def test_the_github_proxy_is_read_and_its_credentials_never_shown() -> None:
+    raw = minimal(github={"owner": "x", "token": "t", "proxy": "${EGRESS}"})
+    config = parse_config(raw, env={"EGRESS": "http://user:s3cret-pw@egress.internal:3128"})
+    assert config.github.proxy is not None
+    assert config.github.proxy.reveal() == "http://user:s3cret-pw@egress.internal:3128"
+    assert "s3cret-pw" not in repr(config)
+    assert "s3cret-pw" not in str(config.github.proxy)
     assert config.alerts.builtin.github_budget is True
     assert config.runner_types[0].labels == frozenset({"self-hosted", "linux.4xlarge"})
 
@@ -125,6 +135,16 @@ def test_issue_example_keys_work() -> None:
             minimal(github={"owner": "x", "token": "t", "rate_limit_share": 1.5}),
             "github.rate_limit_share: must be above 0 and at most 1, got 1.5",
             id="rate-limit-share-over-one",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "proxy": "socks5://u:p@proxy:1080"}),
+            "github.proxy: must be an http(s) URL, got a 'socks5' URL (the URL is not shown)",
+            id="proxy-not-http",
+        ),
+        pytest.param(
+            minimal(github={"owner": "x", "token": "t", "proxy": "http://"}),
+            "github.proxy: must be an http(s) URL with a host (the URL is not shown)",
+            id="proxy-without-host",
         ),
         pytest.param(
             minimal(github={"owner": "x", "token": "t", "rate_limit_share": "most"}),

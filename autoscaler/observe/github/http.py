@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from autoscaler import __version__
+from autoscaler.config.secrets import SecretUrl
 from autoscaler.errors import (
     AuthenticationError,
     ConflictError,
@@ -103,8 +104,10 @@ class GitHubHttp:
         max_attempts: int = 3,
         rng: random.Random | None = None,
         cache: EtagCache | None = None,
+        proxy: SecretUrl | None = None,
     ) -> None:
         self.base = api_url.rstrip("/")
+        self._proxy = None if proxy is None else httpx.Proxy(proxy.reveal())
         self._origin = urlsplit(self.base)[:2]
         self.metrics = metrics
         self.sleep = sleep
@@ -148,6 +151,7 @@ class GitHubHttp:
             transport = self._transport or httpx.HTTPTransport(
                 verify=self._ssl,
                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                proxy=self._proxy,
             )
             self._local.transport = transport
             if self._transport is None:

@@ -109,6 +109,7 @@ class GitHubSource:
             sleep,
             wall_clock,
             cache=cache,
+            proxy=config.proxy,
         )
         self.auth: Auth
         if config.app is not None:
