@@ -99,7 +99,9 @@ def test_redeliveries_over_the_cap_are_postponed_oldest_first() -> None:
     attempts = [a(i, f"g{i}", 100 + i, 502) for i in range(1, 6)]
     verdict = review(attempts, judged=set(), since=50, complete=True, max_redeliveries=2)
     assert [x.id for x in verdict.redeliver] == [1, 2]
-    assert verdict.postponed == 3 and verdict.failed == 5 and not verdict.clean
+    assert (
+        [x.id for x in verdict.postponed] == [3, 4, 5] and verdict.failed == 5 and not verdict.clean
+    )
 
 
 ITEM = {

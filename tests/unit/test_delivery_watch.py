@@ -119,3 +119,24 @@ def test_over_the_cap_the_rest_are_redelivered_at_the_next_read() -> None:
     assert log.asked == [1, 2]
     w.check(NOW + timedelta(seconds=600))
     assert log.asked == [1, 2, 3]
+
+
+def test_a_refused_delivery_is_judged_once_even_beside_postponed_ones() -> None:
+    """Regression: with redeliveries over the cap, every failed event not redelivered was
+    kept for the next read, the refused (401) ones too: they were counted and logged as
+    permanent again at every reconcile and kept every window unclean."""
+    log = Log()
+    w = watch(log, max_redeliveries=1)
+    w.check(NOW)
+    log.add("g1", NOW + timedelta(seconds=10), 502)
+    log.add("g2", NOW + timedelta(seconds=11), 502)
+    log.add("g3", NOW + timedelta(seconds=12), 401)
+    w.check(NOW + timedelta(seconds=300))
+    w.check(NOW + timedelta(seconds=600))
+    assert log.asked == [1, 2]
+    permanent = w.metrics.registry.get_sample_value(
+        "ci_autoscaler_webhook_redeliveries_total", {"result": "permanent"}
+    )
+    assert permanent == 1
+    log.add("g4", NOW + timedelta(seconds=700), 202)
+    assert w.check(NOW + timedelta(seconds=900)) is True

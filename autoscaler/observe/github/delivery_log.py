@@ -118,8 +118,8 @@ class Review:
     """The newest failed attempt of each event to redeliver (at most the cap)."""
     permanent: tuple[Attempt, ...]
     """New failed attempts a redelivery cannot fix (not redelivered)."""
-    postponed: int
-    """Events to redeliver beyond the cap: the next reconcile's."""
+    postponed: tuple[Attempt, ...]
+    """Events to redeliver beyond the cap: the next reconcile's (judged again then)."""
     failed: int
     """Events with a new failed attempt and no delivered one."""
     clean: bool
@@ -162,11 +162,10 @@ def review(
         else:
             permanent.append(newest)
     redeliver.sort(key=lambda a: (a.delivered_at, a.id))
-    postponed = max(0, len(redeliver) - max_redeliveries)
     return Review(
         redeliver=tuple(redeliver[:max_redeliveries]),
         permanent=tuple(permanent),
-        postponed=postponed,
+        postponed=tuple(redeliver[max_redeliveries:]),
         failed=failed,
         clean=complete and skipped == 0 and failed == 0,
     )

@@ -28,8 +28,6 @@ from autoscaler.observe.github.delivery_log import (
     MARGIN_SECONDS,
     MAX_REDELIVERIES,
     Attempt,
-    Result,
-    classify,
     review,
 )
 from autoscaler.observe.github.delivery_reader import LogRead
@@ -134,14 +132,14 @@ class DeliveryWatch:
         retry_later = {a.guid for a in chosen} if not redeliver else set()
         retry_later |= self._redeliver(chosen, deadline) if redeliver else set()
         if verdict.postponed:
-            self.metrics.webhook_redeliveries.labels("postponed").inc(verdict.postponed)
+            self.metrics.webhook_redeliveries.labels("postponed").inc(len(verdict.postponed))
             log.warning(
                 "webhook delivery log: %d failed deliveries over the cap of %d redeliveries "
                 "a reconcile; the next reconcile redelivers them",
-                verdict.postponed,
+                len(verdict.postponed),
                 self.max_redeliveries,
             )
-            retry_later |= self._postponed_guids(read.attempts, verdict.redeliver, since)
+            retry_later |= {a.guid for a in verdict.postponed}
         self._permanent(verdict.permanent)
         self._remember(read.attempts, since, retry_later)
         # GitHub's clock: the newest attempt read. An empty log leaves the horizon where
@@ -217,19 +215,6 @@ class DeliveryWatch:
                 code,
                 _CAUSES.get(code, "refused by the listener or on the way"),
             )
-
-    @staticmethod
-    def _postponed_guids(
-        attempts: list[Attempt], chosen: tuple[Attempt, ...], since: float
-    ) -> set[str]:
-        """Failed events not redelivered this time (over the cap): judged again later."""
-        picked = {a.guid for a in chosen}
-        delivered = {a.guid for a in attempts if classify(a.status_code) is Result.OK}
-        return {
-            a.guid
-            for a in attempts
-            if a.delivered_at >= since and a.guid not in picked and a.guid not in delivered
-        }
 
     def _remember(self, attempts: list[Attempt], since: float, later: set[str]) -> None:
         """Mark this read's attempts judged (but those to judge again), forget old ones."""
