@@ -140,3 +140,19 @@ def test_a_refused_delivery_is_judged_once_even_beside_postponed_ones() -> None:
     assert permanent == 1
     log.add("g4", NOW + timedelta(seconds=700), 202)
     assert w.check(NOW + timedelta(seconds=900)) is True
+
+
+def test_a_postponed_event_is_redelivered_even_when_newer_attempts_moved_the_horizon() -> None:
+    """Regression: the next read went back only to the newest attempt seen minus the
+    margin, so a failed event postponed (over the cap) or whose redelivery request failed
+    fell out of the window when later deliveries were logged, and was never redelivered.
+    The next read now goes back to the oldest event still waiting."""
+    log = Log()
+    w = watch(log, max_redeliveries=1)
+    w.check(NOW)
+    log.add("g1", NOW + timedelta(seconds=10), 502)
+    log.add("g2", NOW + timedelta(seconds=11), 502)
+    log.add("g3", NOW + timedelta(seconds=250), 202)  # the horizon moves past both
+    w.check(NOW + timedelta(seconds=300))
+    w.check(NOW + timedelta(seconds=600))
+    assert log.asked == [1, 2]

@@ -90,6 +90,9 @@ class DeliveryWatch:
         read goes back to it minus :data:`~.delivery_log.MARGIN_SECONDS`, so a clock
         skew between GitHub and this host cannot open a gap."""
         self._judged: dict[int, float] = {}
+        #: ``delivered_at`` of the oldest failed attempt left for the next read (over the
+        #: cap, or its redelivery request failed): the next read goes back to it.
+        self._waiting: float | None = None
         #: Redeliveries requested per event (guid), forgotten with the judged attempts.
         self._tries: dict[str, int] = {}
         self._unusable: str | None = None
@@ -102,6 +105,8 @@ class DeliveryWatch:
         wall = now.timestamp()
         first = self.horizon is None
         since = wall - self.first_window if self.horizon is None else self.horizon - MARGIN_SECONDS
+        if self._waiting is not None and self.horizon is not None:
+            since = min(since, self._waiting)  # back to the oldest event still to redeliver
         deadline = self._monotonic() + READ_WAIT
         try:
             read = self.log.read(since, deadline)
@@ -142,6 +147,10 @@ class DeliveryWatch:
             retry_later |= {a.guid for a in verdict.postponed}
         self._permanent(verdict.permanent)
         self._remember(read.attempts, since, retry_later)
+        waiting = [a.delivered_at for a in read.attempts if a.guid in retry_later]
+        # A read that could not reach back that far gives them up (the reconciles of
+        # their windows listed around them): no read is stuck at the page cap for good.
+        self._waiting = min(waiting) if waiting and read.complete else None
         # GitHub's clock: the newest attempt read. An empty log leaves the horizon where
         # it was; at a first read, ``since`` (our clock, first_window back: a skew of
         # less than that opens no gap).
