@@ -169,10 +169,10 @@ class DeliveryWatch:
         if verdict.failed:
             log.info(
                 "webhook delivery log: %d workflow_job deliveries failed since the last read "
-                "(%d redelivered, %d not redeliverable); this reconcile lists what they "
-                "may hide",
+                "(%d redeliveries asked, %d not redeliverable); this reconcile lists what "
+                "they may hide",
                 verdict.failed,
-                len(verdict.redeliver) if redeliver else 0,
+                len(chosen) if redeliver else 0,
                 len(verdict.permanent),
             )
         elif result == "incomplete":
