@@ -44,7 +44,8 @@ from autoscaler.observe.queue import compute_queue
 from autoscaler.observe.starts import JobStart, ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
 from autoscaler.retry.decide import RetryReport
-from autoscaler.scale.diagnosis import ScalingView, diagnose
+from autoscaler.scale.diagnosis import diagnose
+from autoscaler.scale.view import ScalingView
 
 log = logging.getLogger(__name__)
 

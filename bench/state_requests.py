@@ -48,7 +48,7 @@ from autoscaler.sim.fleet import (
     reset_moto_server,
     start_moto_server,
 )
-from autoscaler.state.dynamodb import DynamoLeaseTable
+from autoscaler.state.dynamodb_lease import DynamoLeaseTable
 from autoscaler.state.dynamodb_table import DynamoTable, create_table, item_size
 from autoscaler.state.lease import Lease
 from autoscaler.telemetry import Metrics

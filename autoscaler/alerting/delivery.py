@@ -1,5 +1,8 @@
 """Delivery of outbox notifications to receivers over httpx, off the tick.
 
+This module runs the rounds and records their outcomes; how one notification is sent
+(payloads, requests, retries, the issue look-up) is :mod:`autoscaler.alerting.senders`.
+
 - **The tick never waits for a receiver.** :meth:`Deliverer.deliver` starts one delivery
   round per receiver that has notifications waiting and none in flight, each in its own
   daemon thread, and returns at once. A round records every outcome in the store itself,
@@ -53,12 +56,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type
-from tenacity.wait import wait_random_exponential
 
-from autoscaler.alerting import alertmanager, render
 from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import Notification
+from autoscaler.alerting.senders import Call, IssueNumbers, Sender
 from autoscaler.config import Config, ReceiverConfig
 from autoscaler.config.reader import Secret
 from autoscaler.errors import NotLeaderError, PermanentError, StateError, TransientError
@@ -67,10 +68,6 @@ from autoscaler.state.port import ActionGate, AlertStore, OutboxItem, SoleWriter
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
-
-PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
-#: Open issues examined when looking for an alert's issue (100 per page).
-ISSUE_LOOKUP_PAGES = 10
 
 
 @dataclass(frozen=True)
@@ -84,51 +81,6 @@ class Outcome:
     error: str | None = None
     issue: tuple[str, int | None] | None = None
     """github_issue: (fingerprint, issue number or None: closed) to remember."""
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One round's HTTP client and the monotonic time its deadline passes."""
-
-    client: httpx.Client
-    deadline_at: float
-
-
-class _Issues:
-    """Where the github_issue receiver keeps its issue numbers: the store, or (``alerts
-    test``) a dict."""
-
-    def __init__(self, store: AlertStore | None, receiver: str) -> None:
-        self._store, self._receiver = store, receiver
-        self._numbers: dict[str, int | None] = {}
-
-    def get(self, fingerprint: str) -> int | None:
-        if self._store is None:
-            return self._numbers.get(fingerprint)
-        return self._store.issue_number(self._receiver, fingerprint)
-
-    def set(self, fingerprint: str, number: int | None) -> None:
-        if self._store is None:
-            self._numbers[fingerprint] = number
-        else:
-            self._store.set_issue_number(self._receiver, fingerprint, number)
-
-
-def _check(response: httpx.Response) -> httpx.Response:
-    code = response.status_code
-    if code < 300:
-        return response
-    message = f"HTTP {code}"
-    if code in (408, 425, 429) or code >= 500:
-        raise TransientError(message, code=str(code))
-    raise PermanentError(message, code=str(code))
-
-
-def _reveal(rc: ReceiverConfig) -> str:
-    """The receiver's URL, for the request alone (config validation requires one)."""
-    if rc.url is None:
-        raise PermanentError(f"receiver {rc.name} has no url", code="url")
-    return rc.url.reveal()
 
 
 class Deliverer:
@@ -159,11 +111,17 @@ class Deliverer:
         #: Asked before every send: only the leader notifies (two controllers on one table).
         self.gate: ActionGate = gate if gate is not None else SoleWriter()
         self._transport = transport
-        self._sleep = sleep
         self._monotonic = monotonic
-        self._backoff, self._max_backoff = backoff, max_backoff
-        self._github_api_url = github_api_url.rstrip("/")
-        self._github_token = github_token
+        #: How each notification is sent (payloads, requests, retries): alerting.senders.
+        self._sender = Sender(
+            metrics,
+            sleep=sleep,
+            monotonic=monotonic,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            github_api_url=github_api_url,
+            github_token=github_token,
+        )
         self._rounds: dict[str, threading.Thread] = {}
         self._stopping = threading.Event()
 
@@ -234,15 +192,15 @@ class Deliverer:
 
     def send_one(self, rc: ReceiverConfig, n: Notification, issue: int | None = None) -> Outcome:
         """Send one notification now (``alerts test``), within ``deadline``; nothing stored."""
-        issues = _Issues(None, rc.name)
+        issues = IssueNumbers(None, rc.name)
         issues.set(n.fingerprint, issue)
         with (
             receiver_requests(),
             httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
         ):
-            call = _Call(client, self._monotonic() + self.deadline)
+            call = Call(client, self._monotonic() + self.deadline)
             try:
-                self._send(call, rc, n, issues)
+                self._sender.send(call, rc, n, issues)
             except PermanentError as exc:
                 return Outcome(0, rc.name, "rejected", str(exc))
             except TransientError as exc:
@@ -258,7 +216,7 @@ class Deliverer:
                 receiver_requests(),
                 httpx.Client(transport=self._transport, timeout=rc.timeout) as client,
             ):
-                call = _Call(client, self._monotonic() + self.deadline)
+                call = Call(client, self._monotonic() + self.deadline)
                 for item in items:
                     if self._stopping.is_set() or not self._deliver_one(call, rc, item, store):
                         break
@@ -272,7 +230,7 @@ class Deliverer:
             log.exception("alert delivery to %r crashed; items stay in the outbox", rc.name)
 
     def _deliver_one(
-        self, call: _Call, rc: ReceiverConfig, item: OutboxItem, store: AlertStore
+        self, call: Call, rc: ReceiverConfig, item: OutboxItem, store: AlertStore
     ) -> bool:
         """Send one item and record the outcome; False ends the round."""
         n, count = item.notification, self.metrics.alert_notifications
@@ -288,7 +246,7 @@ class Deliverer:
             log.info("alert %s to %s left to the leader", what, rc.name)
             return False
         try:
-            self._send(call, rc, n, _Issues(store, rc.name))
+            self._sender.send(call, rc, n, IssueNumbers(store, rc.name))
         except PermanentError as exc:
             log.error("alert %s to %s rejected (%s); not retried", what, rc.name, exc)
             count.labels(rc.name, "rejected").inc()
@@ -313,166 +271,3 @@ class Deliverer:
         log.error("alert delivery stopped: %s", exc)
         self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
         self.health.report(STATE, str(exc))
-
-    def _request(
-        self,
-        call: _Call,
-        rc: ReceiverConfig,
-        method: str,
-        url: str,
-        body: Any,
-        *,
-        headers: Mapping[str, str] | None = None,
-        params: Mapping[str, str] | None = None,
-        attempts: int | None = None,
-    ) -> httpx.Response:
-        """One request, retried on transient failures up to ``attempts`` (default the
-        receiver's ``max_attempts``) within the round's deadline."""
-        most = rc.max_attempts if attempts is None else attempts
-
-        def once() -> httpx.Response:
-            left = call.deadline_at - self._monotonic()
-            if left <= 0:
-                raise TransientError("delivery deadline passed", code="deadline")
-            try:
-                response = call.client.request(
-                    method,
-                    url,
-                    json=body,
-                    headers=headers,
-                    params=params,
-                    timeout=min(rc.timeout, left),
-                )
-            except httpx.TimeoutException:
-                raise TransientError("timed out", code="timeout") from None
-            except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-                # httpx's message quotes the URL: ours names the error only.
-                raise PermanentError(f"unusable URL: {type(exc).__name__}", code="url") from None
-            except httpx.TransportError as exc:
-                raise TransientError(
-                    f"transport error: {type(exc).__name__}", code="transport"
-                ) from None
-            return _check(response)
-
-        def stop(rs: RetryCallState) -> bool:
-            if rs.attempt_number >= most:
-                return True
-            return self._monotonic() + rs.upcoming_sleep >= call.deadline_at
-
-        def before_sleep(rs: RetryCallState) -> None:
-            self.metrics.alert_notifications.labels(rc.name, "retried").inc()
-
-        retrying = Retrying(
-            stop=stop,
-            wait=wait_random_exponential(multiplier=self._backoff, max=self._max_backoff),
-            retry=retry_if_exception_type(TransientError),
-            sleep=self._sleep,
-            before_sleep=before_sleep,
-            reraise=True,
-        )
-        return retrying(once)
-
-    def _send(self, call: _Call, rc: ReceiverConfig, n: Notification, issues: _Issues) -> None:
-        if rc.type == "github_issue":
-            self._github_issue(call, rc, n, issues)
-            return
-        if rc.type == "pagerduty":
-            key = rc.routing_key.reveal() if rc.routing_key is not None else ""
-            body: Any = render.pagerduty_payload(n, key)
-            url = rc.url.reveal() if rc.url is not None else PAGERDUTY_URL
-        elif rc.type == "slack":
-            body, url = render.slack_payload(n), _reveal(rc)
-        elif rc.type == "alertmanager":
-            self._alertmanager(call, rc, n)
-            return None
-        elif rc.type == "alertmanager_webhook":
-            body, url = render.alertmanager_payload(n, rc.name), _reveal(rc)
-        else:
-            body, url = render.webhook_payload(n), _reveal(rc)
-        self._request(call, rc, "POST", url, body)
-
-    def _alertmanager(self, call: _Call, rc: ReceiverConfig, n: Notification) -> None:
-        """One notification as a one-off post to every Alertmanager (``alerts test``; the
-        tick keeps them in step through AlertmanagerSync instead of the outbox)."""
-        body = [
-            alertmanager.notification_alert(
-                n, alertmanager.valid_for(0, alertmanager.DEFAULT_RESEND)
-            )
-        ]
-        errors: list[PermanentError | TransientError] = []
-        for url in alertmanager.api_urls(rc):
-            try:
-                self._request(call, rc, "POST", url, body)
-            except (PermanentError, TransientError) as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-
-    def _github_issue(
-        self, call: _Call, rc: ReceiverConfig, n: Notification, issues: _Issues
-    ) -> None:
-        api = (rc.url.reveal() if rc.url is not None else self._github_api_url).rstrip("/")
-        token = rc.token or self._github_token
-        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token.reveal()}"
-        base = f"{api}/repos/{rc.repo}/issues"
-        fp = n.fingerprint
-        number = issues.get(fp)
-        found_event = None
-        if number is None:
-            found = self._find_issue(call, rc, base, n, headers)
-            if found is not None:
-                number, found_event = found
-                log.info("alert %s: adopting open issue #%d in %s", fp, number, rc.repo)
-        if n.status == "FIRING" and number is None:
-            body = {
-                "title": render.title(n.evaluation),
-                "body": render.github_issue_body(n),
-                "labels": render.github_issue_labels(n.evaluation, rc.labels),
-            }
-            # Never retried here: a create whose answer was lost may have opened the issue,
-            # and only the lookup above (next round) can tell. Retrying blind opens two.
-            created = self._request(call, rc, "POST", base, body, headers=headers, attempts=1)
-            number = int(created.json()["number"])
-        elif number is not None and found_event != n.event_id:
-            # found_event == event_id: the issue was opened by this very notification, whose
-            # delivery was not recorded; it says everything already.
-            comment = {"body": render.github_comment_body(n)}
-            self._request(call, rc, "POST", f"{base}/{number}/comments", comment, headers=headers)
-        if n.status == "RESOLVED" and number is not None:
-            close = {"state": "closed", "state_reason": "completed"}
-            self._request(call, rc, "PATCH", f"{base}/{number}", close, headers=headers)
-            number = None
-        elif n.status == "RESOLVED":
-            log.info("alert %s resolved; no open issue for it in %s", fp, rc.repo)
-        issues.set(fp, number)
-
-    def _find_issue(
-        self,
-        call: _Call,
-        rc: ReceiverConfig,
-        base: str,
-        n: Notification,
-        headers: Mapping[str, str],
-    ) -> tuple[int, str] | None:
-        """(number, event id of its opening notification) of the newest open issue whose
-        body carries this alert's marker, among issues with the alert's team label."""
-        params = {
-            "state": "open",
-            "labels": render.github_issue_labels(n.evaluation)[0],
-            "sort": "created",
-            "direction": "desc",
-            "per_page": "100",
-        }
-        url: str | None = base
-        for _ in range(ISSUE_LOOKUP_PAGES):
-            if url is None:
-                break
-            response = self._request(call, rc, "GET", url, None, headers=headers, params=params)
-            for issue in response.json():
-                marker = render.parse_github_marker(issue.get("body"))
-                if "pull_request" not in issue and marker and marker[0] == n.fingerprint:
-                    return int(issue["number"]), marker[1]
-            url, params = response.links.get("next", {}).get("url"), {}
-        return None

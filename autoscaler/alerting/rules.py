@@ -37,7 +37,7 @@ from autoscaler.domain import (
     ScalingProblem,
 )
 from autoscaler.observe.starts import FAST_BURN, SLOW_BURN, ObjectiveStatus
-from autoscaler.scale.diagnosis import UNMATCHED, cause_line
+from autoscaler.scale.causes import UNMATCHED, cause_line
 
 FLEET = "fleet"
 UNMATCHED_RULE = "Jobs no runner type serves"

@@ -22,7 +22,8 @@ import boto3
 
 from autoscaler.config import DYNAMODB, Config
 from autoscaler.health import Health
-from autoscaler.state.dynamodb import DynamoLeaseTable, DynamoStore
+from autoscaler.state.dynamodb import DynamoStore
+from autoscaler.state.dynamodb_lease import DynamoLeaseTable
 from autoscaler.state.dynamodb_table import DynamoTable
 from autoscaler.state.fence import Fence
 from autoscaler.state.keeper import LeaseKeeper

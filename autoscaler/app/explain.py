@@ -18,7 +18,7 @@ from typing import Any
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
 from autoscaler.domain import Cause, InstanceLifecycle, RunnerCounts
-from autoscaler.scale.diagnosis import UNMATCHED, fmt_age
+from autoscaler.scale.causes import UNMATCHED, fmt_age
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from autoscaler.app.explain import TypeReport, explain_json, format_type, reports
 from autoscaler.app.report import format_table
 from autoscaler.controller import Controller, TickResult
-from autoscaler.scale.diagnosis import UNMATCHED, WORDS, fmt_age
+from autoscaler.scale.causes import UNMATCHED, WORDS, fmt_age
 
 #: Seconds between the page's own reloads at least (a 1 s tick would hammer a phone).
 MIN_REFRESH = 5

@@ -362,6 +362,19 @@ class Reader:
             return default
         return str(value)
 
+    def listen(
+        self, value: Any, path: str = "listen", default: tuple[str, int] = ("0.0.0.0", 9464)
+    ) -> tuple[str, int]:
+        """``HOST:PORT`` (``[::1]:9464``; an empty host is every interface) -> (host, port)."""
+        if value is None:
+            return default
+        text = str(value)
+        host, sep, port = text.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            self.problem(path, f"must be HOST:PORT, got {shown(text)}")
+            return default
+        return host.strip("[]") or "0.0.0.0", int(port)
+
     def each(self, value: Any, path: str, read: Callable[[Any, str], T | None]) -> tuple[T, ...]:
         """Read every item of a list (``None`` means an empty list)."""
         if value is None:

@@ -58,6 +58,7 @@ from autoscaler.scale.ephemeral import (
     plan_ephemeral,
     without_instances,
 )
+from autoscaler.scale.jit_ledger import JitLedger
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -126,15 +127,12 @@ class EphemeralRunners:
         self.metrics = metrics
         self.retry = retry
         self.store = store
-        self.ledger: dict[str, JitRecord] = {}
-        self.loaded = store is None
+        self.ledger = JitLedger(store, metrics)
         self.swept = False
         self.problems: list[ScalingProblem] = []
         self.last_plan = EphemeralPlan()
         #: (runner type, pool) -> instances terminated this tick (spent or never online).
         self.terminated: dict[tuple[str, str], int] = {}
-        self._dirty: set[str] = set()
-        self._dropped: set[str] = set()
 
     # --- the tick
 
@@ -150,14 +148,14 @@ class EphemeralRunners:
         """Do this tick's duties; return the pools and runners the policy plans with."""
         self.problems, self.terminated = [], {}
         runners = observation.runners if observation is not None else ()
-        if not self._load():
+        if not self.ledger.load():
             return pools, runners
         listed = self._list_parameters()
         plan = plan_ephemeral(
             self.config,
             pools,
             runners,
-            self.ledger,
+            self.ledger.records,
             now,
             observed_at=observation.observed_at if observation is not None else None,
             observation_fresh=observation_fresh,
@@ -187,25 +185,21 @@ class EphemeralRunners:
                 )
         for r in plan.register:
             self._register(r, now)
-        self._flush()
+        self.ledger.flush()
         left = tuple(r for r in runners if r.name not in deleted)
         return without_instances(pools, removed), left
 
     def forget(self) -> None:
         """Another process may change the ledger now (this one is not acting): read it
         again from the store before acting next."""
-        if self.store is not None:
-            self.loaded = False
-            self.ledger = {}
-            self._dirty.clear()
-            self._dropped.clear()
+        self.ledger.forget()
 
     # --- duties
 
     def _register(self, r: Register, now: datetime) -> None:
         intent = JitRecord(r.instance_id, r.pool, r.runner_type, asked_at=now)
-        self._put(intent)
-        if not self._flush():
+        self.ledger.put(intent)
+        if not self.ledger.flush():
             self._count(r.runner_type, FAILED)
             log.warning("JIT config for %s not asked: its intent cannot be saved", r.runner_name)
             return
@@ -216,7 +210,7 @@ class EphemeralRunners:
             return
         if isinstance(jit, Runner):  # adopted: its runner is online already
             # A parameter may be left from before the stop: deleted once seen online.
-            self._put(replace(intent, runner_id=jit.id, parameter=True))
+            self.ledger.put(replace(intent, runner_id=jit.id, parameter=True))
             return
         name = self.config.jit.parameter_name(r.pool, r.instance_id)
         try:
@@ -234,10 +228,10 @@ class EphemeralRunners:
             self._count(r.runner_type, HANDOVER_FAILED)
             self._problem(exc, r.runner_type, r.pool, "put_parameter")
             if self._remove(jit.runner_id, r.runner_name, r.runner_type, r.pool) != "failed":
-                self._drop(r.instance_id)  # nothing registered: the next tick asks again
+                self.ledger.drop(r.instance_id)  # nothing registered: the next tick asks again
             log.warning("JIT config of %s not handed over (%s): runner deleted", name, exc.kind)
             return
-        self._put(replace(intent, runner_id=jit.runner_id, parameter=True))
+        self.ledger.put(replace(intent, runner_id=jit.runner_id, parameter=True))
         self._count(r.runner_type, CREATED)
         log.info(
             "JIT runner %s (id %d) registered, config in %s", r.runner_name, jit.runner_id, name
@@ -282,8 +276,8 @@ class EphemeralRunners:
         self._count(r.runner_type, result)
         self._problem(exc, r.runner_type, r.pool, "generate_jitconfig")
         if isinstance(exc, PermanentError) and not isinstance(exc, ConflictError):
-            self._drop(r.instance_id)  # GitHub created nothing; asked again next tick
-            self._flush()
+            self.ledger.drop(r.instance_id)  # GitHub created nothing; asked again next tick
+            self.ledger.flush()
         # transient: GitHub may have created it; the kept intent recovers next tick
 
     def _spent(self, s: Spent) -> bool:
@@ -297,7 +291,7 @@ class EphemeralRunners:
         )
         if s.record.parameter:
             self._delete_parameter(s.pool, s.instance_id)
-        self._drop(s.instance_id)
+        self.ledger.drop(s.instance_id)
         return True
 
     def _never_online(self, n: NeverOnline) -> bool:
@@ -319,19 +313,19 @@ class EphemeralRunners:
             self.metrics.scale_actions.labels(n.runner_type, n.pool, "terminate_orphan").inc()
             log.warning("terminated orphan instance %s in %s", n.instance_id, n.pool)
             if record.parameter:
-                self._put(record)  # the gone duty deletes it once the instance is gone
+                self.ledger.put(record)  # the gone duty deletes it once the instance is gone
             else:
-                self._drop(n.instance_id)
+                self.ledger.drop(n.instance_id)
             return True
         # The record stays (its runner is gone now): the next tick finds the instance spent
         # and terminates it, and never gives it a second config.
-        self._put(record)
+        self.ledger.put(record)
         return False
 
     def _came_online(self, record: JitRecord) -> None:
         if record.parameter and not self._delete_parameter(record.pool, record.instance_id):
             return  # retried next tick (online_at stays unset)
-        self._put(replace(record, parameter=False))
+        self.ledger.put(replace(record, parameter=False))
         log.info("JIT runner %s is online: its parameter is deleted", record.runner_name)
 
     def _gone(self, record: JitRecord, *, listed: bool) -> None:
@@ -344,7 +338,7 @@ class EphemeralRunners:
                 return
         if record.parameter and not self._delete_parameter(record.pool, record.instance_id):
             return
-        self._drop(record.instance_id)
+        self.ledger.drop(record.instance_id)
 
     # --- helpers
 
@@ -411,58 +405,6 @@ class EphemeralRunners:
         except AutoscalerError as exc:
             self._problem(exc, "", "", "list_parameters")
             return None
-
-    def _load(self) -> bool:
-        if self.loaded:
-            return True
-        assert self.store is not None
-        try:
-            raw = self.store.load_jit_records()
-        except AutoscalerError as exc:
-            self._store_failed(exc, "load_jit_records")
-            log.error("JIT ledger not loaded (%s %s): ephemeral pools wait", exc.kind, exc.code)
-            return False
-        for iid, text in raw.items():
-            try:
-                self.ledger[iid] = JitRecord.from_json(iid, text)
-            except (ValueError, KeyError, TypeError):
-                log.warning("JIT ledger: unreadable record for %s ignored", iid)
-        self.loaded = True
-        log.info("JIT ledger: %d records loaded", len(self.ledger))
-        return True
-
-    def _put(self, record: JitRecord) -> None:
-        self.ledger[record.instance_id] = record
-        self._dirty.add(record.instance_id)
-        self._dropped.discard(record.instance_id)
-
-    def _drop(self, instance_id: str) -> None:
-        self.ledger.pop(instance_id, None)
-        self._dirty.discard(instance_id)
-        self._dropped.add(instance_id)
-
-    def _flush(self) -> bool:
-        """Persist what changed; on failure it stays dirty and the next flush retries."""
-        if self.store is None or not (self._dirty or self._dropped):
-            self._dirty.clear()
-            self._dropped.clear()
-            return True
-        put = {iid: self.ledger[iid].to_json() for iid in self._dirty if iid in self.ledger}
-        try:
-            self.store.save_jit_records(put, set(self._dropped))
-        except AutoscalerError as exc:
-            self._store_failed(exc, "save_jit_records")
-            log.error("JIT ledger not saved (%s %s); retried next tick", exc.kind, exc.code)
-            return False
-        self._dirty.clear()
-        self._dropped.clear()
-        return True
-
-    def _store_failed(self, exc: AutoscalerError, operation: str) -> None:
-        """``state_store_errors_total{operation,code}``, as the alert stage counts its own."""
-        self.metrics.state_store_errors.labels(
-            getattr(exc, "operation", "") or operation, exc.code or exc.kind
-        ).inc()
 
     def _count(self, runner_type: str, result: str) -> None:
         self.metrics.jit_configs.labels(runner_type, result).inc()

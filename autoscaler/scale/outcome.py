@@ -14,8 +14,8 @@ from datetime import datetime
 
 from autoscaler.config import Config
 from autoscaler.domain import InstanceLifecycle, PoolState
-from autoscaler.scale.diagnosis import CapacityFailure
 from autoscaler.scale.plan import HOLD, MISSING, RANK, Decision, Plan, ScalingState
+from autoscaler.scale.view import CapacityFailure
 from autoscaler.telemetry import Metrics
 
 Key = tuple[str, str]

@@ -1,7 +1,8 @@
 """Act on the policy's plan: the part of a tick that changes the cloud and the CI provider.
 
 Each tick :meth:`Scaler.step` describes the pools, asks :func:`autoscaler.scale.policy.decide`
-for a plan and executes it, every cloud call through one :class:`RetryPolicy`:
+for a plan and executes it (the acting itself is :mod:`autoscaler.scale.execute`), every
+cloud call through one :class:`RetryPolicy`:
 
 - protect new instances from scale-in (the group never picks a victim itself);
 - scale up, failing over to the next pool on :class:`CapacityError` and backing the
@@ -37,7 +38,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
 
 from autoscaler.config import Config
 from autoscaler.domain import (
@@ -46,48 +46,21 @@ from autoscaler.domain import (
     QueueSnapshot,
     ScalingProblem,
 )
-from autoscaler.errors import (
-    AutoscalerError,
-    CapacityError,
-    NotFoundError,
-    NotLeaderError,
-    PermanentError,
-    RejectedError,
-    StateError,
-)
+from autoscaler.errors import AutoscalerError, NotLeaderError, StateError
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
-from autoscaler.scale.diagnosis import CapacityFailure, ScalingView
 from autoscaler.scale.ephemeral import JitLedgerStore
+from autoscaler.scale.execute import PlanExecution, report_problem
 from autoscaler.scale.jit import EphemeralRunners, ParameterStore, RunnerRegistrar
 from autoscaler.scale.memory import Recollection, ScalingMemoryStore
 from autoscaler.scale.outcome import TickOutcome, record_pool_metrics, release_failures
-from autoscaler.scale.plan import (
-    HOLD,
-    LAUNCH_REFUSED,
-    ORPHAN,
-    RELEASE,
-    SCALE_IN,
-    SCALE_UP,
-    STALE,
-    Decision,
-    PendingTermination,
-    Plan,
-    Release,
-    ScaleIn,
-    ScaleUp,
-    ScalingState,
-    TerminateOrphan,
-    slot_target,
-)
+from autoscaler.scale.plan import HOLD, Decision, Plan, ScalingState
 from autoscaler.scale.policy import decide, pool_of_runner
 from autoscaler.scale.provisioning import ProvisioningClock
+from autoscaler.scale.view import CapacityFailure, ScalingView
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
-
-#: What deregistering a runner came to.
-REMOVED, BUSY, GONE, FAILED = "removed", "busy", "gone", "failed"
 
 
 class Scaler:
@@ -172,7 +145,7 @@ class Scaler:
             )
         except AutoscalerError as exc:
             self._measure_skew(observation)
-            self._problem(exc, "", "", "describe")
+            report_problem(self.last_problems, exc, "", "", "describe")
             reason = f"cannot describe pools ({exc.kind} {exc.code}): hold"
             held = [Decision(self._type_of[n], n, 0, 0, reason, HOLD) for n in names]
             self.last_view = ScalingView({}, None, held, self.state, dict(self.failures))
@@ -267,210 +240,22 @@ class Scaler:
             self.metrics.provisioning_seconds.labels(self._type_of[pool], pool).observe(seconds)
 
     def _execute(self, plan: Plan, now: datetime) -> None:
-        for pt in plan.pending_terminations:
-            self._retry_termination(pt)
-        for r in plan.releases:
-            self._release(r)
-        for p in plan.protect:
-            self._cloud(
-                p.runner_type,
-                p.pool,
-                "protect",
-                partial(self.pool.protect_instances, p.pool, p.instance_ids),
-            )
-        for up in plan.scale_ups:
-            self._scale_up(up, now)
-        for rt in plan.out_of_capacity:
-            self._out_of_capacity(rt)
-        for si in plan.scale_ins:
-            self._scale_in(si, now)
-        for o in plan.orphans:
-            self._orphan(o)
-        for o in plan.orphans_held:
-            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "clock_skew").inc()
-        if plan.orphans_held:
-            log.warning(
-                "%d orphan instance(s) kept: clocks disagree by %.0fs (github %s, aws %s)",
-                len(plan.orphans_held),
-                self.last_clock_skew.worst,
-                self.last_clock_skew.github,
-                self.last_clock_skew.aws,
-            )
-        for st in plan.stale_runners:
-            outcome = self._deregister(st.runner_type, st.pool, st.runner_id, st.runner_name)
-            if outcome == REMOVED:
-                self.metrics.scale_actions.labels(st.runner_type, st.pool, "deregister_stale").inc()
-                self.outcome.done((st.runner_type, st.pool), 0, STALE)
-                log.info("deregistered offline runner %s (instance gone)", st.runner_name)
-
-    def _scale_in(self, si: ScaleIn, now: datetime) -> None:
-        key = (si.runner_type, si.pool)
-        outcome = self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name)
-        if outcome == GONE:
-            self.outcome.note(
-                key, f"runner {si.runner_name} already gone: instance left to orphan sweep"
-            )
-            return
-        if outcome != REMOVED:
-            self.outcome.note(key, f"runner {si.runner_name} kept")
-            return
-        if self._terminate(si.runner_type, si.pool, si.instance_id):
-            log.info(
-                "scaled in %s: runner %s deregistered, instance %s terminated",
-                si.pool,
-                si.runner_name,
-                si.instance_id,
-            )
-            return
-        pending = PendingTermination(si.runner_type, si.pool, si.instance_id, si.runner_name, now)
-        self.state = self.state.termination_pending(pending)
-        self.metrics.deferred_terminations.labels(si.runner_type, si.pool).inc()
-        self.outcome.note(key, f"terminate {si.instance_id} failed: retried first next tick")
-        log.warning(
-            "runner %s deregistered but instance %s not terminated; retried first next tick",
-            si.runner_name,
-            si.instance_id,
+        """Act on the plan (:mod:`autoscaler.scale.execute`), then keep the state it left."""
+        run = PlanExecution(
+            self.pool,
+            self.source,
+            self.config,
+            self.metrics,
+            self.retry,
+            self.provisioning,
+            state=self.state,
+            failures=self.failures,
+            outcome=self.outcome,
+            problems=self.last_problems,
+            clock_skew=self.last_clock_skew,
         )
-
-    def _retry_termination(self, pt: PendingTermination) -> None:
-        """A termination that failed after its runner was deregistered, tried again."""
-        key = (pt.runner_type, pt.pool)
-        if self._terminate(pt.runner_type, pt.pool, pt.instance_id):
-            self.state = self.state.termination_done(pt.instance_id)
-            log.info(
-                "terminated instance %s of runner %s (deregistered %s)",
-                pt.instance_id,
-                pt.runner_name,
-                pt.since.isoformat(),
-            )
-        else:
-            self.metrics.deferred_terminations.labels(pt.runner_type, pt.pool).inc()
-            self.outcome.note(key, f"terminate {pt.instance_id} failed again: retried next tick")
-
-    def _terminate(self, runner_type: str, pool: str, instance_id: str) -> bool:
-        """Terminate the instance of a deregistered runner (a scale-in)."""
-        if not self._cloud(
-            runner_type,
-            pool,
-            "terminate",
-            partial(self.pool.terminate_instance, pool, instance_id),
-        ):
-            return False
-        self.metrics.scale_actions.labels(runner_type, pool, "scale_in").inc()
-        self.outcome.done((runner_type, pool), -1, SCALE_IN)
-        return True
-
-    def _orphan(self, o: TerminateOrphan) -> None:
-        """Terminate an orphan, unless GitHub knows its runner by now (or cannot say)."""
-        key = (o.runner_type, o.pool)
-        try:
-            runner = self.source.find_runner(o.runner_name)
-        except AutoscalerError as exc:
-            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "lookup_failed").inc()
-            self._problem(exc, o.runner_type, o.pool, "find_runner")
-            self.outcome.note(key, f"cannot ask GitHub about {o.runner_name}: {o.instance_id} kept")
-            return
-        if runner is not None:
-            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "registered").inc()
-            self.outcome.note(key, f"runner {o.runner_name} registered since the poll: kept")
-            log.info(
-                "instance %s registered its runner after the poll (%s); not an orphan",
-                o.instance_id,
-                runner.state.value,
-            )
-            return
-        if self._cloud(
-            o.runner_type,
-            o.pool,
-            "terminate",
-            partial(self.pool.terminate_instance, o.pool, o.instance_id),
-        ):
-            self.metrics.scale_actions.labels(o.runner_type, o.pool, "terminate_orphan").inc()
-            self.metrics.provisioning_failures.labels(o.runner_type, o.pool, "boot_timeout").inc()
-            self.outcome.done(key, -1, ORPHAN)
-            log.warning(
-                "terminated orphan instance %s in %s (never registered)", o.instance_id, o.pool
-            )
-        else:
-            self.outcome.note(key, f"terminate {o.instance_id} failed")
-
-    def _scale_up(self, up: ScaleUp, now: datetime) -> None:
-        need, failed_over = up.need, False
-        for index, slot in enumerate(up.slots):
-            key = (up.runner_type, slot.pool)
-            take, target = slot_target(slot, need)
-            if take <= 0:
-                continue
-            if target <= slot.current:  # the group is already on its way there
-                need -= take
-                continue
-            try:
-                self.retry.call(
-                    partial(self.pool.set_desired_capacity, slot.pool, target),
-                    pool=slot.pool,
-                    operation="set_desired_capacity",
-                )
-            except CapacityError as exc:
-                self.state = self.state.capacity_failed(slot.pool, now, self.config.scaling)
-                self.failures[slot.pool] = CapacityFailure(slot.pool, now, code=exc.code)
-                seconds = self.state.backoff_seconds[slot.pool]
-                self.metrics.provisioning_failures.labels(
-                    up.runner_type, slot.pool, "capacity"
-                ).inc()
-                more = index + 1 < len(up.slots)
-                if more:
-                    self.metrics.pool_failovers.labels(up.runner_type, slot.pool).inc()
-                    failed_over = True
-                self.outcome.note(
-                    key,
-                    f"{exc.code}: backed off {seconds:.0f}s" + (", failing over" if more else ""),
-                )
-                log.warning(
-                    "pool %s out of capacity (%s); backed off %.0fs", slot.pool, exc.code, seconds
-                )
-                continue
-            except AutoscalerError as exc:
-                self._problem(exc, up.runner_type, slot.pool, "set_desired_capacity")
-                self.outcome.note(key, f"scale up failed ({exc.kind} {exc.code})")
-                return
-            self.state = self.state.scaled_up(slot.pool, now)
-            self.provisioning.asked(slot.pool, target - slot.current, now)
-            self.metrics.scale_actions.labels(up.runner_type, slot.pool, "scale_up").inc()
-            text = f"scale up +{target - slot.current} after failover" if failed_over else ""
-            self.outcome.done(key, target - slot.current, SCALE_UP, text)
-            log.info("scaled up %s (%s): %d -> %d", slot.pool, up.runner_type, slot.current, target)
-            need -= take
-        if need > 0:
-            self._out_of_capacity(up.runner_type)
-
-    def _release(self, r: Release) -> None:
-        """A pool the policy found failing to launch (and backed off): count it, and take
-        its desired capacity back to what it has."""
-        key = (r.runner_type, r.pool)
-        self.metrics.provisioning_failures.labels(r.runner_type, r.pool, r.reason).inc()
-        if r.failover:
-            self.metrics.pool_failovers.labels(r.runner_type, r.pool).inc()
-        log.log(
-            logging.ERROR if r.reason == LAUNCH_REFUSED else logging.WARNING,
-            "pool %s failed to launch (%s %s); backed off %.0fs%s",
-            r.pool,
-            r.reason,
-            r.code or "-",
-            self.state.backoff_seconds.get(r.pool, 0.0),
-            f": {r.message}" if r.message else "",
-        )
-        if r.desired >= r.current:
-            self.outcome.done(key, 0, RELEASE)
-        elif self._cloud(
-            r.runner_type,
-            r.pool,
-            "set_desired_capacity",
-            partial(self.pool.set_desired_capacity, r.pool, r.desired),
-        ):
-            self.provisioning.released(r.pool, r.current - r.desired)
-            self.outcome.done(key, r.desired - r.current, RELEASE)
-        else:
-            self.outcome.note(key, f"lowering desired to {r.desired} failed")
+        run.execute(plan, now)
+        self.state = run.state
 
     # --- helpers
 
@@ -482,51 +267,3 @@ class Scaler:
             exc,
         )
         self.metrics.state_store_errors.labels(exc.operation or "unknown", exc.code).inc()
-
-    def _out_of_capacity(self, runner_type: str) -> None:
-        rt = self.config.runner_type(runner_type)
-        pools = list(rt.pools)
-        now_out = [p for p in pools if p in self.state.backoff_until]
-        if pools and len(now_out) == len(pools):
-            msg = f"every pool of {runner_type} is out of capacity: {', '.join(pools)}"
-            log.error(msg)
-            self.last_problems.append(ScalingProblem("out_of_capacity", runner_type, "", "", msg))
-
-    def _cloud(self, runner_type: str, pool: str, operation: str, fn: Callable[[], None]) -> bool:
-        try:
-            self.retry.call(fn, pool=pool, operation=operation)
-        except AutoscalerError as exc:
-            self._problem(exc, runner_type, pool, operation)
-            return False
-        return True
-
-    def _deregister(self, runner_type: str, pool: str, runner_id: int, name: str) -> str:
-        """Deregister a runner: :data:`REMOVED`, :data:`BUSY` (GitHub's 422: it took a job;
-        leave it), :data:`GONE` (GitHub's 404: it no longer exists, nothing to remove) or
-        :data:`FAILED` (anything else; a permanent error is a problem)."""
-        try:
-            self.source.remove_runner(runner_id)
-        except RejectedError:
-            log.info("runner %s turned busy before removal; left alone", name)
-            return BUSY
-        except NotFoundError:
-            log.info("runner %s is already gone at GitHub", name)
-            return GONE
-        except AutoscalerError as exc:
-            self._problem(exc, runner_type, pool, "remove_runner")
-            return FAILED
-        return REMOVED
-
-    def _problem(self, exc: AutoscalerError, runner_type: str, pool: str, operation: str) -> None:
-        if isinstance(exc, PermanentError):
-            msg = f"{operation} on {pool or 'pools'} failed permanently: {exc.code or exc.kind}"
-            log.error(msg)
-            self.last_problems.append(ScalingProblem("permanent", runner_type, pool, exc.code, msg))
-        else:
-            log.warning(
-                "%s on %s failed (%s %s); next tick retries",
-                operation,
-                pool or "pools",
-                exc.kind,
-                exc.code,
-            )

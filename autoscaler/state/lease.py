@@ -2,7 +2,7 @@
 
 Pure logic over a three-call port (:class:`LeaseTable`: read, create if absent, replace if
 unchanged), with the monotonic clock passed in. :mod:`autoscaler.state.keeper` calls
-:meth:`Lease.step` on a thread; :mod:`autoscaler.state.dynamodb` implements the table.
+:meth:`Lease.step` on a thread; :mod:`autoscaler.state.dynamodb_lease` implements the table.
 
 **Why no expiry timestamp.** DynamoDB has no clock a client can read, and comparing the
 leader's wall clock with a follower's would make safety depend on NTP. So the lease item
@@ -24,7 +24,7 @@ DynamoDB's serialised view of that item and each process's own monotonic clock o
 
 **Fencing.** The takeover increments the *epoch*; every state write of a leader is a
 transaction conditional on ``owner`` and ``epoch`` being its own
-(:mod:`autoscaler.state.dynamodb`). A leader that paused (GC, SIGSTOP, a network partition)
+(:mod:`autoscaler.state.dynamodb_lease`). A leader that paused (GC, SIGSTOP, a network partition)
 past its lease and wakes up finds its ``acting()`` false, and any write it had already
 decided to make fails: it cannot write after its successor took over. What cannot be
 fenced (a scale call to AWS, a POST to a receiver) is preceded by ``acting()`` with the

@@ -22,7 +22,8 @@ from autoscaler.alerting.rules import FLEET, Evaluation
 from autoscaler.config import AwsConfig
 from autoscaler.errors import NotLeaderError, StateUnavailableError, StateUnusableError
 from autoscaler.scale.memory import PoolMemory
-from autoscaler.state.dynamodb import DynamoLeaseTable, DynamoStore
+from autoscaler.state.dynamodb import DynamoStore
+from autoscaler.state.dynamodb_lease import DynamoLeaseTable
 from autoscaler.state.dynamodb_table import (
     SCHEMA,
     TTL_ATTRIBUTE,

@@ -35,7 +35,7 @@ from autoscaler.config import (
 )
 from autoscaler.domain import Cause, QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.observe.starts import ObjectiveStatus
-from autoscaler.scale.diagnosis import UNMATCHED
+from autoscaler.scale.causes import UNMATCHED
 from autoscaler.telemetry import Metrics
 
 NOW = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)

@@ -27,7 +27,7 @@ from autoscaler.domain import (
 )
 from autoscaler.errors import AutoscalerError, TransientError
 from autoscaler.observe.starts import ObjectiveStatus
-from autoscaler.scale.diagnosis import ScalingView
+from autoscaler.scale.view import ScalingView
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

@@ -30,17 +30,11 @@ from autoscaler.domain import (
     ScalingProblem,
     normalize_labels,
 )
-from autoscaler.scale.diagnosis import (
-    CODES,
-    UNMATCHED,
-    CapacityFailure,
-    ScalingView,
-    cause_line,
-    diagnose,
-    fmt_age,
-)
+from autoscaler.scale.causes import CODES, UNMATCHED, cause_line, fmt_age
+from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.plan import LAUNCH_FAILED, STUCK, ScalingState
 from autoscaler.scale.policy import decide
+from autoscaler.scale.view import CapacityFailure, ScalingView
 from tests.unit.scaling_fakes import GPU, T0, config, inst, pool, rtype, runner
 
 NO_CAPACITY = (
