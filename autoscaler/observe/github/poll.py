@@ -98,6 +98,9 @@ class _Tick:
     lean_poll: bool = False
     moved: set[int] = field(default_factory=set)
     """Runs seen in another status's listing than at their last one."""
+    runs_listings: bool = True
+    """False: a webhook reconcile with evidence that no delivery was lost lists the
+    runners (and the repositories when due) only: no runs or jobs listing."""
 
 
 class Poll:
@@ -133,14 +136,18 @@ class Poll:
         return self.settings.repos or self.state.repo_names or ()
 
     # --- the poll
-    def run(self, now: datetime, lean: Lean | None = None) -> Observation:
+    def run(self, now: datetime, lean: Lean | None = None, *, runs: bool = True) -> Observation:
         """One poll. ``lean`` (a webhook reconcile): the jobs of known runs are listed
         only when ``lean`` gives a reason, decided once the runner list is in; the
-        budget's cadence does not apply to them."""
+        budget's cadence does not apply to them. ``runs=False`` (with ``lean``): no runs
+        or jobs listing at all, the runner list only (the observation's jobs are the
+        last listings')."""
         wall = now.timestamp()
         deadline = time.monotonic() + self.settings.deadline
         tick = _Tick(wall, deadline, self.pool.batch(), self.http.counted)
         tick.lean, tick.lean_poll = lean, lean is not None
+        if lean is not None and not runs:
+            tick.lean, tick.runs_listings = None, False
         try:
             if self.http.gate.limits.limit is None:
                 # Free, and it tells the limit before anything is spent from it. It goes
@@ -451,6 +458,8 @@ class Poll:
         self.http.cache.drop(st.keep_repos(names))
         if self.runner_scope == "repos":
             self._ask_repo_runners(tick, names)
+        if not tick.runs_listings:
+            return
         busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
         quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
         plan, poll, now = self._planned(tick), s.poll_interval, tick.now
