@@ -28,13 +28,14 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from autoscaler.domain import Observation, PollBudget, Runner
+from autoscaler.domain import Observation, Runner
 from autoscaler.errors import AutoscalerError, NotFoundError, RateLimitedError, TransientError
-from autoscaler.observe.github.budget import BudgetPlan, pick_due, plan_budget, refill
+from autoscaler.observe.github.budget import BudgetPlan, pick_due
 from autoscaler.observe.github.fetch import Allowance, Deferred, Fetcher, Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.listing import Listed, PaginationError
 from autoscaler.observe.github.parse import BadPage, Skips, merge_runners
+from autoscaler.observe.github.poll_budget import PollBudgetKeeper, poll_budget
 from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
 from autoscaler.observe.github.records import PageRecord, RunRef, skip_counts
 from autoscaler.observe.github.units import (
@@ -124,10 +125,7 @@ class Poll:
         #: "org", "repos" (after the org runner endpoint's 404), or None until known.
         self.runner_scope: str | None = None
         self.runner_repos: dict[int, str] = {}
-        self._too_small = False
-        #: The budget's token bucket (None: full, before the first poll) and when it was.
-        self._tokens: float | None = None
-        self._tokens_at = 0.0
+        self.budget = PollBudgetKeeper(metrics, settings, self.fetch)
         #: Runs seen complete, oldest first (:mod:`autoscaler.observe.github.failures`).
         self.finished: deque[RunRef] = deque(maxlen=FINISHED_KEPT)
 
@@ -165,9 +163,8 @@ class Poll:
             tick.batch.cancel()
             if tick.plan is None:
                 self._plan(tick)
-            spent = self.fetch.spent(tick.allowance)
-            self._tokens, self._tokens_at = tick.tokens - spent, wall
-        self._report(tick)
+            self.budget.settle(tick.tokens, tick.allowance, wall)
+        self.budget.report(self._planned(tick), tick.allowance, tick.deferred, tick.busy_deferred)
         if tick.runners is None or tick.names is None:
             raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
         if tick.cut is not None:
@@ -182,22 +179,11 @@ class Poll:
 
     def _plan(self, tick: _Tick) -> BudgetPlan:
         """The budget for this poll, from the limits known now."""
-        st, s = self.state, self.settings
         limits = self.http.gate.limits
-        tick.plan = plan = plan_budget(
-            st.activity(repo_list=s.repos is None),
-            st.runner_list.cost,
-            limits,
-            tick.now,
-            s.poll_interval,
-            s.share,
+        tick.plan, tick.tokens, tick.allowance = self.budget.plan(
+            self.state, limits, tick.now, tick.start
         )
-        elapsed = tick.now - self._tokens_at
-        tick.tokens = refill(
-            self._tokens, elapsed, limits, tick.now, s.poll_interval, s.share, s.concurrency
-        )
-        tick.allowance = Allowance(tick.start, tick.tokens)
-        return plan
+        return tick.plan
 
     @staticmethod
     def _planned(tick: _Tick) -> BudgetPlan:
@@ -516,54 +502,5 @@ class Poll:
             runners=st.runners,
             skipped_items=sum(skips.values()),
             skipped_runners=skips.get("runner", 0),
-            budget=PollBudget(
-                poll_interval=plan.poll_interval,
-                busy_interval=plan.busy_interval,
-                quiet_interval=plan.quiet_interval,
-                budget_per_hour=plan.budget_per_hour,
-                needed_per_hour=plan.needed_per_hour,
-                too_small=plan.too_small or tick.busy_deferred,
-            ),
-        )
-
-    def _report(self, tick: _Tick) -> None:
-        """The plan on /metrics and in the log; "too small" said once, when it starts."""
-        plan, m = self._planned(tick), self.metrics
-        m.github_poll_interval.labels("busy").set(plan.busy_interval)
-        m.github_poll_interval.labels("quiet").set(plan.quiet_interval)
-        m.github_budget.set(plan.budget_per_hour)
-        m.github_budget_needed.set(plan.needed_per_hour)
-        spent = self.fetch.spent(tick.allowance)
-        if tick.deferred:
-            log.info(
-                "GitHub budget: %d of %.0f requests spent this tick; %d listings deferred",
-                spent,
-                tick.allowance.requests,
-                tick.deferred,
-            )
-        too_small = plan.too_small or tick.busy_deferred
-        if too_small and not self._too_small:
-            log.warning(
-                "GitHub budget too small for this org: re-listing repositories with queued "
-                "jobs every %.0fs needs ~%.0f requests/h, the budget is %.0f/h "
-                "(github.rate_limit_share of the rate limit); they are re-listed every "
-                "%.0fs or later instead. Webhooks (or a GitHub App's higher limit) fix this.",
-                plan.poll_interval,
-                plan.needed_per_hour,
-                plan.budget_per_hour,
-                plan.busy_interval,
-            )
-        elif not too_small and self._too_small:
-            log.info("GitHub budget fits again: busy repositories every %.0fs", plan.poll_interval)
-        self._too_small = too_small
-        log.debug(
-            "GitHub budget %.0f/h, needed %.0f/h, planned %.0f/h; busy every %.0fs, quiet "
-            "every %.0fs; this tick may spend %.0f, spent %d",
-            plan.budget_per_hour,
-            plan.needed_per_hour,
-            plan.planned_per_hour,
-            plan.busy_interval,
-            plan.quiet_interval,
-            tick.allowance.requests,
-            spent,
+            budget=poll_budget(plan, tick.busy_deferred),
         )
