@@ -75,7 +75,7 @@ class PollBudgetKeeper:
                 deferred,
             )
         too_small = plan.too_small or busy_deferred
-        if too_small and not self.too_small:
+        if too_small and not self.too_small and plan.too_small:
             log.warning(
                 "GitHub budget too small for this org: re-listing repositories with queued "
                 "jobs every %.0fs needs ~%.0f requests/h, the budget is %.0f/h "
@@ -85,6 +85,19 @@ class PollBudgetKeeper:
                 plan.needed_per_hour,
                 plan.budget_per_hour,
                 plan.busy_interval,
+            )
+        elif too_small and not self.too_small:
+            # The plan fitted (on what re-listing has cost so far: nothing is known at a
+            # cold start), but this poll's allowance ran out before every listing of a
+            # repository with queued jobs was sent. Its estimate of the need would mislead.
+            log.warning(
+                "GitHub budget too small for this org: this poll's allowance (%.0f requests "
+                "of a %.0f/h budget, github.rate_limit_share of the rate limit) ran out "
+                "before %d listings, some of repositories with queued jobs; they wait for a "
+                "later poll. Webhooks (or a GitHub App's higher limit) fix this.",
+                allowance.requests,
+                plan.budget_per_hour,
+                deferred,
             )
         elif not too_small and self.too_small:
             log.info("GitHub budget fits again: busy repositories every %.0fs", plan.poll_interval)
