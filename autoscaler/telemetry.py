@@ -445,6 +445,26 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.webhook_redeliveries = Counter(
+            P + "webhook_redeliveries_total",
+            "Failed workflow_job deliveries found in the webhook's delivery log (webhook."
+            "hook_id), by result: requested (GitHub accepted the redelivery), error (the "
+            "request failed; tried again next reconcile), postponed (over the per-reconcile "
+            "cap), permanent (an answer a redelivery cannot change: not redelivered), gave_up "
+            "(failed again after 3 redeliveries).",
+            ["result"],
+            registry=r,
+        )
+        self.webhook_delivery_log_reads = Counter(
+            P + "webhook_delivery_log_reads_total",
+            "Reads of the webhook's delivery log at reconciles, by result: clean (no "
+            "delivery lost since the previous read: the reconcile lists only the runners), "
+            "lost (one was: the lean reconcile), incomplete (a page cap, a Link loop or a "
+            "malformed page), first (nothing to compare with yet), forbidden, not_found, "
+            "error (the log unreadable: the lean reconcile).",
+            ["result"],
+            registry=r,
+        )
         self.reaction_seconds = Histogram(
             P + "reaction_seconds",
             "From a job's queued webhook to the capacity request it caused.",

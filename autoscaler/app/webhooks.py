@@ -21,6 +21,8 @@ from autoscaler.config import Config, WebhookConfig
 from autoscaler.controller import Controller, TickResult
 from autoscaler.domain import JobStatus, RunnerType
 from autoscaler.errors import StateError
+from autoscaler.observe.github.delivery_watch import DeliveryWatch
+from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_rows import JobIndexStore
 from autoscaler.observe.github.webhook_source import WebhookSource
@@ -172,6 +174,16 @@ def attach(
         raise ValueError("no webhook section")
     wake = Wakeup(hook.debounce)
     receiver = WebhookReceiver(hook, metrics, on_event=wake.notify, store=store, clock=clock)
+    deliveries = None
+    if hook.hook_id is not None:
+        if isinstance(source, GitHubSource):
+            deliveries = DeliveryWatch(
+                source.delivery_log(hook.hook_id),
+                metrics,
+                first_window=hook.reconcile_interval,
+            )
+        else:
+            log.warning("webhook.hook_id ignored: the job source is not GitHub's REST API")
     wrapped = WebhookSource(
         source,
         receiver,
@@ -180,6 +192,7 @@ def attach(
         poll_interval=config.poll_interval,
         store=store,
         acting=acting,
+        deliveries=deliveries,
     )
     types = [rt.runner_type for rt in config.runner_types]
     watcher = None

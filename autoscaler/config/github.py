@@ -104,7 +104,15 @@ def read_webhook(r: Reader, value: Any) -> WebhookConfig | None:
     m = r.mapping(
         value,
         p,
-        ("listen", "secret", "reconcile_interval", "max_body_bytes", "queue_size", "debounce"),
+        (
+            "listen",
+            "secret",
+            "reconcile_interval",
+            "max_body_bytes",
+            "queue_size",
+            "debounce",
+            "hook_id",
+        ),
     )
     if not isinstance(value, dict):
         return None
@@ -124,4 +132,9 @@ def read_webhook(r: Reader, value: Any) -> WebhookConfig | None:
         ),
         queue_size=r.integer(m.get("queue_size"), f"{p}.queue_size", 1000, minimum=1),
         debounce=r.duration(m.get("debounce"), f"{p}.debounce", 0.2, maximum=10.0),
+        hook_id=(
+            None
+            if m.get("hook_id") is None
+            else r.integer(m.get("hook_id"), f"{p}.hook_id", minimum=1)
+        ),
     )

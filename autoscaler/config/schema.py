@@ -229,6 +229,14 @@ class WebhookConfig:
     debounce: float = 0.2
     """Seconds a queued event waits for more before it wakes the tick: a 100-job matrix
     is one scale-up, not 100."""
+    hook_id: int | None = None
+    """The organization webhook's id (*Settings > Webhooks*, the number in its URL): at
+    each reconcile the controller reads the hook's delivery log, redelivers the
+    ``workflow_job`` deliveries GitHub failed to make (GitHub never does on its own) and,
+    when the log shows none lost since the last reconcile, skips the runs and jobs
+    listings it makes only in case one was (an hourly sweep still lists them). Needs
+    the token's ``admin:org_hook`` scope (an App: the *Webhooks* organization permission,
+    read and write). ``None``: no log read, the lean reconcile alone."""
 
 
 @dataclass(frozen=True)

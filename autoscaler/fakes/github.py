@@ -8,7 +8,8 @@ and ``/installation/repositories`` (an App installation token's),
 (both runner listings filter on the documented ``?name=``), ``GET /rate_limit`` (free,
 answered even when the budget is spent), ``POST /app/installations/{id}/access_tokens``,
 and the issue endpoints the ``github_issue`` receiver uses
-(:mod:`autoscaler.fakes.github_issues`: create, list, update, comment), failed jobs with
+(:mod:`autoscaler.fakes.github_issues`: create, list, update, comment), the org webhook's
+delivery log and redelivery (:mod:`autoscaler.fakes.github_deliveries`), failed jobs with
 their check-run annotations and job re-runs (:mod:`autoscaler.fakes.github_reruns`:
 ``GET /repos/{o}/{r}/check-runs/{id}/annotations``, ``POST
 /repos/{o}/{r}/actions/jobs/{id}/rerun``, a new run attempt per re-run). An
@@ -37,7 +38,8 @@ What it does not model (a test that needs one of these must add it, docs first):
   generate-jitconfig's 422); one App installation with fixed permissions;
 - the rate limit meters ``core`` only (secondary limits only when injected);
 - webhooks are ``workflow_job`` only (:meth:`send_webhooks`,
-  :mod:`autoscaler.fakes.github_webhooks`), to one URL, never retried, with no
+  :mod:`autoscaler.fakes.github_webhooks`), to one URL, never retried (but redelivered
+  when asked through the delivery log), with no
   ``installation`` object and no ``deployment`` for jobs an environment holds.
 
 Thread-safe: the emulator drives the state while the server answers requests.

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from autoscaler.fakes.github_app import app_token, authorized, installation_token
+from autoscaler.fakes.github_deliveries import ATTEMPTS, DELIVERIES, list_deliveries, redeliver
 from autoscaler.fakes.github_jit import ORG_JIT, REPO_JIT, generate
 from autoscaler.fakes.github_listing import (
     RUN,
@@ -88,6 +89,9 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:  # the client is gone (a test may have killed it on purpose)
             self.close_connection = True
 
+    def _rate(self, count: bool) -> dict[str, str]:
+        return _rate_headers(self.server.fake, count=count)
+
     def _write(self, reply: Reply) -> None:
         self.send_response(reply.status)
         reply.headers.setdefault("content-type", reply.content_type)
@@ -130,6 +134,18 @@ class Handler(BaseHTTPRequestHandler):
                 if not owner_serves(fake, m.group(1), orgs=False) or repo_of(fake, path) is None:
                     return error_reply(404, "Not Found", _rate_headers(fake, count=True))
                 return generate(fake, m.group(2), self.body, _rate_headers(fake, count=True))
+            if method == "POST" and (m := ATTEMPTS.match(path)):
+                return redeliver(fake, m.group(1), m.group(2), m.group(3), self._rate)
+            if method == "GET" and (m := DELIVERIES.match(path)):
+                return list_deliveries(
+                    fake,
+                    m.group(1),
+                    m.group(2),
+                    query,
+                    self.headers.get("If-None-Match"),
+                    self._rate,
+                    _etag_matches,
+                )
             if method == "POST" and (m := RERUN.match(path)):
                 reran = rerun(fake, m.group(1), m.group(2), int(m.group(3)), fake.clock())
                 reran.headers.update(_rate_headers(fake, count=True))

@@ -13,6 +13,14 @@ changes never wait for the receiver. Like GitHub, a failed delivery (an error or
 answer) is recorded and not retried. To test the reconcile, a seeded share of deliveries
 is dropped (never sent), duplicated (sent twice with the same delivery id) or reordered
 (held back and sent after the next one).
+
+Like GitHub, every attempt goes into the hook's **delivery log** (:attr:`WebhookSender.log`,
+served by :mod:`autoscaler.fakes.github_deliveries`), a ``hook-delivery-item`` each: a
+dropped delivery as GitHub shows one it could not make (``status`` "failed to connect",
+``status_code`` 502, the description's example), a non-2xx answer as ``Invalid HTTP
+Response: <code>``. :meth:`WebhookSender.redeliver` sends a logged delivery again (the same
+body and ``X-GitHub-Delivery``, ``redelivery: true`` in the log); the drop share applies to
+it too, as a redelivery on GitHub can fail again.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import logging
 import queue
 import random
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +51,10 @@ _SENDER_ID = 583231
 HOOK_ID = 4242
 #: A reordered delivery waits at most this long for the next one to overtake it.
 HOLD_SECONDS = 0.5
+#: Delivery log ids start above this (GitHub's are large 64-bit numbers).
+_DELIVERY_BASE = 7_000_000_000
+#: A queued delivery: action, job id, body, guid (``X-GitHub-Delivery``), redelivery.
+_Item = tuple[str, int, bytes, str, bool]
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,38 @@ class Sent:
     status: int | None
     """The receiver's HTTP status; None when the request failed."""
     at: datetime
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One attempt in the hook's delivery log (a ``hook-delivery-item``)."""
+
+    id: int
+    guid: str
+    delivered_at: datetime
+    redelivery: bool
+    duration: float
+    status: str
+    status_code: int
+    action: str
+    repository_id: int | None
+
+    def item(self) -> dict[str, Any]:
+        """As ``GET /orgs/{org}/hooks/{hook_id}/deliveries`` lists it."""
+        return {
+            "id": self.id,
+            "guid": self.guid,
+            "delivered_at": self.delivered_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "redelivery": self.redelivery,
+            "duration": round(self.duration, 2),
+            "status": self.status,
+            "status_code": self.status_code,
+            "event": "workflow_job",
+            "action": self.action,
+            "installation_id": None,
+            "repository_id": self.repository_id,
+            "throttled_at": None,
+        }
 
 
 @dataclass
@@ -70,9 +115,13 @@ class Faults:
     """Duplicates and reorders (drawn on the sender thread): one generator per thread
     keeps a seed's choices the same whatever the threads' interleaving."""
 
+    redo_rng: random.Random = field(init=False)
+    """Drops of redeliveries (drawn on the fake server's threads, under the lock)."""
+
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)  # noqa: S311 - a test's seeded faults
         self.send_rng = random.Random(self.seed + 1)  # noqa: S311
+        self.redo_rng = random.Random(self.seed + 2)  # noqa: S311
 
 
 def _webhook_user(base: str, login: str, user_id: int, kind: str) -> dict[str, Any]:
@@ -140,8 +189,11 @@ class WebhookSender:
         self.sent: list[Sent] = []
         self.dropped: list[tuple[int, str]] = []
         self.payloads: list[dict[str, Any]] = []
-        self._queue: queue.Queue[tuple[str, int, bytes] | None] = queue.Queue()
-        self._held: tuple[str, int, bytes] | None = None
+        #: The hook's delivery log, oldest first (GitHub lists it newest first).
+        self.log: list[LogEntry] = []
+        self._bodies: dict[str, tuple[str, int, bytes, int | None]] = {}
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._held: _Item | None = None
         self._client = httpx.Client(timeout=timeout)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -155,13 +207,64 @@ class WebhookSender:
     def job_event(self, job_id: int, action: str) -> None:
         """Queue the delivery of this job's ``action`` event (built from the state now)."""
         payload = workflow_job_payload(self.state, job_id, action)
+        guid = str(uuid.uuid4())
+        body = json.dumps(payload).encode()
+        repository_id = payload["repository"].get("id")
         with self._lock:
             self.payloads.append(payload)
+            self._bodies[guid] = (action, job_id, body, repository_id)
             if self.faults.drop and self.faults.rng.random() < self.faults.drop:
                 self.dropped.append((job_id, action))
+                self._record(guid, action, repository_id, None, redelivery=False)
                 return
             self._pending += 1
-        self._queue.put((action, job_id, json.dumps(payload).encode()))
+        self._queue.put((action, job_id, body, guid, False))
+
+    def redeliver(self, delivery_id: int) -> bool:
+        """``POST .../deliveries/{id}/attempts``: send that delivery again, later (False:
+        no such delivery). The drop share applies: a redelivery can fail again."""
+        with self._lock:
+            entry = next((e for e in self.log if e.id == delivery_id), None)
+            if entry is None:
+                return False
+            action, job_id, body, repository_id = self._bodies[entry.guid]
+            if self.faults.drop and self.faults.redo_rng.random() < self.faults.drop:
+                self._record(entry.guid, action, repository_id, None, redelivery=True)
+                return True
+            self._pending += 1
+        self._queue.put((action, job_id, body, entry.guid, True))
+        return True
+
+    def _record(
+        self,
+        guid: str,
+        action: str,
+        repository_id: int | None,
+        status: int | None,
+        *,
+        redelivery: bool,
+        duration: float = 0.0,
+    ) -> None:
+        """One attempt into the delivery log (the caller holds the lock)."""
+        if status is None:
+            text, code = "failed to connect", 502
+        elif 200 <= status < 300:
+            text, code = "OK", status
+        else:
+            text, code = f"Invalid HTTP Response: {status}", status
+        self.log.append(
+            LogEntry(
+                id=_DELIVERY_BASE + len(self.log) + 1,
+                guid=guid,
+                delivered_at=self.state.clock(),
+                redelivery=redelivery,
+                duration=duration,
+                status=text,
+                status_code=code,
+                action=action,
+                repository_id=repository_id,
+            )
+        )
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Until every queued delivery was attempted (held-back ones included)."""
@@ -195,18 +298,23 @@ class WebhookSender:
                 held, self._held = self._held, None
                 self._deliver(*held)
 
-    def _deliver(self, action: str, job_id: int, body: bytes) -> None:
-        delivery = str(uuid.uuid4())
+    def _deliver(
+        self, action: str, job_id: int, body: bytes, delivery: str, redelivery: bool
+    ) -> None:
         times = (
-            2 if self.faults.duplicate and self.faults.rng.random() < self.faults.duplicate else 1
+            2
+            if not redelivery
+            and self.faults.duplicate
+            and self.faults.rng.random() < self.faults.duplicate
+            else 1
         )
         for _ in range(times):
-            self._post(delivery, action, job_id, body)
+            self._post(delivery, action, job_id, body, redelivery)
         with self._idle:
             self._pending -= 1
             self._idle.notify_all()
 
-    def _post(self, delivery: str, action: str, job_id: int, body: bytes) -> None:
+    def _post(self, delivery: str, action: str, job_id: int, body: bytes, redelivery: bool) -> None:
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "GitHub-Hookshot/fake",
@@ -216,6 +324,7 @@ class WebhookSender:
             "X-Hub-Signature-256": sign(self._secret, body),
         }
         status: int | None
+        started = time.monotonic()
         try:
             status = self._client.post(self.url, content=body, headers=headers).status_code
         except httpx.HTTPError as exc:
@@ -223,3 +332,12 @@ class WebhookSender:
             status = None
         with self._lock:
             self.sent.append(Sent(delivery, action, job_id, status, self.state.clock()))
+            repository_id = self._bodies[delivery][3]
+            self._record(
+                delivery,
+                action,
+                repository_id,
+                status,
+                redelivery=redelivery,
+                duration=time.monotonic() - started,
+            )

@@ -289,3 +289,24 @@ def test_a_state_file_that_cannot_take_the_cache_is_said_once_by_the_alert_stage
         "GitHub cache not saved to the state store (state_unusable read_only);"
         " the next flush retries"
     )
+
+
+def test_a_cold_poll_out_of_allowance_says_so_without_a_made_up_need(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At a cold start nothing has been re-listed, so the plan's estimate of the need is
+    the runner list alone: the warning once read 'needs ~240 requests/h, the budget is
+    3996/h' for an org that needed 30,000, because the listings deferred for want of
+    allowance, not the plan, made the budget too small. It now says what happened."""
+    world.fake.RATE_LIMIT = 100
+    for i in range(30):
+        world.fake.queue_job(f"repo{i}", CPU)
+    source = world.source()
+    try:
+        observation = source.observe(T0)
+    finally:
+        source.close()
+    assert observation.budget is not None and observation.budget.too_small
+    [message] = [r.message for r in caplog.records if "budget too small" in r.message]
+    assert "allowance" in message and "ran out before" in message
+    assert "needs ~" not in message

@@ -13,7 +13,8 @@ fake must answer in the realistic :mod:`scenario`. Each answer is checked:
 - the headers the description documents for it (``Link``, ``X-RateLimit-*``) have the
   documented types wherever the fake sends them.
 
-Job retry's check-run annotations and job re-run are lines here too; a later endpoint
+Job retry's check-run annotations and job re-run are lines here too, and so are the org
+webhook's delivery log and redelivery (``webhook.hook_id``); a later endpoint
 (generate-jitconfig) is one more line
 of ``CALLS``; a client request that no line covers fails
 ``test_every_request_the_client_makes_is_covered``.
@@ -22,6 +23,7 @@ of ``CALLS``; a client request that no line covers fails
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -33,6 +35,7 @@ from jsonschema import Draft202012Validator
 from autoscaler.config import GitHubAppConfig, GitHubConfig
 from autoscaler.config.reader import Secret
 from autoscaler.fakes.github_reruns import fail_job, refuse_reruns
+from autoscaler.fakes.github_webhooks import HOOK_ID
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
 from autoscaler.telemetry import Metrics
 from tests.conformance.openapi import FORMATS, Description, errors
@@ -58,6 +61,9 @@ REPO_RUNNER = "/repos/{owner}/{repo}/actions/runners/{runner_id}"
 APP_TOKEN = "/app/installations/{installation_id}/access_tokens"
 ANNOTATIONS = "/repos/{owner}/{repo}/check-runs/{check_run_id}/annotations"
 RERUN = "/repos/{owner}/{repo}/actions/jobs/{job_id}/rerun"
+HOOK_DELIVERIES = "/orgs/{org}/hooks/{hook_id}/deliveries"
+HOOK_ATTEMPTS = "/orgs/{org}/hooks/{hook_id}/deliveries/{delivery_id}/attempts"
+HOOK = "/orgs/{owner}/hooks/" + str(HOOK_ID)
 #: Request prefixes in the scenario: the org (or user) and its runners, its repositories.
 ORG, RUNNER, API, WEB, SITE = (
     "/orgs/{owner}",
@@ -167,6 +173,22 @@ CALLS = [
     Call("run", "GET", RUN, API + "/actions/runs/{mixed_run}", 200),
     Call("run-finished", "GET", RUN, API + "/actions/runs/{finished_run}", 200),
     Call("run-gone", "GET", RUN, API + "/actions/runs/999999", 404),
+    Call("hook-deliveries", "GET", HOOK_DELIVERIES, HOOK + "/deliveries?per_page=100", 200),
+    Call(
+        "hook-deliveries-page",
+        "GET",
+        HOOK_DELIVERIES,
+        HOOK + "/deliveries?per_page=2&cursor={cursor}",
+        200,
+    ),
+    Call(
+        "hook-deliveries-failed", "GET", HOOK_DELIVERIES, HOOK + "/deliveries?status=failure", 200
+    ),
+    Call("hook-deliveries-304", "GET", HOOK_DELIVERIES, HOOK + "/deliveries", 304, before="etag"),
+    Call("hook-deliveries-gone", "GET", HOOK_DELIVERIES, ORG + "/hooks/999/deliveries", 404),
+    Call("hook-deliveries-bad-status", "GET", HOOK_DELIVERIES, HOOK + "/deliveries?status=x", 422),
+    Call("hook-redeliver", "POST", HOOK_ATTEMPTS, HOOK + "/deliveries/{delivery}/attempts", 202),
+    Call("hook-redeliver-gone", "POST", HOOK_ATTEMPTS, HOOK + "/deliveries/5/attempts", 404),
     Call("rate-limit", "GET", "/rate_limit", "/rate_limit", 200),
     Call("rate-limit-304", "GET", "/rate_limit", "/rate_limit", 304, before="etag"),
     Call("rate-limit-spent", "GET", "/rate_limit", "/rate_limit", 200, before="spent"),
@@ -203,6 +225,9 @@ UNDOCUMENTED_STATUSES = {
     ("DELETE", REPO_RUNNER, 404): _GONE,
     ("GET", ANNOTATIONS, 404): "an unknown check run answers 404, like any unknown resource",
     ("GET", RUN, 404): "an unknown workflow run answers 404, like any unknown resource",
+    ("GET", HOOK_DELIVERIES, 304): _CONDITIONAL,
+    ("GET", HOOK_DELIVERIES, 404): "an unknown hook answers 404, like any unknown resource",
+    ("POST", HOOK_ATTEMPTS, 404): "an unknown delivery answers 404, like any unknown resource",
     ("POST", RERUN, 422): (
         "a re-run GitHub refuses as a request (a job already re-run, issue 14) answers 422 "
         "with its generic error body; the description lists only 201 and 403"
@@ -217,6 +242,7 @@ _ERROR_STATUS = (
 UNDOCUMENTED_PROPERTIES: dict[str, dict[str, str]] = {
     "org-delete-busy": {"$.status": _ERROR_STATUS},
     "repo-delete-busy": {"$.status": _ERROR_STATUS},
+    "hook-deliveries-bad-status": {"$.status": _ERROR_STATUS},
 }
 
 
@@ -235,8 +261,24 @@ def _request(s: Scenario, call: Call, headers: dict[str, str] | None = None) -> 
         return client.request(call.method, url, headers=sent)
 
 
+def deliveries(s: Scenario) -> None:
+    """The org hook, its delivery log with attempts: the listener is down (a loopback
+    port nobody listens on), so each is "failed to connect", as GitHub logs one."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sender = s.fake.send_webhooks(f"http://127.0.0.1:{port}/github/webhook", b"conformance")
+    for job_id in (s.ids["mixed_job"], s.ids["lost_job"], s.ids["mixed_job"]):
+        sender.job_event(int(str(job_id)), "queued")
+    assert sender.wait_idle(10)
+    s.ids["delivery"] = sender.log[0].id
+    s.ids["cursor"] = f"v1_{sender.log[0].id}"
+
+
 def _prepare(s: Scenario, call: Call) -> dict[str, str]:
     """Put the fake in the call's state; the headers the call then sends."""
+    if call.template in (HOOK_DELIVERIES, HOOK_ATTEMPTS):
+        deliveries(s)
     if call.before == "etag":
         return {"If-None-Match": _request(s, call).headers["etag"]}
     if call.before == "spent":
@@ -258,7 +300,11 @@ def test_the_fake_answers_as_the_description_documents(
     description: Description, call: Call
 ) -> None:
     with scenario(call.owner) as s:
-        response = _request(s, call, _prepare(s, call))
+        try:
+            response = _request(s, call, _prepare(s, call))
+        finally:
+            if s.fake.webhooks is not None:
+                s.fake.webhooks.close()
     assert response.status_code == call.status, response.text[:300]
     key = (call.method, call.template, call.status)
     documented = call.status in description.statuses(call.template, call.method)
@@ -414,8 +460,16 @@ def test_every_request_the_client_makes_is_covered(
             assert [j.job_id for j in source.completed_jobs(T0)] == [lost]
             source.rerun_job(repo, lost)
             source.run_progress(repo, s.fake.job(lost).run_id)  # what a 403 makes it read
+            if owner_kind == "org":  # webhook.hook_id: the delivery log, a redelivery
+                deliveries(s)
+                log = source.delivery_log(HOOK_ID)
+                read = log.read(T0.timestamp() - 3600)
+                assert read.complete and read.attempts
+                log.redeliver(read.attempts[0].id)
         finally:
             source.close()
+            if s.fake.webhooks is not None:
+                s.fake.webhooks.close()
         requests = [(r.method, r.path) for r in s.fake.requests]
     assert observation.jobs and observation.runners
     called = {(method, description.template(path)) for method, path in requests}

@@ -31,6 +31,7 @@ PURE = [
     "autoscaler.observe.github.webhook_rows",
     "autoscaler.observe.github.webhook_completions",
     "autoscaler.observe.github.reconcile_plan",
+    "autoscaler.observe.github.delivery_log",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",

@@ -46,6 +46,10 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "webhook.listen: must differ from listen",
     ),
     ("not-a-mapping", "on", "webhook: must be a mapping"),  # type: ignore[list-item]
+    ("hook-id-zero", {"secret": "x", "hook_id": 0}, "webhook.hook_id: must be >= 1"),
+    ("hook-id-negative", {"secret": "x", "hook_id": -4}, "webhook.hook_id: must be >= 1"),
+    ("hook-id-text", {"secret": "x", "hook_id": "my-hook"}, "hook_id: must be an integer"),
+    ("hook-id-bool", {"secret": "x", "hook_id": True}, "hook_id: must be an integer"),
 ]
 
 
@@ -81,3 +85,11 @@ def test_the_example_configs_webhook_block_parses_when_uncommented() -> None:
     assert config.webhook is not None
     assert (config.webhook.listen_port, config.webhook.reconcile_interval) == (9465, 300.0)
     assert config.webhook.debounce == 0.2
+    assert config.webhook.hook_id == 123456789
+
+
+def test_hook_id_is_optional_and_read_as_an_integer() -> None:
+    """Without ``hook_id`` no delivery log is read (the lean reconcile alone)."""
+    assert parse_config(minimal(webhook={"secret": "x"}), env={}).webhook.hook_id is None  # type: ignore[union-attr]
+    config = parse_config(minimal(webhook={"secret": "x", "hook_id": "4242"}), env={})
+    assert config.webhook is not None and config.webhook.hook_id == 4242

@@ -28,13 +28,14 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from autoscaler.domain import Observation, PollBudget, Runner
+from autoscaler.domain import Observation, Runner
 from autoscaler.errors import AutoscalerError, NotFoundError, RateLimitedError, TransientError
-from autoscaler.observe.github.budget import BudgetPlan, pick_due, plan_budget, refill
+from autoscaler.observe.github.budget import BudgetPlan, pick_due
 from autoscaler.observe.github.fetch import Allowance, Deferred, Fetcher, Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.listing import Listed, PaginationError
 from autoscaler.observe.github.parse import BadPage, Skips, merge_runners
+from autoscaler.observe.github.poll_budget import PollBudgetKeeper, poll_budget
 from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
 from autoscaler.observe.github.records import PageRecord, RunRef, skip_counts
 from autoscaler.observe.github.units import (
@@ -98,6 +99,9 @@ class _Tick:
     lean_poll: bool = False
     moved: set[int] = field(default_factory=set)
     """Runs seen in another status's listing than at their last one."""
+    runs_listings: bool = True
+    """False: a webhook reconcile with evidence that no delivery was lost lists the
+    runners (and the repositories when due) only: no runs or jobs listing."""
 
 
 class Poll:
@@ -121,10 +125,7 @@ class Poll:
         #: "org", "repos" (after the org runner endpoint's 404), or None until known.
         self.runner_scope: str | None = None
         self.runner_repos: dict[int, str] = {}
-        self._too_small = False
-        #: The budget's token bucket (None: full, before the first poll) and when it was.
-        self._tokens: float | None = None
-        self._tokens_at = 0.0
+        self.budget = PollBudgetKeeper(metrics, settings, self.fetch)
         #: Runs seen complete, oldest first (:mod:`autoscaler.observe.github.failures`).
         self.finished: deque[RunRef] = deque(maxlen=FINISHED_KEPT)
 
@@ -133,14 +134,18 @@ class Poll:
         return self.settings.repos or self.state.repo_names or ()
 
     # --- the poll
-    def run(self, now: datetime, lean: Lean | None = None) -> Observation:
+    def run(self, now: datetime, lean: Lean | None = None, *, runs: bool = True) -> Observation:
         """One poll. ``lean`` (a webhook reconcile): the jobs of known runs are listed
         only when ``lean`` gives a reason, decided once the runner list is in; the
-        budget's cadence does not apply to them."""
+        budget's cadence does not apply to them. ``runs=False`` (with ``lean``): no runs
+        or jobs listing at all, the runner list only (the observation's jobs are the
+        last listings')."""
         wall = now.timestamp()
         deadline = time.monotonic() + self.settings.deadline
         tick = _Tick(wall, deadline, self.pool.batch(), self.http.counted)
         tick.lean, tick.lean_poll = lean, lean is not None
+        if lean is not None and not runs:
+            tick.lean, tick.runs_listings = None, False
         try:
             if self.http.gate.limits.limit is None:
                 # Free, and it tells the limit before anything is spent from it. It goes
@@ -158,9 +163,8 @@ class Poll:
             tick.batch.cancel()
             if tick.plan is None:
                 self._plan(tick)
-            spent = self.fetch.spent(tick.allowance)
-            self._tokens, self._tokens_at = tick.tokens - spent, wall
-        self._report(tick)
+            self.budget.settle(tick.tokens, tick.allowance, wall)
+        self.budget.report(self._planned(tick), tick.allowance, tick.deferred, tick.busy_deferred)
         if tick.runners is None or tick.names is None:
             raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
         if tick.cut is not None:
@@ -175,22 +179,11 @@ class Poll:
 
     def _plan(self, tick: _Tick) -> BudgetPlan:
         """The budget for this poll, from the limits known now."""
-        st, s = self.state, self.settings
         limits = self.http.gate.limits
-        tick.plan = plan = plan_budget(
-            st.activity(repo_list=s.repos is None),
-            st.runner_list.cost,
-            limits,
-            tick.now,
-            s.poll_interval,
-            s.share,
+        tick.plan, tick.tokens, tick.allowance = self.budget.plan(
+            self.state, limits, tick.now, tick.start
         )
-        elapsed = tick.now - self._tokens_at
-        tick.tokens = refill(
-            self._tokens, elapsed, limits, tick.now, s.poll_interval, s.share, s.concurrency
-        )
-        tick.allowance = Allowance(tick.start, tick.tokens)
-        return plan
+        return tick.plan
 
     @staticmethod
     def _planned(tick: _Tick) -> BudgetPlan:
@@ -451,6 +444,8 @@ class Poll:
         self.http.cache.drop(st.keep_repos(names))
         if self.runner_scope == "repos":
             self._ask_repo_runners(tick, names)
+        if not tick.runs_listings:
+            return
         busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
         quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
         plan, poll, now = self._planned(tick), s.poll_interval, tick.now
@@ -507,54 +502,5 @@ class Poll:
             runners=st.runners,
             skipped_items=sum(skips.values()),
             skipped_runners=skips.get("runner", 0),
-            budget=PollBudget(
-                poll_interval=plan.poll_interval,
-                busy_interval=plan.busy_interval,
-                quiet_interval=plan.quiet_interval,
-                budget_per_hour=plan.budget_per_hour,
-                needed_per_hour=plan.needed_per_hour,
-                too_small=plan.too_small or tick.busy_deferred,
-            ),
-        )
-
-    def _report(self, tick: _Tick) -> None:
-        """The plan on /metrics and in the log; "too small" said once, when it starts."""
-        plan, m = self._planned(tick), self.metrics
-        m.github_poll_interval.labels("busy").set(plan.busy_interval)
-        m.github_poll_interval.labels("quiet").set(plan.quiet_interval)
-        m.github_budget.set(plan.budget_per_hour)
-        m.github_budget_needed.set(plan.needed_per_hour)
-        spent = self.fetch.spent(tick.allowance)
-        if tick.deferred:
-            log.info(
-                "GitHub budget: %d of %.0f requests spent this tick; %d listings deferred",
-                spent,
-                tick.allowance.requests,
-                tick.deferred,
-            )
-        too_small = plan.too_small or tick.busy_deferred
-        if too_small and not self._too_small:
-            log.warning(
-                "GitHub budget too small for this org: re-listing repositories with queued "
-                "jobs every %.0fs needs ~%.0f requests/h, the budget is %.0f/h "
-                "(github.rate_limit_share of the rate limit); they are re-listed every "
-                "%.0fs or later instead. Webhooks (or a GitHub App's higher limit) fix this.",
-                plan.poll_interval,
-                plan.needed_per_hour,
-                plan.budget_per_hour,
-                plan.busy_interval,
-            )
-        elif not too_small and self._too_small:
-            log.info("GitHub budget fits again: busy repositories every %.0fs", plan.poll_interval)
-        self._too_small = too_small
-        log.debug(
-            "GitHub budget %.0f/h, needed %.0f/h, planned %.0f/h; busy every %.0fs, quiet "
-            "every %.0fs; this tick may spend %.0f, spent %d",
-            plan.budget_per_hour,
-            plan.needed_per_hour,
-            plan.planned_per_hour,
-            plan.busy_interval,
-            plan.quiet_interval,
-            tick.allowance.requests,
-            spent,
+            budget=poll_budget(plan, tick.busy_deferred),
         )

@@ -50,6 +50,7 @@ from autoscaler.errors import (
 )
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
+from autoscaler.observe.github.delivery_reader import DeliveryLog
 from autoscaler.observe.github.failures import CompletedRuns
 from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
@@ -128,7 +129,7 @@ class GitHubSource:
             share=config.rate_limit_share,
             concurrency=config.max_concurrency,
         )
-        skips = Skips(metrics)
+        skips = self._skips = Skips(metrics)
         self._poll = Poll(self._http, self._pool, metrics, settings, skips)
         #: Jobs of the runs the poll saw complete (the job-retry stage's source).
         self.completed = CompletedRuns(self._http, self._owner, self._poll.finished, skips)
@@ -144,15 +145,21 @@ class GitHubSource:
     def observe(self, now: datetime) -> Observation:
         return self._observe(now, None)
 
-    def reconcile(self, now: datetime, lean: Lean) -> Observation:
+    def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation:
         """A webhook reconcile: the poll, the jobs of known runs listed only where
-        ``lean`` gives a reason (:mod:`.reconcile_plan`)."""
-        return self._observe(now, lean)
+        ``lean`` gives a reason (:mod:`.reconcile_plan`); ``runs=False``: the runner
+        list only (the delivery log showed no delivery lost)."""
+        return self._observe(now, lean, runs=runs)
 
-    def _observe(self, now: datetime, lean: Lean | None) -> Observation:
+    def delivery_log(self, hook_id: int) -> DeliveryLog:
+        """The org webhook ``hook_id``'s delivery log, read with this source's credentials
+        and rate-limit gate."""
+        return DeliveryLog(self._http, self._owner, hook_id, self._metrics, self._skips)
+
+    def _observe(self, now: datetime, lean: Lean | None, *, runs: bool = True) -> Observation:
         self._http.clock_skew = None
         try:
-            observation = self._poll.run(now, lean)
+            observation = self._poll.run(now, lean, runs=runs)
         except AutoscalerError:
             raise
         except Exception as exc:

@@ -17,6 +17,14 @@ the :class:`JobIndex`, then either
   last poll, each runner's ``busy`` taken from the ``in_progress``/``completed`` events
   since. No request reaches GitHub: this is where the rate limit is saved.
 
+**With the webhook's delivery log** (``deliveries``, ``webhook.hook_id``): a start or
+interval reconcile first reads the log (:class:`~.delivery_watch.DeliveryWatch`), which
+redelivers failed deliveries. When it shows no delivery lost since its previous read, an
+interval reconcile lists GitHub's runner list only and keeps the index (the listings it
+skips exist in case a delivery was lost), unless no reconcile listed runs for an hour
+(:data:`~.reconcile_plan.MAX_AGE_SECONDS`: the sweep for what no delivery says). The
+log unreadable, incomplete or showing a loss: the lean reconcile as without it.
+
 A failed reconcile raises like a failed poll (the tick keeps its last picture; readiness
 and "GitHub unreachable" work as without webhooks) and is tried again at the next tick
 at most once per ``poll_interval``.
@@ -46,8 +54,10 @@ from typing import Protocol, runtime_checkable
 from autoscaler.config import WebhookConfig
 from autoscaler.domain import JobStatus, Observation, Runner
 from autoscaler.errors import StateError, TransientError
+from autoscaler.observe.github.delivery_watch import DeliveryWatch
 from autoscaler.observe.github.poll import Lean
 from autoscaler.observe.github.reconcile_plan import (
+    MAX_AGE_SECONDS,
     Reason,
     RunFacts,
     jobs_reason,
@@ -66,7 +76,7 @@ log = logging.getLogger("autoscaler.observe.github.webhooks")
 class LeanSource(Protocol):
     """A JobSource that can poll for a webhook reconcile, skipping settled runs' jobs."""
 
-    def reconcile(self, now: datetime, lean: Lean) -> Observation: ...
+    def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation: ...
 
 
 class WebhookSource:
@@ -83,8 +93,14 @@ class WebhookSource:
         index: JobIndex | None = None,
         store: JobIndexStore | None = None,
         acting: Callable[[], bool] = lambda: True,
+        deliveries: DeliveryWatch | None = None,
     ) -> None:
         self.inner = inner
+        #: The webhook's delivery log (``webhook.hook_id``); None: not read.
+        self.deliveries = deliveries
+        #: When a reconcile last listed runs (not the runner list alone).
+        self._listed_at: datetime | None = None
+        self._sweep = timedelta(seconds=MAX_AGE_SECONDS)
         self.receiver = receiver
         self.index = index if index is not None else JobIndex()
         self._interval = timedelta(seconds=config.reconcile_interval)
@@ -115,16 +131,24 @@ class WebhookSource:
             return self._from_index(now, self._base)
         if self._failed_at is not None and now - self._failed_at < self._retry:
             raise TransientError("GitHub reconcile poll failed; retried within a poll interval")
+        clean = self._read_log(now, reason)
         try:
             inner = self.inner
             if reason == "interval" and isinstance(inner, LeanSource):
+                if clean and self._listed_at is not None and now - self._listed_at < self._sweep:
+                    return self._runners_only(now, inner.reconcile(now, self.lean(now), runs=False))
                 observation = inner.reconcile(now, self.lean(now))
             else:
                 observation = inner.observe(now)
         except Exception:
             self._failed_at = now
+            if self.deliveries is not None:
+                # The window this read judged was not listed around: the next read must
+                # not vouch for it (a first read vouches for nothing).
+                self.deliveries.horizon = None
             raise
         self._failed_at = None
+        self._listed_at = now
         corrections = self.index.replace(observation.jobs, now)
         self._write_back(now)
         for kind, count in corrections.items():
@@ -136,6 +160,30 @@ class WebhookSource:
                 reason,
                 ", ".join(f"{n} {kind}" for kind, n in corrections.items() if n),
             )
+        self._base, self._reconciled_at = observation, now
+        self._forget_reactions()
+        return replace(observation, jobs=self.index.jobs())
+
+    def _read_log(self, now: datetime, reason: str | None) -> bool:
+        """The delivery log at a start or interval reconcile (failed deliveries
+        redelivered); True: no delivery lost since the last read. Only the acting
+        controller reads it. Not while webhooks are silent: a listener that is down would fail every
+        redelivery, and the silent reconciles are full polls anyway (the first read
+        after them judges nothing)."""
+        if self.deliveries is None:
+            return False
+        if reason not in ("start", "interval") or not self._acting():
+            # A follower reads no log (the leader redelivers; the same token's budget).
+            self.deliveries.horizon = None
+            return False
+        return self.deliveries.check(now)
+
+    def _runners_only(self, now: datetime, observation: Observation) -> Observation:
+        """A reconcile the delivery log vouches for: the runner list is GitHub's, the
+        jobs the index's (every delivery since the last listing arrived; the listings
+        this skipped say nothing the events did not, but for the hourly sweep's facts)."""
+        self._failed_at = None
+        self._metrics.webhook_reconciles.labels("interval").inc()
         self._base, self._reconciled_at = observation, now
         self._forget_reactions()
         return replace(observation, jobs=self.index.jobs())
