@@ -106,6 +106,15 @@ class Observation:
     clock_skew_seconds: float | None = None
     #: The source's API budget, when it plans one.
     budget: PollBudget | None = None
+    #: When ``runners`` were read, if before ``observed_at`` (None: the same poll). A
+    #: webhook tick answers jobs from its index at once but keeps the last poll's runner
+    #: list: a runner registered since is missing from it, not gone.
+    runners_observed_at: datetime | None = None
+
+    @property
+    def runners_seen_at(self) -> datetime:
+        """When the runner list was read: what a judgement on a runner's absence needs."""
+        return self.observed_at if self.runners_observed_at is None else self.runners_observed_at
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from autoscaler import __version__
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
 from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
-from autoscaler.errors import ConfigError, StateError
+from autoscaler.errors import ConfigError, StateError, StateUnavailableError
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler")
@@ -144,7 +144,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     metrics = Metrics()
     runtime = build_runtime(config, metrics, webhooks=True)
     controller = runtime.controller
-    server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
+    try:
+        server = StatusServer(controller, metrics, config.listen_host, config.listen_port)
+    except OSError as exc:  # the port is taken or not ours: say so, not a traceback
+        print(
+            f"{args.config}: listen: cannot serve /metrics on "
+            f"{config.listen_host}:{config.listen_port}: {exc.strerror or exc} "
+            "(is another ci-autoscaler running? stop it, or set listen to a free port)",
+            file=sys.stderr,
+        )
+        runtime.close()
+        return 1
     server.start()
     hooks = runtime.webhooks
     listener = None
@@ -162,10 +172,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         except OSError as exc:  # the port is taken or not ours: say so, not a traceback
             log.error(
-                "cannot listen for webhooks on %s:%d: %s",
+                "cannot listen for webhooks on %s:%d: %s (webhook.listen in %s: set a free port)",
                 hooks.config.listen_host,
                 hooks.config.listen_port,
                 exc.strerror or exc,
+                args.config,
             )
             server.stop()
             runtime.close()
@@ -227,7 +238,29 @@ def cmd_state_create_table(args: argparse.Namespace) -> int:
     try:
         outcome = create_table(table)
     except StateError as exc:
-        print(str(exc), file=sys.stderr)
+        # The table's own messages are written for the running controller ("the
+        # controller's role needs GetItem, ...", "retried at the next step"); a person
+        # creating the table once needs other words. By the error's type and code.
+        if exc.code == "permission":
+            print(
+                f"{args.config}: cannot create {table.path}: no AWS credentials were found, "
+                "or they may not create it. Creating it needs dynamodb:CreateTable, "
+                "DescribeTable, DescribeTimeToLive, UpdateTimeToLive and "
+                "UpdateContinuousBackups: run this with such credentials (AWS_PROFILE, "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), or let terraform create it "
+                "(state_table_name)",
+                file=sys.stderr,
+            )
+        elif isinstance(exc, StateUnavailableError):
+            print(
+                f"{args.config}: cannot create {table.path}: DynamoDB did not answer "
+                f"({exc.code}). Check aws.region and aws.endpoint_url, and the network; "
+                "run it again once DynamoDB answers (safe to repeat: a table already "
+                "there is checked, not made again)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"{args.config}: {exc}", file=sys.stderr)
         return 1
     what = "created" if outcome == "created" else "already exists with the expected schema"
     print(f"{table.path}: {what} (on-demand, TTL on expires_at, point-in-time recovery)")
@@ -288,17 +321,40 @@ def cmd_record(args: argparse.Namespace) -> int:
     return run_record(config, args.since, args.out, args.max_requests, utc_now())
 
 
+def _positive_seconds(text: str) -> float:
+    """An argparse type: seconds, more than zero (``--tick 0`` ended in a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def _host_port(text: str) -> str:
+    """An argparse type: ``HOST:PORT`` with a port in 0-65535 (``abc`` ended in a
+    traceback from int(), ``:99999`` in one from bind())."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    return f"{host}:{int(port)}"
+
+
+CONFIG_HELP = "the YAML config file (start from config.example.yaml; check it with check-config)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ci-autoscaler",
         description="Watch GitHub Actions queues per runner type, alert, and scale runner pools.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    _log_level_option(parser, default=None)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 1 not)")
-    p.add_argument("file")
+    p.add_argument("file", help="the YAML config file to check")
     p.add_argument(
         "--allow-unset-env",
         action="store_true",
@@ -308,21 +364,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")
-    p.add_argument("--config", required=True)
-    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    p.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for a person (default), json for a script: one object on stdout",
+    )
     p.add_argument("--dry-run", action="store_true", help="deliver nothing, change nothing")
     p.set_defaults(func=cmd_once)
 
     p = sub.add_parser(
         "explain", help="one dry-run tick: why jobs wait, per runner type (pools, causes)"
     )
-    p.add_argument("runner_type", nargs="?", default=None, metavar="RUNNER_TYPE")
-    p.add_argument("--config", required=True)
-    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument(
+        "runner_type",
+        nargs="?",
+        default=None,
+        metavar="RUNNER_TYPE",
+        help="one runner type (a key of runner_types); default: every one",
+    )
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    p.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for a person (default), json for a script: one object on stdout",
+    )
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("state", help="the state backend")
@@ -331,20 +403,29 @@ def build_parser() -> argparse.ArgumentParser:
         "create-table",
         help="create the DynamoDB state table (state.table) as the terraform module does",
     )
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.set_defaults(func=cmd_state_create_table)
 
     p = sub.add_parser("alerts", help="alerting tools")
     alerts_sub = p.add_subparsers(dest="alerts_command", required=True)
     p = alerts_sub.add_parser("test", help="send a sample FIRING then RESOLVED to a receiver")
-    p.add_argument("receiver")
-    p.add_argument("--config", required=True)
+    p.add_argument("receiver", help="a receiver's name under alerts.receivers")
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.set_defaults(func=cmd_alerts_test)
 
     p = sub.add_parser("demo", help="a self-contained demo: no credentials, no network")
-    p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--listen", default="127.0.0.1:9464", help="where to serve /metrics")
-    p.add_argument("--tick", type=float, default=2.0, help="seconds between ticks")
+    p.add_argument(
+        "--duration", type=_positive_seconds, default=None, help="stop after this many seconds"
+    )
+    p.add_argument(
+        "--listen",
+        type=_host_port,
+        default="127.0.0.1:9464",
+        help="HOST:PORT for the page and /metrics (taken: a free port is used and shown)",
+    )
+    p.add_argument(
+        "--tick", type=_positive_seconds, default=2.0, help="seconds between ticks (default 2)"
+    )
     p.set_defaults(func=cmd_demo)
 
     from autoscaler.sim.simulate import POLICIES  # noqa: PLC0415
@@ -352,7 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "simulate", help="replay a job trace through this policy and the peers' (virtual time)"
     )
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.add_argument("--trace", required=True, help="JSON lines: created_at, labels, duration")
     p.add_argument(
         "--policy",
@@ -360,7 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=POLICIES,
         help="a policy to replay (repeatable; default: all of them)",
     )
-    p.add_argument("--output", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for a person (default), json for a script: one object on stdout",
+    )
     p.add_argument("--plot", metavar="FILE", help="draw the results (needs matplotlib)")
     p.add_argument(
         "--sweep",
@@ -372,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("record", help="write a trace of the owner's completed jobs")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, help=CONFIG_HELP)
     p.add_argument("--since", default="7d", help="7d, 36h, or an ISO date/time (UTC)")
     p.add_argument("--out", required=True, help="the trace file ('-': standard output)")
     p.add_argument(
@@ -382,11 +468,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="GitHub requests to spend at most (the hourly limit is shared with the controller)",
     )
     p.set_defaults(func=cmd_record)
+    _everywhere(parser)
     return parser
+
+
+def _log_level_option(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default=default,
+        help="log lines to stderr from this level (default: the config's log_level, info)",
+    )
+
+
+def _everywhere(parser: argparse.ArgumentParser) -> None:
+    """``--log-level`` after the command too: ``once --log-level debug --config X`` was
+    refused as an unrecognized argument, which is where a person puts it. SUPPRESS keeps
+    a value given before the command when it is not given again after it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                if not any(isinstance(a, argparse._SubParsersAction) for a in child._actions):
+                    _log_level_option(child, default=argparse.SUPPRESS)
+                _everywhere(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code = args.func(args)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        # Ctrl-C before `run`'s own handler is installed (loading the config, opening the
+        # state, the first tick of `once`/`explain`): a stop the user asked for, not a bug.
+        print("interrupted", file=sys.stderr)
+        return 130
     assert isinstance(code, int)
     return code

@@ -172,6 +172,19 @@ class Story:
     def resolved(self) -> int:
         return sum(1 for n in self.notices if n.state == "RESOLVED")
 
+    def alert_counts(self) -> str:
+        """Alerts, not notifications: "6 fired" beside "4 of 4 alerts" did not add up when
+        one alert fired three times. The notifications are named when they differ."""
+        history = alert_history(self.notices)
+        resolved = sum(1 for a in history if a.resolved_at is not None)
+        text = f"{len(history)} fired, {resolved} resolved"
+        if (self.fired, self.resolved) != (len(history), resolved):
+            text += (
+                f" ({self.fired} FIRING and {self.resolved} RESOLVED notifications:"
+                " an alert that fires again is sent again)"
+            )
+        return text
+
     def promises(self) -> list[tuple[bool, str]]:
         """The README's first paragraph, each with whether this run showed it."""
         history = alert_history(self.notices)
@@ -213,8 +226,7 @@ class Story:
             f"p95 queue time: {'-' if wait is None else f'{wait:.1f}s'}",
             f"  scale-ups: {self.scale_ups}; scale-ins: {self.scale_ins}; "
             f"orphans cleaned: {self.orphans}; failovers: {self.failovers}",
-            f"  alerts: {self.fired} fired, {self.resolved} resolved; "
-            f"busy runners killed: {self.busy_killed}",
+            f"  alerts: {self.alert_counts()}; busy runners killed: {self.busy_killed}",
             f"  webhooks: {len(self.reactions)} queued jobs answered by a scale-up; queued "
             f"event -> capacity asked p50 {_seconds(median(self.reactions))}, "
             f"p95 {_seconds(p95(self.reactions))}",
@@ -250,7 +262,7 @@ def queue_panel(result: TickResult) -> list[str]:
                 ]
             )
         oldest = snap.unmatched_ages_seconds[0] if snap.unmatched_ages_seconds else 0.0
-        rows.append(["(no runner type)", str(snap.unmatched_jobs), _fmt_age(oldest), "", "", ""])
+        rows.append(["(unmatched)", str(snap.unmatched_jobs), _fmt_age(oldest), "", "", ""])
     lines = align(rows, right={1, 2, 3, 4, 5}).splitlines()
     if result.poll_error:
         lines.append(f"poll failed: {result.poll_error} (showing the last good picture)")
@@ -283,7 +295,7 @@ def causes_panel(result: TickResult, config: Config, width: int = 160) -> list[s
         if not t.queue_size:
             continue
         lines.append(f"  {t.name}: {t.queue_size} queued")
-        lines.extend(f"    {c.code}: {c.detail}"[:width] for c in t.causes or ())
+        lines.extend(_cut(f"    {c.code}: {c.detail}", width) for c in t.causes or ())
     return lines if len(lines) > 1 else [*lines, "  (no queue)"]
 
 
@@ -324,6 +336,12 @@ def log_panel(records: Sequence[str]) -> list[str]:
     return ["controller log:", *(f"  {r}" for r in records or ["(nothing yet)"])]
 
 
+def _cut(line: str, width: int) -> str:
+    """``line`` at most ``width`` long, a cut one ending in "..." (a detail cut mid-word,
+    "Could not launch S", read as the whole message)."""
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def screen(panels: Sequence[Sequence[str]], width: int | None = None) -> str:
     """Panels separated by a blank line; lines cut to ``width`` (a terminal that wraps
     would scroll the redraw)."""
@@ -333,7 +351,7 @@ def screen(panels: Sequence[Sequence[str]], width: int | None = None) -> str:
             lines.append("")
         lines.extend(panel)
     if width:
-        lines = [line if len(line) <= width else line[: width - 3] + "..." for line in lines]
+        lines = [_cut(line, width) for line in lines]
     return "\n".join(lines) + "\n"
 
 

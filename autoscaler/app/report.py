@@ -81,7 +81,9 @@ def format_table(result: TickResult) -> str:
     when = (snap.observed_at if snap else result.now).strftime("%Y-%m-%d %H:%M:%S UTC")
     out = [f"observed at {when}"]
     if result.poll_error:
-        out.append(f"poll failed: {result.poll_error} (showing the last good picture)")
+        # A fresh process (`once`) has no earlier picture: saying it shows one misled.
+        shown = "showing the last good picture" if snap else "nothing seen yet"
+        out.append(f"poll failed: {result.poll_error} ({shown})")
     rows = [["RUNNER TYPE", "QUEUED", "MAX WAIT", "IDLE", "BUSY", "OFFLINE", "GHOSTS"]]
     if snap is not None:
         for name, s in snap.per_type.items():

@@ -79,6 +79,8 @@ def read_config(
         doc = read_yaml(path)
     except YamlFileError as exc:
         raise ConfigError([f"{path}: {exc}"]) from None
+    if doc.data is None:  # an empty file: two "is required" lines would not say why
+        raise ConfigError([f"{path}: the file is empty: start from config.example.yaml"])
     return _parse(doc, env, Path(path).parent, allow_unset_env=allow_unset_env, lines=True)
 
 

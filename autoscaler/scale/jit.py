@@ -157,7 +157,9 @@ class EphemeralRunners:
             runners,
             self.ledger.records,
             now,
-            observed_at=observation.observed_at if observation is not None else None,
+            # when the runner list was read: a webhook tick's is the last poll's, older than
+            # a config asked for since (its runner is missing from it, not spent)
+            observed_at=observation.runners_seen_at if observation is not None else None,
             observation_fresh=observation_fresh,
             runners_complete=observation is None or observation.skipped_runners == 0,
             parameters=listed,

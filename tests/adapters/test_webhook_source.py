@@ -59,6 +59,21 @@ def test_first_tick_polls_then_the_index_answers_without_a_request() -> None:
     assert inner.polls == 1  # the queued job cost GitHub nothing
 
 
+def test_an_index_tick_says_its_runner_list_is_the_last_poll_s() -> None:
+    """Found running `make demo`: an index tick said ``observed_at`` = now for runners read
+    at the last poll, so a JIT runner registered in between looked spent and its machine
+    was terminated before it booted. The tick now names when its runners were read."""
+    inner = ListedSource([listed(1)])
+    source, receiver, _ = world(inner)
+    polled = source.observe(T0)
+    assert polled.runners_seen_at == T0
+    assert deliver(receiver, "queued", 2) == 202
+    seen = source.observe(T0 + timedelta(seconds=5))
+    assert inner.polls == 1
+    assert seen.observed_at == T0 + timedelta(seconds=5)
+    assert seen.runners_seen_at == T0
+
+
 CADENCE = [
     ("events-flowing-no-poll", [1, 60, 120, 299], 1),
     ("interval-elapsed-polls", [1, 60, 301], 2),

@@ -17,6 +17,7 @@ from autoscaler.app.demo_screen import (
     notice_from_payload,
     p95,
     pools_panel,
+    queue_panel,
     screen,
 )
 from autoscaler.controller import TickResult
@@ -192,3 +193,41 @@ def test_the_causes_panel_lists_each_waiting_type_with_its_causes() -> None:
     assert story.causes_seen == {"capacity_backoff"}
     idle = TickResult(now=T0, snapshot=None)
     assert causes_panel(idle, config) == ["why jobs wait (explain):", "  (no queue)"]
+
+
+def test_the_summary_counts_alerts_and_names_refirings_apart() -> None:
+    """Found running `make demo`: the summary said "alerts: 6 fired, 6 resolved" and, two
+    lines below, "alerts FIRING then RESOLVED (4 of 4 alerts)": one alert had fired three
+    times, and the first line counted notifications. It now counts alerts, as the promise
+    does, and names the notifications when they differ."""
+    refired = [
+        *notices(),
+        Notice(31.0, "FIRING", "[P2] other 0", "fp-0"),
+        Notice(32.0, "RESOLVED", "[P2] other 0", "fp-0"),
+    ]
+    story = Story(notices=refired)
+    assert story.alert_counts() == (
+        "4 fired, 4 resolved (5 FIRING and 5 RESOLVED notifications: an alert that fires"
+        " again is sent again)"
+    )
+    assert any("(4 of 4 alerts)" in text for _, text in story.promises())
+    assert Story(notices=notices()).alert_counts() == "4 fired, 4 resolved"
+
+
+def test_the_queue_panel_calls_unmatched_jobs_what_once_and_explain_call_them() -> None:
+    """Found running `make demo`: the queue panel's last row said "(no runner type)" while
+    the causes panel below it, `once`, `explain` and the README say "(unmatched)"."""
+    snap = QueueSnapshot(T0, {GPU: QueueStats(GPU, 0, 0.0, RunnerCounts())}, 2, 0, (9.0, 4.0))
+    rows = queue_panel(TickResult(now=T0, snapshot=snap))
+    assert rows[-1].split()[:3] == ["(unmatched)", "2", "0m09s"]
+
+
+def test_a_cause_cut_to_the_panel_width_says_it_was_cut() -> None:
+    """Found running `make demo`: the causes panel cut AWS's message at 160 characters
+    mid-word ("... Could not launch S") with nothing to say more was there."""
+    config = scaling_config(rtype(GPU))
+    long = Cause("capacity_backoff", "AWS: " + "no capacity " * 30)
+    snap = QueueSnapshot(T0, {GPU: QueueStats(GPU, 3, 95.0, RunnerCounts())}, 0, 0)
+    lines = causes_panel(TickResult(now=T0, snapshot=snap, causes={GPU: (long,)}), config)
+    cut = next(line for line in lines if "capacity_backoff" in line)
+    assert len(cut) == 160 and cut.endswith("...")

@@ -378,3 +378,30 @@ def test_a_never_online_instance_whose_termination_fails_gets_no_second_config()
     assert iid(1) not in w.live_ids()
     assert len(w.registrar.asked) == 1
     assert w.store.records == {} and w.params.values == {}
+
+
+def test_a_webhook_tick_on_the_last_poll_s_runners_does_not_call_a_new_runner_spent() -> None:
+    """Found running `make demo`: "runner ci-gpu-multi-i-… ran its job: instance
+    terminated" a fraction of a second after its config was made, before the machine had
+    booted, then again for each replacement. A webhook-woken tick answers jobs from its
+    index with ``observed_at`` = now but keeps the last poll's runner list, which
+    predates the new runner; the spent check ("a poll taken after its registration no
+    longer lists it") compared the record with ``observed_at`` and terminated the machine.
+    It now compares with when the runner list was read (``runners_observed_at``)."""
+    w = World()
+    w.add_instance(1)
+    w.tick(T0)  # the config is asked for at T0; the runner is registered
+    runner = w.runner_of(1)
+    assert runner is not None
+    poll_before = T0 - timedelta(seconds=1)  # the last real poll, before the registration
+    stale = replace(observation((), later(1)), runners_observed_at=poll_before)
+    w.pool.now = later(1)
+    w.scaler.step(snapshot({GPU: 1}, at=later(1)), stale, later(1), observation_fresh=True)
+    assert ("terminate_instance", POOL, iid(1)) not in w.pool.calls
+    assert w.spent() == 0
+    assert iid(1) in w.store.records
+    # a real poll after the registration that no longer lists it still means spent
+    del w.source.runners[runner.id]
+    w.tick(later(30))
+    assert ("terminate_instance", POOL, iid(1)) in w.pool.calls
+    assert w.spent() == 1

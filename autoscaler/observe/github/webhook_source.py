@@ -325,6 +325,7 @@ class WebhookSource:
             runners=runners,
             skipped_runners=base.skipped_runners,
             clock_skew_seconds=base.clock_skew_seconds,
+            runners_observed_at=base.runners_seen_at,  # the last poll's list, not now's
         )
 
     def _forget_reactions(self) -> None:

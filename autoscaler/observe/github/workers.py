@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 _STOP = object()
+CLOSE_WAIT = 2.0
+"""Seconds ``close`` waits, in all, for workers to finish their request."""
 #: Task priorities, most urgent first: the skeleton (runners, repositories), busy units
 #: (with queued jobs, or new), quiet units.
 FIRST, BUSY, QUIET = 0, 1, 2
@@ -99,8 +102,13 @@ class WorkerPool:
             for _ in self._threads:
                 self._queues[FIRST].appendleft(_STOP)
             self._ready.notify_all()
+        # One deadline for all of them, not 5 s each: with GitHub hanging every worker sits
+        # in a read until its timeout, and a Ctrl-C waited 15 s for the joins one by one.
+        # The threads are daemons; one still reading when the deadline passes dies with
+        # the process.
+        deadline = time.monotonic() + CLOSE_WAIT
         for thread in self._threads:
-            thread.join(timeout=5)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _take(self) -> Any:
         with self._ready:
