@@ -344,6 +344,16 @@ def _host_port(text: str) -> str:
 CONFIG_HELP = "the YAML config file (start from config.example.yaml; check it with check-config)"
 
 
+def _output_argument(p: argparse.ArgumentParser) -> None:
+    """``--output table|json``, as ``once``, ``explain`` and ``simulate`` take it."""
+    p.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for a person (default), json for a script: one object on stdout",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ci-autoscaler",
@@ -365,12 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")
     p.add_argument("--config", required=True, help=CONFIG_HELP)
-    p.add_argument(
-        "--output",
-        choices=("table", "json"),
-        default="table",
-        help="table for a person (default), json for a script: one object on stdout",
-    )
+    _output_argument(p)
     p.add_argument("--dry-run", action="store_true", help="deliver nothing, change nothing")
     p.set_defaults(func=cmd_once)
 
@@ -385,12 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one runner type (a key of runner_types); default: every one",
     )
     p.add_argument("--config", required=True, help=CONFIG_HELP)
-    p.add_argument(
-        "--output",
-        choices=("table", "json"),
-        default="table",
-        help="table for a person (default), json for a script: one object on stdout",
-    )
+    _output_argument(p)
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
@@ -441,12 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=POLICIES,
         help="a policy to replay (repeatable; default: all of them)",
     )
-    p.add_argument(
-        "--output",
-        choices=("table", "json"),
-        default="table",
-        help="table for a person (default), json for a script: one object on stdout",
-    )
+    _output_argument(p)
     p.add_argument("--plot", metavar="FILE", help="draw the results (needs matplotlib)")
     p.add_argument(
         "--sweep",
