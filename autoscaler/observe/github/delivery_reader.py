@@ -33,6 +33,7 @@ from autoscaler.observe.github.delivery_log import (
     read_enough,
 )
 from autoscaler.observe.github.http import GitHubHttp
+from autoscaler.observe.github.listing import page_key
 from autoscaler.observe.github.parse import Skips
 from autoscaler.telemetry import Metrics
 
@@ -85,8 +86,9 @@ class DeliveryLog:
         seen: set[str] = set()
         url: str | None = self.http.url(f"{self.path}?per_page=100")
         while url is not None:
-            if url in seen or out.pages >= self.max_pages:
-                out.cut = "loop" if url in seen else "page_cap"
+            key = page_key(url)
+            if key in seen or out.pages >= self.max_pages:
+                out.cut = "loop" if key in seen else "page_cap"
                 self.metrics.github_pagination_errors.labels(LIST_ENDPOINT, out.cut).inc()
                 log.error(
                     "GitHub webhook delivery log: %s after %d pages, stopped before %s",
@@ -97,7 +99,7 @@ class DeliveryLog:
                     url,
                 )
                 return out
-            seen.add(url)
+            seen.add(key)
             answer = self.http.send("GET", url, LIST_ENDPOINT, deadline=deadline)
             out.pages += 1
             try:

@@ -74,7 +74,7 @@ def with_per_page(path: str) -> str:
     return f"{path}{'&' if '?' in path else '?'}per_page={PER_PAGE}"
 
 
-def _same_page(url: str) -> str:
+def page_key(url: str) -> str:
     """A URL's identity for loop detection: path and sorted query (no ``page`` is page 1)."""
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
@@ -98,8 +98,8 @@ def list_pages(
     while url is not None:
         if listed.urls:  # a next page: (most listings have one page, and need no key)
             if not seen:
-                seen.add(_same_page(listed.urls[0]))
-            key = _same_page(url)
+                seen.add(page_key(listed.urls[0]))
+            key = page_key(url)
             if key in seen:
                 raise PaginationError(
                     f"{endpoint}: Link rel=next points back to a page already read: {url}",

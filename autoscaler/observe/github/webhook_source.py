@@ -136,7 +136,11 @@ class WebhookSource:
             inner = self.inner
             if reason == "interval" and isinstance(inner, LeanSource):
                 if clean and self._listed_at is not None and now - self._listed_at < self._sweep:
-                    return self._runners_only(now, inner.reconcile(now, self.lean(now), runs=False))
+                    # The delivery log vouches for the window: the runner list is
+                    # GitHub's, the jobs the index's (every delivery since the last
+                    # listing arrived; the hourly sweep still lists them).
+                    runners = inner.reconcile(now, self.lean(now), runs=False)
+                    return self._reconciled(now, runners, "interval")
                 observation = inner.reconcile(now, self.lean(now))
             else:
                 observation = inner.observe(now)
@@ -147,29 +151,25 @@ class WebhookSource:
                 # not vouch for it (a first read vouches for nothing).
                 self.deliveries.horizon = None
             raise
-        self._failed_at = None
         self._listed_at = now
         corrections = self.index.replace(observation.jobs, now)
         self._write_back(now)
         for kind, count in corrections.items():
             self._metrics.webhook_reconcile_corrections.labels(kind).inc(count)
-        self._metrics.webhook_reconciles.labels(reason or "interval").inc()
         if any(corrections.values()):
             log.info(
                 "webhook reconcile (%s) corrected the index: %s",
                 reason,
                 ", ".join(f"{n} {kind}" for kind, n in corrections.items() if n),
             )
-        self._base, self._reconciled_at = observation, now
-        self._forget_reactions()
-        return replace(observation, jobs=self.index.jobs())
+        return self._reconciled(now, observation, reason or "interval")
 
     def _read_log(self, now: datetime, reason: str | None) -> bool:
         """The delivery log at a start or interval reconcile (failed deliveries
         redelivered); True: no delivery lost since the last read. Only the acting
-        controller reads it. Not while webhooks are silent: a listener that is down would fail every
-        redelivery, and the silent reconciles are full polls anyway (the first read
-        after them judges nothing)."""
+        controller reads it. Not while webhooks are silent: a listener that is down
+        would fail every redelivery, and the silent reconciles are full polls anyway
+        (the first read after them judges nothing)."""
         if self.deliveries is None:
             return False
         if reason not in ("start", "interval") or not self._acting():
@@ -178,12 +178,11 @@ class WebhookSource:
             return False
         return self.deliveries.check(now)
 
-    def _runners_only(self, now: datetime, observation: Observation) -> Observation:
-        """A reconcile the delivery log vouches for: the runner list is GitHub's, the
-        jobs the index's (every delivery since the last listing arrived; the listings
-        this skipped say nothing the events did not, but for the hourly sweep's facts)."""
+    def _reconciled(self, now: datetime, observation: Observation, reason: str) -> Observation:
+        """A reconcile went through: counted, its observation the base of the ticks that
+        answer from the index until the next one, the jobs the index's."""
         self._failed_at = None
-        self._metrics.webhook_reconciles.labels("interval").inc()
+        self._metrics.webhook_reconciles.labels(reason).inc()
         self._base, self._reconciled_at = observation, now
         self._forget_reactions()
         return replace(observation, jobs=self.index.jobs())
