@@ -76,7 +76,7 @@ PURE = [
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
-LAYERED = ["observe", "scale", "alerting", "config", "state", "retry"]
+LAYERED = ["observe", "scale", "alerting", "config", "state", "retry", "metric_groups"]
 SHARED = [
     "domain.py",
     "errors.py",
