@@ -52,6 +52,8 @@ PURE = [
     "autoscaler.health",
     "autoscaler.config.secrets",
     "autoscaler.alerting.rules",
+    "autoscaler.alerting.evaluation",
+    "autoscaler.alerting.builtin_rules",
     "autoscaler.alerting.lifecycle",
     "autoscaler.config.simulation",
     "autoscaler.sim.trace",
