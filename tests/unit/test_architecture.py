@@ -59,6 +59,7 @@ PURE = [
     "autoscaler.sim.trace",
     "autoscaler.sim.clock",
     "autoscaler.sim.emulator",
+    "autoscaler.sim.entities",
     "autoscaler.sim.project",
     "autoscaler.sim.peers",
     "autoscaler.sim.drivers",
