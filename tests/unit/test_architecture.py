@@ -46,6 +46,8 @@ PURE = [
     "autoscaler.observe.starts",
     "autoscaler.scale.aws.activities",
     "autoscaler.config.schedule",
+    "autoscaler.config.durations",
+    "autoscaler.config.problems",
     "autoscaler.config.github",
     "autoscaler.config.scaling",
     "autoscaler.config.aws",
