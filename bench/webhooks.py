@@ -289,7 +289,9 @@ def _counted(github: FakeGitHub) -> dict[str, int]:
     return kinds
 
 
-def requests_per_hour(webhooks: bool, hook_id: int | None = None) -> dict[str, Any]:
+def requests_per_hour(
+    webhooks: bool, hook_id: int | None = None, warmup: int = 0
+) -> dict[str, Any]:
     clock = {"now": T0}
     github = FakeGitHub(owner="bench-org", clock=lambda: clock["now"])
     github.RATE_LIMIT = 1_000_000_000
@@ -338,6 +340,12 @@ def requests_per_hour(webhooks: bool, hook_id: int | None = None) -> dict[str, A
     controller = Controller(config, source, metrics)
     try:
         controller.tick(clock["now"])  # the cold start, not counted
+        for _ in range(warmup):  # ticks before the counted hour, not counted
+            org.churn(60.0)
+            clock["now"] = org.now
+            if sender is not None:
+                sender.wait_idle(30)
+            controller.tick(clock["now"])
         before = _counted(github)
         reconciles = _reconciles(metrics)
         for _ in range(60):

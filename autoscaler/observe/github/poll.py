@@ -62,6 +62,20 @@ FINISHED_KEPT = 5000
 Lean = Callable[[RunFacts, Mapping[str, bool]], Reason]
 
 
+@dataclass(frozen=True)
+class ListedScope:
+    """What one poll listed, for a webhook reconcile that replaces only that part of its
+    index (:meth:`Poll.scope`)."""
+
+    fresh: frozenset[int]
+    """Runs whose jobs it listed."""
+    repos: frozenset[str]
+    """Repositories whose runs listings it read completely."""
+    live: frozenset[int]
+    """The runs those listings show live: a run of those repositories missing here ended
+    (or was deleted)."""
+
+
 @dataclass
 class _Tick:
     """What one poll has gathered so far."""
@@ -100,8 +114,14 @@ class _Tick:
     moved: set[int] = field(default_factory=set)
     """Runs seen in another status's listing than at their last one."""
     runs_listings: bool = True
-    """False: a webhook reconcile with evidence that no delivery was lost lists the
-    runners (and the repositories when due) only: no runs or jobs listing."""
+    """False: a webhook reconcile with evidence that no delivery was lost lists no runs
+    listing: the runners (and the repositories when due), and the jobs of known runs
+    ``lean`` names."""
+    after_runs: bool = False
+    """``lean`` decides once every runs listing of this poll is in (and the runner list):
+    a run no longer listed is dropped first, a new one waits for the decision."""
+    listed_repos: set[str] = field(default_factory=set)
+    """Repositories whose runs listings this poll read completely."""
 
 
 class Poll:
@@ -128,24 +148,47 @@ class Poll:
         self.budget = PollBudgetKeeper(metrics, settings, self.fetch)
         #: Runs seen complete, oldest first (:mod:`autoscaler.observe.github.failures`).
         self.finished: deque[RunRef] = deque(maxlen=FINISHED_KEPT)
+        self._last: _Tick | None = None
+
+    def scope(self) -> ListedScope:
+        """What the last poll listed (nothing before the first)."""
+        tick = self._last
+        if tick is None:
+            return ListedScope(frozenset(), frozenset(), frozenset())
+        runs, repos = self.state.runs, tick.listed_repos
+        fresh = frozenset(r for r in tick.jobs_asked if r in runs and runs[r].last == tick.now)
+        live = frozenset(r for r, unit in runs.items() if unit.ref.repo in repos)
+        return ListedScope(fresh, frozenset(repos), live)
 
     def watched_repos(self) -> tuple[str, ...]:
         """The repositories the last poll watched (configured, or as last listed)."""
         return self.settings.repos or self.state.repo_names or ()
 
     # --- the poll
-    def run(self, now: datetime, lean: Lean | None = None, *, runs: bool = True) -> Observation:
+    def run(
+        self,
+        now: datetime,
+        lean: Lean | None = None,
+        *,
+        runs: bool = True,
+        after_runs: bool = False,
+    ) -> Observation:
         """One poll. ``lean`` (a webhook reconcile): the jobs of known runs are listed
         only when ``lean`` gives a reason, decided once the runner list is in; the
         budget's cadence does not apply to them. ``runs=False`` (with ``lean``): no runs
-        or jobs listing at all, the runner list only (the observation's jobs are the
-        last listings')."""
+        listing, the runner list and, with ``after_runs``, the jobs of the known runs
+        ``lean`` names (else none: the observation's jobs are the last listings').
+        ``after_runs``: ``lean`` decides once the runs listings are in too (and every
+        new run waits for it). :meth:`scope` tells what the poll listed."""
         wall = now.timestamp()
         deadline = time.monotonic() + self.settings.deadline
         tick = _Tick(wall, deadline, self.pool.batch(), self.http.counted)
-        tick.lean, tick.lean_poll = lean, lean is not None
+        tick.lean, tick.lean_poll, tick.after_runs = lean, lean is not None, after_runs
         if lean is not None and not runs:
-            tick.lean, tick.runs_listings = None, False
+            tick.runs_listings = False
+            if not after_runs:
+                tick.lean = None
+        self._last = tick
         try:
             if self.http.gate.limits.limit is None:
                 # Free, and it tells the limit before anything is spent from it. It goes
@@ -236,8 +279,7 @@ class Poll:
         if tick.lean_poll:
             # Known runs' jobs: when the runner list is in (_lean_jobs), or now if it came
             # in before the plan (a first poll's skeleton, a GHES without rate limits).
-            if tick.lean is not None and tick.runners is not None:
-                self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in tick.runners})
+            self._lean_if_ready(tick)
             return
         busy = [(r, u.last) for r, u in st.runs.items() if u.busy]
         quiet = [(r, u.last) for r, u in st.runs.items() if not u.busy]
@@ -305,14 +347,29 @@ class Poll:
             st.runner_list.cost = average(st.runner_list.cost, listed.counted)
             st.runner_list.skips = skip_counts(listed.records)
         st.runner_list.last = tick.now
-        if tick.lean is not None and tick.plan is not None:  # else: at the plan (_start)
-            self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in runners})
+        self._lean_if_ready(tick)  # without a plan yet: at the plan (_start)
+
+    def _lean_if_ready(self, tick: _Tick) -> None:
+        """Run ``lean`` once its inputs are in: the plan and the runner list, and with
+        ``after_runs`` every runs listing this poll asked for."""
+        if tick.lean is None or tick.plan is None or tick.runners is None:
+            return
+        if tick.after_runs and (tick.names is None or tick.runs_left):
+            return
+        self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in tick.runners})
 
     def _lean_jobs(self, tick: _Tick, lean: Lean, busy: Mapping[str, bool]) -> None:
         """A webhook reconcile: list the jobs of the known runs ``lean`` names."""
         tick.lean = None  # once a poll
         for run_id, unit in list(self.state.runs.items()):
-            facts = RunFacts(run_id, unit.jobs, unit.last, run_id in tick.moved)
+            facts = RunFacts(
+                run_id,
+                unit.jobs,
+                unit.last,
+                run_id in tick.moved,
+                created_at=unit.ref.created_at or None,
+                listed_live=unit.ref.repo in tick.listed_repos,
+            )
             reason = lean(facts, busy)
             self.metrics.webhook_reconcile_job_listings.labels(reason.value).inc()
             if reason is not Reason.SETTLED:
@@ -365,11 +422,13 @@ class Poll:
                 known = self.state.runs.get(run.id)
                 if known is None:
                     self.state.runs[run.id] = RunUnit(run, status=_status)
-                    self._ask_jobs(tick, run, BUSY)
+                    if not tick.after_runs:
+                        self._ask_jobs(tick, run, BUSY)
                     continue
                 if known.status and known.status != _status:
                     tick.moved.add(run.id)
-                    if tick.lean_poll and tick.lean is None:  # the runner list came first
+                    if tick.lean_poll and tick.lean is None and not tick.after_runs:
+                        # the runner list came first
                         self._ask_jobs(tick, run, BUSY)
                 known.ref, known.status = run, _status
         tick.runs_left[repo] -= 1
@@ -378,6 +437,10 @@ class Poll:
 
     def _repo_done(self, tick: _Tick, repo: str) -> None:
         del tick.runs_left[repo]
+        self._repo_listed(tick, repo)
+        self._lean_if_ready(tick)
+
+    def _repo_listed(self, tick: _Tick, repo: str) -> None:
         unit = self.state.repos.get(repo)
         if unit is None or repo in tick.incomplete:
             return  # dropped meanwhile, or a page was bad: keep what we had, retry next tick
@@ -392,6 +455,7 @@ class Poll:
         unit.cost = average(unit.cost, counted) if unit.relisted else float(counted)
         unit.urls = tick.runs_urls[repo]
         unit.last = tick.now
+        tick.listed_repos.add(repo)
 
     def _on_jobs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         unit = self.state.runs.get(tag[1])

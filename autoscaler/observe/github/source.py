@@ -56,7 +56,7 @@ from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.jit import generate_jit_config
 from autoscaler.observe.github.parse import Skips
-from autoscaler.observe.github.poll import Lean, Poll
+from autoscaler.observe.github.poll import Lean, ListedScope, Poll
 from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
@@ -145,21 +145,30 @@ class GitHubSource:
     def observe(self, now: datetime) -> Observation:
         return self._observe(now, None)
 
-    def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation:
+    def reconcile(
+        self, now: datetime, lean: Lean, *, runs: bool = True, after_runs: bool = False
+    ) -> Observation:
         """A webhook reconcile: the poll, the jobs of known runs listed only where
-        ``lean`` gives a reason (:mod:`.reconcile_plan`); ``runs=False``: the runner
-        list only (the delivery log showed no delivery lost)."""
-        return self._observe(now, lean, runs=runs)
+        ``lean`` gives a reason (:mod:`.reconcile_plan`); ``runs=False``: no runs
+        listing (the delivery log showed no delivery lost). ``after_runs``: ``lean``
+        decides once the runs listings are in (:meth:`Poll.run`)."""
+        return self._observe(now, lean, runs=runs, after_runs=after_runs)
+
+    def scope(self) -> ListedScope:
+        """What the last poll listed: the runs whose jobs, and whether every runs listing."""
+        return self._poll.scope()
 
     def delivery_log(self, hook_id: int) -> DeliveryLog:
         """The org webhook ``hook_id``'s delivery log, read with this source's credentials
         and rate-limit gate."""
         return DeliveryLog(self._http, self._owner, hook_id, self._metrics, self._skips)
 
-    def _observe(self, now: datetime, lean: Lean | None, *, runs: bool = True) -> Observation:
+    def _observe(
+        self, now: datetime, lean: Lean | None, *, runs: bool = True, after_runs: bool = False
+    ) -> Observation:
         self._http.clock_skew = None
         try:
-            observation = self._poll.run(now, lean, runs=runs)
+            observation = self._poll.run(now, lean, runs=runs, after_runs=after_runs)
         except AutoscalerError:
             raise
         except Exception as exc:
