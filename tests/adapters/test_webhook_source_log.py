@@ -30,9 +30,7 @@ class LeanPoll:
     def observe(self, now: datetime) -> Observation:
         return self.reconcile(now, lambda *_: None, runs=True)  # type: ignore[arg-type]
 
-    def reconcile(
-        self, now: datetime, lean: Lean, *, runs: bool = True, after_runs: bool = False
-    ) -> Observation:
+    def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation:
         self.calls.append(runs)
         if self.fail:
             raise TransientError("GitHub GET /repos/o/r/actions/runs: 502 after 3 attempts")

@@ -117,9 +117,6 @@ class _Tick:
     """False: a webhook reconcile with evidence that no delivery was lost lists no runs
     listing: the runners (and the repositories when due), and the jobs of known runs
     ``lean`` names."""
-    after_runs: bool = False
-    """``lean`` decides once every runs listing of this poll is in (and the runner list):
-    a run no longer listed is dropped first, a new one waits for the decision."""
     listed_repos: set[str] = field(default_factory=set)
     """Repositories whose runs listings this poll read completely."""
 
@@ -165,29 +162,18 @@ class Poll:
         return self.settings.repos or self.state.repo_names or ()
 
     # --- the poll
-    def run(
-        self,
-        now: datetime,
-        lean: Lean | None = None,
-        *,
-        runs: bool = True,
-        after_runs: bool = False,
-    ) -> Observation:
+    def run(self, now: datetime, lean: Lean | None = None, *, runs: bool = True) -> Observation:
         """One poll. ``lean`` (a webhook reconcile): the jobs of known runs are listed
-        only when ``lean`` gives a reason, decided once the runner list is in; the
-        budget's cadence does not apply to them. ``runs=False`` (with ``lean``): no runs
-        listing, the runner list and, with ``after_runs``, the jobs of the known runs
-        ``lean`` names (else none: the observation's jobs are the last listings').
-        ``after_runs``: ``lean`` decides once the runs listings are in too (and every
-        new run waits for it). :meth:`scope` tells what the poll listed."""
+        only when ``lean`` gives a reason, decided once the runner list and every runs
+        listing of this poll are in (a run no longer listed is dropped first; a new one
+        waits for the decision too); the budget's cadence does not apply to them.
+        ``runs=False`` (with ``lean``): no runs listing, the runner list and the jobs of
+        the known runs ``lean`` names. :meth:`scope` tells what the poll listed."""
         wall = now.timestamp()
         deadline = time.monotonic() + self.settings.deadline
         tick = _Tick(wall, deadline, self.pool.batch(), self.http.counted)
-        tick.lean, tick.lean_poll, tick.after_runs = lean, lean is not None, after_runs
-        if lean is not None and not runs:
-            tick.runs_listings = False
-            if not after_runs:
-                tick.lean = None
+        tick.lean, tick.lean_poll = lean, lean is not None
+        tick.runs_listings = runs or lean is None
         self._last = tick
         try:
             if self.http.gate.limits.limit is None:
@@ -350,11 +336,11 @@ class Poll:
         self._lean_if_ready(tick)  # without a plan yet: at the plan (_start)
 
     def _lean_if_ready(self, tick: _Tick) -> None:
-        """Run ``lean`` once its inputs are in: the plan and the runner list, and with
-        ``after_runs`` every runs listing this poll asked for."""
+        """Run ``lean`` once its inputs are in: the plan, the runner list, and every runs
+        listing this poll asked for."""
         if tick.lean is None or tick.plan is None or tick.runners is None:
             return
-        if tick.after_runs and (tick.names is None or tick.runs_left):
+        if tick.names is None or tick.runs_left:
             return
         self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in tick.runners})
 
@@ -422,14 +408,11 @@ class Poll:
                 known = self.state.runs.get(run.id)
                 if known is None:
                     self.state.runs[run.id] = RunUnit(run, status=_status)
-                    if not tick.after_runs:
+                    if not tick.lean_poll:  # else lean decides, once every listing is in
                         self._ask_jobs(tick, run, BUSY)
                     continue
                 if known.status and known.status != _status:
                     tick.moved.add(run.id)
-                    if tick.lean_poll and tick.lean is None and not tick.after_runs:
-                        # the runner list came first
-                        self._ask_jobs(tick, run, BUSY)
                 known.ref, known.status = run, _status
         tick.runs_left[repo] -= 1
         if tick.runs_left[repo] == 0:
@@ -503,13 +486,17 @@ class Poll:
 
     # --- submitting work
     def _repos_known(self, tick: _Tick, names: tuple[str, ...]) -> None:
-        st, s = self.state, self.settings
         tick.names = names
-        self.http.cache.drop(st.keep_repos(names))
+        self.http.cache.drop(self.state.keep_repos(names))
         if self.runner_scope == "repos":
             self._ask_repo_runners(tick, names)
-        if not tick.runs_listings:
-            return
+        if tick.runs_listings:
+            self._ask_runs(tick, names)
+        # The runner list may have come in first, and no repository may be due.
+        self._lean_if_ready(tick)
+
+    def _ask_runs(self, tick: _Tick, names: tuple[str, ...]) -> None:
+        st, s = self.state, self.settings
         busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
         quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
         plan, poll, now = self._planned(tick), s.poll_interval, tick.now

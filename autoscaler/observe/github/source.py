@@ -145,14 +145,11 @@ class GitHubSource:
     def observe(self, now: datetime) -> Observation:
         return self._observe(now, None)
 
-    def reconcile(
-        self, now: datetime, lean: Lean, *, runs: bool = True, after_runs: bool = False
-    ) -> Observation:
+    def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation:
         """A webhook reconcile: the poll, the jobs of known runs listed only where
         ``lean`` gives a reason (:mod:`.reconcile_plan`); ``runs=False``: no runs
-        listing (the delivery log showed no delivery lost). ``after_runs``: ``lean``
-        decides once the runs listings are in (:meth:`Poll.run`)."""
-        return self._observe(now, lean, runs=runs, after_runs=after_runs)
+        listing (the delivery log showed no delivery lost)."""
+        return self._observe(now, lean, runs=runs)
 
     def scope(self) -> ListedScope:
         """What the last poll listed: the runs whose jobs, and whether every runs listing."""
@@ -163,12 +160,10 @@ class GitHubSource:
         and rate-limit gate."""
         return DeliveryLog(self._http, self._owner, hook_id, self._metrics, self._skips)
 
-    def _observe(
-        self, now: datetime, lean: Lean | None, *, runs: bool = True, after_runs: bool = False
-    ) -> Observation:
+    def _observe(self, now: datetime, lean: Lean | None, *, runs: bool = True) -> Observation:
         self._http.clock_skew = None
         try:
-            observation = self._poll.run(now, lean, runs=runs, after_runs=after_runs)
+            observation = self._poll.run(now, lean, runs=runs)
         except AutoscalerError:
             raise
         except Exception as exc:

@@ -81,9 +81,7 @@ log = logging.getLogger("autoscaler.observe.github.webhooks")
 class LeanSource(Protocol):
     """A JobSource that can poll for a webhook reconcile, skipping settled runs' jobs."""
 
-    def reconcile(
-        self, now: datetime, lean: Lean, *, runs: bool = True, after_runs: bool = False
-    ) -> Observation: ...
+    def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation: ...
 
     def scope(self) -> ListedScope: ...
 
@@ -181,9 +179,7 @@ class WebhookSource:
         whose bound is up, and with ``sweep`` the runs listings. Returns the observation
         and the runs whose index jobs it replaces: those listed, and the index's runs of a
         repository listed whole that GitHub no longer lists live."""
-        observation = inner.reconcile(
-            now, self.lean(now, trusted=True), runs=sweep, after_runs=True
-        )
+        observation = inner.reconcile(now, self.lean(now, trusted=True), runs=sweep)
         listed = inner.scope()
         runs = set(listed.fresh)
         for run_id, jobs in self.index.live_by_run().items():
