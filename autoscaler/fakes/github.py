@@ -51,8 +51,8 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
+from autoscaler.fakes.github_records import FakeJob, FakeRequest, FakeRun, FakeRunner
 from autoscaler.fakes.github_server import FakeServer, make_server
-from autoscaler.fakes.github_shapes import FakeJob, FakeRequest, FakeRun, FakeRunner
 from autoscaler.fakes.github_state import GitHubState
 
 __all__ = ["FakeGitHub", "FakeJob", "FakeRequest", "FakeRun", "FakeRunner"]

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from autoscaler.fakes.github_shapes import Reply, error_reply, iso, user_json
+from autoscaler.fakes.github_repo_shapes import user_json
+from autoscaler.fakes.github_shapes import Reply, error_reply, iso
 
 ISSUES = re.compile(r"^/repos/([^/]+)/([^/]+)/issues$")
 ISSUE = re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)$")

@@ -25,16 +25,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.fakes.github_issues import ISSUES, issue_json
+from autoscaler.fakes.github_records import FakeRepo, FakeRun, FakeRunner
+from autoscaler.fakes.github_repo_shapes import repo_json
 from autoscaler.fakes.github_reruns import ANNOTATIONS, annotations_of, latest_jobs
-from autoscaler.fakes.github_shapes import (
-    FakeRepo,
-    FakeRun,
-    FakeRunner,
-    job_json,
-    repo_json,
-    run_json,
-    runner_json,
-)
+from autoscaler.fakes.github_shapes import job_json, run_json, runner_json
 from autoscaler.fakes.github_state import GitHubState
 
 _REPOS = re.compile(r"^/(orgs|users)/([^/]+)/repos$")

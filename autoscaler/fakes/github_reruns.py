@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from autoscaler.fakes.github_shapes import FakeJob, Reply, error_reply
+from autoscaler.fakes.github_records import FakeJob
+from autoscaler.fakes.github_shapes import Reply, error_reply
 from autoscaler.fakes.github_state import GitHubState
 
 RERUN = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/jobs/(\d+)/rerun$")

@@ -26,8 +26,9 @@ from autoscaler.fakes.github_listing import (
     owner_serves,
     repo_of,
 )
+from autoscaler.fakes.github_records import FakeRequest, Fault
 from autoscaler.fakes.github_reruns import RERUN, rerun
-from autoscaler.fakes.github_shapes import FakeRequest, Fault, Reply, error_reply, rate_limit_json
+from autoscaler.fakes.github_shapes import Reply, error_reply, rate_limit_json
 from autoscaler.fakes.github_state import GitHubState
 
 _RUNNER = re.compile(r"^/orgs/([^/]+)/actions/runners/(\d+)$")

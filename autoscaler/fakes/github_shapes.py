@@ -1,30 +1,26 @@
-"""The fake GitHub's state records and their JSON shapes, as GitHub's REST API answers.
+"""The fake GitHub's JSON shapes of runs, jobs, runners and the rate limit, and its replies.
 
 Each shape is the response schema of its operation in GitHub's OpenAPI description
 (``@octokit/openapi``, REST API version 2022-11-28): every required property, nullable
 ones as ``null``, enums within their values; ``tests/conformance`` validates the fake's
 answers against it. Values the fake cannot know (a repository's description, counts,
 commit messages) are what GitHub shows for a new, empty repository.
+
+Split when the module passed 450 lines: the records the shapes render are in
+:mod:`autoscaler.fakes.github_records`, the repository and account shapes (embedded in
+most answers) in :mod:`autoscaler.fakes.github_repo_shapes`.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
+
+from autoscaler.fakes.github_records import STEP_NAMES, FakeJob, FakeRepo, FakeRun, FakeRunner
+from autoscaler.fakes.github_repo_shapes import repo_json, user_json
 
 DOCS = "https://docs.github.com/rest"
-#: The steps a running job goes through (``FakeJob.steps`` of them, in this order).
-STEP_NAMES = (
-    "Set up job",
-    "Run actions/checkout@v4",
-    "Build",
-    "Test",
-    "Post Run actions/checkout@v4",
-    "Complete job",
-)
 _DEFAULT_LABELS = frozenset({"self-hosted", "linux", "x64", "windows", "macos", "arm64"})
 
 
@@ -33,248 +29,12 @@ def iso(ts: datetime | None) -> str | None:
     return None if ts is None else ts.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class FakeRequest(NamedTuple):
-    """One request the fake answered (``fake.requests``)."""
-
-    method: str
-    #: The path with its query string, as the client sent it.
-    path: str
-    status: int
-
-
-@dataclass
-class Fault:
-    pattern: re.Pattern[str]
-    status: int | None  # None: a malformed 200 body
-    times: int
-    retry_after: float | None = None
-    ratelimit_reset: float | None = None
-    #: A secondary rate limit: GitHub's secondary-limit message, x-ratelimit-remaining
-    #: left as it is, ``Retry-After`` only when ``retry_after`` is set.
-    secondary: bool = False
-    #: A raw body served as is with ``status`` (HTML error pages, deeply nested JSON).
-    body: bytes | None = None
-    content_type: str = "application/json; charset=utf-8"
-
-
-@dataclass
-class FakeJob:
-    id: int
-    run_id: int
-    repo: str
-    name: str
-    labels: tuple[str, ...]
-    created_at: datetime
-    status: str = "queued"
-    started_at: datetime | None = None
-    completed_at: datetime | None = None
-    runner_id: int | None = None
-    runner_name: str | None = None
-    #: Raw JSON fields that replace the rendered ones (to serve bad data on purpose).
-    overrides: dict[str, Any] = field(default_factory=dict)
-    #: Steps a running job goes through, one every ``step_seconds`` of the fake's clock:
-    #: a running job's listing changes as it progresses, as on GitHub.
-    steps: int = len(STEP_NAMES)
-    step_seconds: float = 20.0
-    #: How a completed job ended (None: ``success``); ``failure`` with ``failed_step``
-    #: makes its last step conclude ``failure`` too (:mod:`autoscaler.fakes.github_reruns`).
-    conclusion: str | None = None
-    failed_step: bool = False
-    #: The run attempt this job belongs to (a re-run makes a new job in the next attempt).
-    run_attempt: int = 1
-    #: The job this one re-runs (None: an original job).
-    rerun_of: int | None = None
-    #: Its check run's annotations, as ``GET .../check-runs/{id}/annotations`` lists them.
-    annotations: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class FakeRun:
-    id: int
-    repo: str
-    created_at: datetime
-    job_ids: list[int] = field(default_factory=list)
-    #: When set, the ``status`` the API reports instead of the one derived from its jobs
-    #: (GitHub sometimes reports a run completed while a job of it stays queued; a run
-    #: can be ``waiting``, ``requested`` or ``pending`` while jobs of it are queued).
-    reported_status: str | None = None
-    #: The conclusion a completed run reports (``success`` when unset).
-    conclusion: str | None = None
-    #: The run's latest attempt (1, then one more per re-run).
-    attempt: int = 1
-
-
-@dataclass
-class FakeRunner:
-    id: int
-    name: str
-    labels: tuple[str, ...]
-    online: bool = True
-    busy: bool = False
-    overrides: dict[str, Any] = field(default_factory=dict)
-    #: The repositories it is registered on; empty for an org runner.
-    repos: tuple[str, ...] = ()
-    #: Registered just in time: takes one job, and GitHub removes it when that job ends.
-    ephemeral: bool = False
-
-
-@dataclass
-class FakeRepo:
-    id: int
-    name: str
-    #: Private repositories are absent from ``/users/{owner}/repos`` (public only).
-    private: bool = True
-
-
 def error_body(status: int, message: str) -> dict[str, Any]:
     return {"message": message, "documentation_url": DOCS, "status": str(status)}
 
 
-#: A repository's API URL templates (RFC 6570, as GitHub spells them), after its API URL.
-_REPO_URLS = {
-    "archive_url": "/{archive_format}{/ref}",
-    "assignees_url": "/assignees{/user}",
-    "blobs_url": "/git/blobs{/sha}",
-    "branches_url": "/branches{/branch}",
-    "collaborators_url": "/collaborators{/collaborator}",
-    "comments_url": "/comments{/number}",
-    "commits_url": "/commits{/sha}",
-    "compare_url": "/compare/{base}...{head}",
-    "contents_url": "/contents/{+path}",
-    "contributors_url": "/contributors",
-    "deployments_url": "/deployments",
-    "downloads_url": "/downloads",
-    "events_url": "/events",
-    "forks_url": "/forks",
-    "git_commits_url": "/git/commits{/sha}",
-    "git_refs_url": "/git/refs{/sha}",
-    "git_tags_url": "/git/tags{/sha}",
-    "hooks_url": "/hooks",
-    "issue_comment_url": "/issues/comments{/number}",
-    "issue_events_url": "/issues/events{/number}",
-    "issues_url": "/issues{/number}",
-    "keys_url": "/keys{/key_id}",
-    "labels_url": "/labels{/name}",
-    "languages_url": "/languages",
-    "merges_url": "/merges",
-    "milestones_url": "/milestones{/number}",
-    "notifications_url": "/notifications{?since,all,participating}",
-    "pulls_url": "/pulls{/number}",
-    "releases_url": "/releases{/id}",
-    "stargazers_url": "/stargazers",
-    "statuses_url": "/statuses/{sha}",
-    "subscribers_url": "/subscribers",
-    "subscription_url": "/subscription",
-    "tags_url": "/tags",
-    "teams_url": "/teams",
-    "trees_url": "/git/trees{/sha}",
-}
-#: A user's (or organization's) API URL templates, after its API URL.
-_USER_URLS = {
-    "followers_url": "/followers",
-    "following_url": "/following{/other_user}",
-    "gists_url": "/gists{/gist_id}",
-    "starred_url": "/starred{/owner}{/repo}",
-    "subscriptions_url": "/subscriptions",
-    "organizations_url": "/orgs",
-    "repos_url": "/repos",
-    "events_url": "/events{/privacy}",
-    "received_events_url": "/received_events",
-}
 #: The account that pushes the commits that start the fake's runs.
 _ACTOR = ("demo-user", 2)
-#: The fake owner's account id (an organization or a user).
-_OWNER_ID = 1
-
-
-def user_json(base: str, login: str, user_id: int, kind: str = "User") -> dict[str, Any]:
-    """A "simple user": an account as GitHub embeds it (``kind`` User or Organization)."""
-    api = f"{base}/users/{login}"
-    return {
-        "login": login,
-        "id": user_id,
-        "node_id": f"U_{user_id}" if kind == "User" else f"O_{user_id}",
-        "avatar_url": f"https://avatars.githubusercontent.com/u/{user_id}?v=4",
-        "gravatar_id": "",
-        "url": api,
-        "html_url": f"https://github.com/{login}",
-        **{key: api + suffix for key, suffix in _USER_URLS.items()},
-        "type": kind,
-        "user_view_type": "public",
-        "site_admin": False,
-    }
-
-
-def repo_json(
-    base: str, owner: str, repo: FakeRepo, owner_kind: str = "org", *, embedded: bool = False
-) -> dict[str, Any]:
-    """A repository as "List organization repositories" shows it (a minimal repository);
-    ``embedded``: as a workflow run embeds it, the required properties only.
-
-    The fake knows no description, topics, sizes or counts: those are GitHub's defaults for
-    a new empty repository. Its times are fixed (the fake has no repository history).
-    """
-    full = f"{owner}/{repo.name}"
-    api = f"{base}/repos/{full}"
-    kind = "User" if owner_kind == "user" else "Organization"
-    created = "2024-01-01T00:00:00Z"
-    required = {
-        "id": repo.id,
-        "node_id": f"R_{repo.id}",
-        "name": repo.name,
-        "full_name": full,
-        "private": repo.private,
-        "owner": user_json(base, owner, _OWNER_ID, kind),
-        "html_url": f"https://github.com/{full}",
-        "description": None,
-        "fork": False,
-        "url": api,
-        **{key: api + suffix for key, suffix in _REPO_URLS.items()},
-    }
-    if embedded:
-        return required
-    return {
-        **required,
-        "git_url": f"git://github.com/{full}.git",
-        "ssh_url": f"git@github.com:{full}.git",
-        "clone_url": f"https://github.com/{full}.git",
-        "svn_url": f"https://github.com/{full}",
-        "mirror_url": None,
-        "homepage": None,
-        "language": None,
-        "forks_count": 0,
-        "stargazers_count": 0,
-        "watchers_count": 0,
-        "size": 0,
-        "default_branch": "main",
-        "open_issues_count": 0,
-        "is_template": False,
-        "topics": [],
-        "has_issues": True,
-        "has_projects": True,
-        "has_wiki": False,
-        "has_pages": False,
-        "has_downloads": True,
-        "has_discussions": False,
-        "archived": False,
-        "disabled": False,
-        "visibility": "private" if repo.private else "public",
-        "pushed_at": created,
-        "created_at": created,
-        "updated_at": created,
-        "permissions": {
-            "admin": True,
-            "maintain": True,
-            "push": True,
-            "triage": True,
-            "pull": True,
-        },
-        "allow_forking": False,
-        "web_commit_signoff_required": False,
-        "forks": 0,
-        "open_issues": 0,
-        "watchers": 0,
-    }
 
 
 def run_json(  # noqa: PLR0917

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
 from autoscaler.fakes.github_jit import JitRegistry
-from autoscaler.fakes.github_shapes import (
+from autoscaler.fakes.github_records import (
     FakeJob,
     FakeRepo,
     FakeRequest,

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from autoscaler.fakes.github_shapes import job_json, repo_json, user_json
+from autoscaler.fakes.github_repo_shapes import repo_json, user_json
+from autoscaler.fakes.github_shapes import job_json
 from autoscaler.observe.github.webhooks import sign
 
 if TYPE_CHECKING:

@@ -32,6 +32,8 @@ PURE = [
     "autoscaler.observe.github.webhook_completions",
     "autoscaler.observe.github.reconcile_plan",
     "autoscaler.observe.github.delivery_log",
+    "autoscaler.observe.github.answers",
+    "autoscaler.observe.github.wire",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",
@@ -76,7 +78,7 @@ PURE = [
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
-LAYERED = ["observe", "scale", "alerting", "config", "state", "retry"]
+LAYERED = ["observe", "scale", "alerting", "config", "state", "retry", "metric_groups"]
 SHARED = [
     "domain.py",
     "errors.py",

@@ -15,6 +15,11 @@
   never a credential.
 - Every answer's ``Date`` header gives GitHub's clock against ours (the injected wall
   clock): :attr:`GitHubHttp.clock_skew` and ``ci_autoscaler_clock_skew_seconds{peer="github"}``.
+
+This module is the retry loop and the page cache; its parts live beside it: ``wire``
+(request headers, the bounded body read), ``answers`` (what an answer means: the error
+types, ``Retry-After``, ``Date``, GitHub's message), ``meter`` (metrics, rate-limit headers,
+clock skew of every answer) and ``transports`` (one keep-alive connection per thread).
 """
 
 from __future__ import annotations
@@ -24,37 +29,39 @@ import logging
 import random
 import threading
 import time
-import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from autoscaler import __version__
 from autoscaler.config.secrets import SecretUrl
-from autoscaler.errors import (
-    AuthenticationError,
-    ConflictError,
-    NotFoundError,
-    PermanentError,
-    RateLimitedError,
-    RejectedError,
-    TransientError,
+from autoscaler.errors import AuthenticationError, RateLimitedError, TransientError
+from autoscaler.observe.github.answers import (
+    Answer,
+    error_message,
+    path_of,
+    refusal,
+    retry_after_seconds,
 )
 from autoscaler.observe.github.auth import Auth
 from autoscaler.observe.github.cache import EtagCache
+from autoscaler.observe.github.meter import AnswerMeter
 from autoscaler.observe.github.parse import BadPage
 from autoscaler.observe.github.ratelimit import RateGate, classify
 from autoscaler.observe.github.records import PageRecord
+from autoscaler.observe.github.transports import ThreadTransports
+from autoscaler.observe.github.wire import (
+    MAX_PAGE_BYTES,
+    REQUEST_HEADERS,
+    read_body,
+    response_headers,
+)
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github")
 
-#: A page larger than this is refused unparsed (100 jobs with their steps are ~100 KB).
-MAX_PAGE_BYTES = 8 * 1024 * 1024
 #: Time a call outside a poll (a runner DELETE, a token exchange) may wait on a rate limit.
 CALL_WAIT = 10.0
 
@@ -71,15 +78,6 @@ class PageResult:
     def counted(self) -> bool:
         """True when this page cost a request of the primary rate limit (not a 304)."""
         return self.status != 304
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    status: int
-    headers: Mapping[str, str]
-    """Lower-case names; a repeated header's values joined with ``", "`` (as httpx does)."""
-    content: bytes
-    reason: str
 
 
 def next_link(header: str | None) -> str | None:
@@ -107,7 +105,6 @@ class GitHubHttp:
         proxy: SecretUrl | None = None,
     ) -> None:
         self.base = api_url.rstrip("/")
-        self._proxy = None if proxy is None else httpx.Proxy(proxy.reveal())
         self._origin = urlsplit(self.base)[:2]
         self.metrics = metrics
         self.sleep = sleep
@@ -117,20 +114,13 @@ class GitHubHttp:
         self.gate = RateGate(metrics, wall_clock, sleep)
         self.cache = cache if cache is not None else EtagCache()
         self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not crypto
-        self._transport = transport
-        self._local = threading.local()
-        #: One TLS context for every thread's transport (loading the CA bundle costs ~0.1 s
-        #: of CPU each time).
-        self._ssl = httpx.create_ssl_context()
-        self._transports: list[httpx.BaseTransport] = []
-        self._clients_lock = threading.Lock()
+        self._transports = ThreadTransports(
+            transport, None if proxy is None else httpx.Proxy(proxy.reveal())
+        )
+        self._counted_lock = threading.Lock()
         self._timeout = httpx.Timeout(timeout).as_dict()
-        #: Metric children by label values: ``labels()`` takes a lock and builds a key
-        #: on every call; a request needs four of them.
-        self._children: dict[tuple[str, ...], Any] = {}
-        #: The last ``Date`` header and its time: it changes once a second, not per answer.
-        self._date: tuple[str, float | None] = ("", None)
-        self._transport_here()  # httpx's transport imports httpcore: before the first poll
+        self._meter = AnswerMeter(metrics, self.gate, wall_clock)
+        self._transports.here()  # httpx's transport imports httpcore: before the first poll
         #: Requests answered so far that count against the primary rate limit (not a 304,
         #: not ``GET /rate_limit``): what the poll's budget spends.
         self.counted = 0
@@ -138,32 +128,8 @@ class GitHubHttp:
         #: header (None until one arrives; the source resets it each poll).
         self.clock_skew: float | None = None
 
-    def _transport_here(self) -> httpx.BaseTransport:
-        """This thread's transport: one keep-alive connection per worker thread.
-
-        One shared pool of ``max_concurrency`` connections serialises every request on
-        httpcore's pool lock and rescans the pool at each: that cost grows with the
-        requests in flight. A connection per thread needs no coordination at all. An
-        injected transport (tests: ``httpx.MockTransport``) is shared by every thread.
-        """
-        transport: httpx.BaseTransport | None = getattr(self._local, "transport", None)
-        if transport is None:
-            transport = self._transport or httpx.HTTPTransport(
-                verify=self._ssl,
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-                proxy=self._proxy,
-            )
-            self._local.transport = transport
-            if self._transport is None:
-                with self._clients_lock:
-                    self._transports.append(transport)
-        return transport
-
     def close(self) -> None:
-        with self._clients_lock:
-            transports, self._transports = self._transports, []
-        for transport in transports:
-            transport.close()
+        self._transports.close()
 
     def url(self, path_or_url: str) -> str:
         return path_or_url if "://" in path_or_url else self.base + path_or_url
@@ -192,13 +158,13 @@ class GitHubHttp:
         except (ValueError, RecursionError) as exc:
             self.cache.discard(url)
             raise BadPage(
-                f"GET {_path(url)}: the body is not JSON ({type(exc).__name__})"
+                f"GET {path_of(url)}: the body is not JSON ({type(exc).__name__})"
             ) from None
         try:
             record = compact(body)
         except BadPage as exc:
             self.cache.discard(url)
-            raise BadPage(f"GET {_path(url)}: {exc}") from None
+            raise BadPage(f"GET {path_of(url)}: {exc}") from None
         link = answer.headers.get("link")
         etag = answer.headers.get("etag")
         if etag:
@@ -237,7 +203,7 @@ class GitHubHttp:
         JSON request body (sent with ``Content-Type: application/json``).
         """
         url = self.url(url)
-        where = f"{method} {_path(url)}"
+        where = f"{method} {path_of(url)}"
         deadline = time.monotonic() + CALL_WAIT if deadline is None else deadline
         attempt, rate_waits, refreshed = 0, 0, False
         while True:
@@ -255,10 +221,10 @@ class GitHubHttp:
             try:
                 answer = self._request(method, url, request_headers, body)
             except BadPage:
-                self._child("requests", endpoint, "too_large").inc()
+                self._meter.child("requests", endpoint, "too_large").inc()
                 raise
             except httpx.HTTPError as exc:
-                self._child("requests", endpoint, "error").inc()
+                self._meter.child("requests", endpoint, "error").inc()
                 if attempt < self.max_attempts:
                     self._backoff(attempt, None)
                     continue
@@ -267,19 +233,21 @@ class GitHubHttp:
                     code="error",
                 ) from None
             finally:
-                self._child("duration", endpoint).observe(time.perf_counter() - started)
+                self._meter.child("duration", endpoint).observe(time.perf_counter() - started)
             status = answer.status
-            self._child("requests", endpoint, str(status)).inc()
+            self._meter.child("requests", endpoint, str(status)).inc()
             if status != 304 and not exempt:
-                with self._clients_lock:
+                with self._counted_lock:
                     self.counted += 1
-            self._track_rate_limit(answer.headers)
-            self._track_clock(answer.headers)
+            self._meter.rate_limit(answer.headers)
+            skew = self._meter.clock(answer.headers)
+            if skew is not None:
+                self.clock_skew = skew  # a float store is atomic; the last answer wins
             if status < 300 or status == 304:
                 self.gate.succeeded()
                 return answer
             code = str(status)
-            message = _message(answer)
+            message = error_message(answer)
             if status == 401:
                 sent = request_headers.get("Authorization", "")
                 if (
@@ -305,29 +273,14 @@ class GitHubHttp:
                 )
             if status >= 500:
                 if attempt < self.max_attempts:
-                    self._backoff(attempt, _retry_after(answer))
+                    self._backoff(attempt, retry_after_seconds(answer))
                     continue
                 raise TransientError(
                     f"GitHub {where}: {status} after {attempt} attempts",
                     code=code,
-                    retry_after=_retry_after(answer),
+                    retry_after=retry_after_seconds(answer),
                 )
-            if status == 403:
-                raise AuthenticationError(
-                    f"GitHub {where}: 403 Forbidden, the credentials lack a permission ({message})",
-                    code=code,
-                )
-            if status == 404:
-                raise NotFoundError(
-                    f"GitHub {where}: 404 Not Found (wrong github.owner/repos, or the "
-                    "credentials cannot see it)",
-                    code=code,
-                )
-            if status == 422:
-                raise RejectedError(f"GitHub {where}: 422 {message}", code=code)
-            if status == 409:
-                raise ConflictError(f"GitHub {where}: 409 {message}", code=code)
-            raise PermanentError(f"GitHub {where}: {status} {message}", code=code)
+            raise refusal(answer, where, message)
 
     def _request(
         self, method: str, url: str, headers: dict[str, str], body: bytes | None = None
@@ -343,138 +296,25 @@ class GitHubHttp:
         request = httpx.Request(
             method,
             url,
-            headers={**_HEADERS, **headers},
+            headers={**REQUEST_HEADERS, **headers},
             content=body,
             extensions={"timeout": self._timeout},
         )
-        response = self._transport_here().handle_request(request)
+        response = self._transports.here().handle_request(request)
         try:
-            found = _headers(response.headers.raw)
+            found = response_headers(response.headers.raw)
             declared = found.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
-                raise BadPage(f"{method} {_path(url)}: {declared} bytes is over the page limit")
-            content = _read(response.stream, found.get("content-encoding"))
+                raise BadPage(f"{method} {path_of(url)}: {declared} bytes is over the page limit")
+            content = read_body(response.stream, found.get("content-encoding"))
             if content is None:
-                raise BadPage(f"{method} {_path(url)}: the body is over the page limit")
+                raise BadPage(f"{method} {path_of(url)}: the body is over the page limit")
         finally:
             response.close()
         return Answer(response.status_code, found, content, response.reason_phrase)
-
-    def _child(self, metric: str, *labels: str) -> Any:
-        """The metric child for these labels, looked up once (bounded: endpoints x statuses)."""
-        key = (metric, *labels)
-        child = self._children.get(key)
-        if child is None:
-            family = {
-                "requests": self.metrics.github_requests,
-                "duration": self.metrics.github_request_duration,
-                "remaining": self.metrics.github_rate_limit_remaining,
-                "limit": self.metrics.github_rate_limit_limit,
-                "reset": self.metrics.github_rate_limit_reset,
-            }[metric]
-            child = self._children[key] = family.labels(*labels)
-        return child
 
     def _backoff(self, attempt: int, retry_after: float | None) -> None:
         if retry_after is not None and retry_after <= 60.0:
             self.sleep(retry_after)
             return
         self.sleep(self._rng.uniform(0.0, min(8.0, 0.5 * 2 ** (attempt - 1))))
-
-    def _track_clock(self, headers: Mapping[str, str]) -> None:
-        """GitHub's clock from the answer's ``Date`` (one-second resolution, and a little
-        behind by the answer's travel time: fine against a threshold of a minute)."""
-        text = headers.get("date", "")
-        last, peer = self._date
-        if text != last:
-            peer = _date(text)
-            self._date = (text, peer)  # a tuple store is atomic: a race re-parses, no more
-        if peer is None:
-            return
-        skew = peer - self.wall_clock()
-        self.clock_skew = skew  # a float store is atomic; the last answer wins
-        self.metrics.clock_skew.labels("github").set(skew)
-
-    def _track_rate_limit(self, headers: Mapping[str, str]) -> None:
-        self.gate.observe(headers)
-        resource = headers.get("x-ratelimit-resource", "core")
-        for name in ("remaining", "limit", "reset"):
-            value = _float(headers.get(f"x-ratelimit-{name}"))
-            if value is not None:
-                self._child(name, resource).set(value)
-
-
-#: Sent with every request. ``gzip`` only: :func:`_read` inflates it within the page limit.
-_HEADERS = {
-    "Accept": "application/vnd.github+json",
-    "Accept-Encoding": "gzip",
-    "X-GitHub-Api-Version": "2022-11-28",
-    "User-Agent": f"ci-autoscaler/{__version__}",
-}
-
-
-def _headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
-    """Response headers as a plain dict, read once (``httpx.Headers`` rescans every
-    header on each lookup, and an answer is looked up a dozen times)."""
-    found: dict[str, str] = {}
-    for key, value in raw:
-        name, text = key.decode("latin-1").lower(), value.decode("latin-1")
-        found[name] = f"{found[name]}, {text}" if name in found else text
-    return found
-
-
-def _read(stream: Any, encoding: str | None) -> bytes | None:
-    """The whole body, inflated when gzipped; None once it passes MAX_PAGE_BYTES (read
-    or inflated: a small gzip bomb is refused as early as a large page)."""
-    chunks: list[bytes] = []
-    size = 0
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if encoding == "gzip" else None
-    for received in stream:
-        chunk = received
-        if inflate is not None:
-            chunk = inflate.decompress(received, MAX_PAGE_BYTES + 1 - size)
-            if inflate.unconsumed_tail:
-                return None
-        size += len(chunk)
-        if size > MAX_PAGE_BYTES:
-            return None
-        chunks.append(chunk)
-    if inflate is not None:
-        chunks.append(inflate.flush())
-        if size + len(chunks[-1]) > MAX_PAGE_BYTES:
-            return None
-    return b"".join(chunks)
-
-
-def _date(text: str) -> float | None:
-    try:
-        peer = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    return None if peer.tzinfo is None else peer.timestamp()
-
-
-def _path(url: str) -> str:
-    return urlsplit(url).path
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _retry_after(answer: Answer) -> float | None:
-    value = _float(answer.headers.get("retry-after"))
-    return None if value is None else max(0.0, value)
-
-
-def _message(answer: Answer) -> str:
-    """GitHub's ``message`` of an error body; never fails (HTML pages, deep JSON)."""
-    try:
-        body = json.loads(answer.content)
-        message = body.get("message", "") if isinstance(body, dict) else ""
-    except (ValueError, RecursionError):
-        message = ""
-    return str(message)[:200] or answer.reason
