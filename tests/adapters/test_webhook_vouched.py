@@ -15,6 +15,7 @@ clean (nothing attempted failed).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -212,3 +213,30 @@ def test_a_job_hidden_behind_ended_jobs_is_found_at_once_by_a_runs_listing(
     world.minutes(20)  # the hourly runs listing
     assert world.seen[f2] is JobStatus.QUEUED
     assert world.job_listings(run_id) == 1
+
+
+def test_the_choice_waits_for_a_repository_list_that_comes_in_last(world: World) -> None:
+    """Regression: a vouched reconcile chooses the runs to list once the runner list and
+    the repository list are in. When the repository list (due again at most reconciles)
+    came in after the runner list, nothing asked again, and no run was ever listed: g2,
+    whose delivery never came, stayed unseen past its run's hour. The repository list is
+    held back here so it always comes in last."""
+
+    def repos_last(method: str, path: str, status: int) -> bool:
+        if path.startswith("/orgs/demo-org/repos"):
+            time.sleep(0.3)  # the runner list's answer is handled first
+        return False  # the reply is sent
+
+    world.fake.before_reply = repos_last
+    world.minutes(5)
+    g1 = world.fake.queue_job("app", CPU, name="g1")
+    run_id = world.fake.job(g1).run_id
+    g2 = world.fake.queue_job("app", CPU, name="g2", run_id=run_id)
+    world.deliver(g1, "queued")
+    world.minutes(60)
+    assert world.seen[g2] is JobStatus.QUEUED
+    with world.fake.lock:
+        repo_lists = sum(
+            1 for r in world.fake.requests if r.path.startswith("/orgs/demo-org/repos")
+        )
+    assert repo_lists > 2  # it was due at vouched reconciles, not only at the first
