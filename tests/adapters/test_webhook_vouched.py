@@ -22,17 +22,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_webhooks import workflow_job_payload
 from autoscaler.observe.github.delivery_watch import DeliveryWatch
-from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.telemetry import Metrics
-from tests.adapters.webhook_support import corrections, fresh_metrics, headers, hook_config
+from tests.adapters.webhook_support import (
+    corrections,
+    fresh_metrics,
+    github_poll,
+    headers,
+    hook_config,
+)
 from tests.unit.test_delivery_watch import Log
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -53,14 +56,7 @@ class World:
     seen: dict[int, JobStatus] = field(default_factory=dict)
 
     def start(self) -> None:
-        config = GitHubConfig(owner="demo-org", api_url=self.fake.url, token=Secret("fake-token"))
-        poll = GitHubSource(
-            config,
-            self.metrics,
-            sleep=lambda _s: None,
-            wall_clock=lambda: self.now.timestamp(),  # noqa: PLW0108 - read at each call
-            poll_interval=60.0,
-        )
+        poll = github_poll(self.fake, self.metrics, lambda: self.now)
         hook = hook_config(reconcile_interval=FIVE.total_seconds(), hook_id=1)
         watch = DeliveryWatch(self.log, self.metrics, first_window=FIVE.total_seconds())
         self.receiver = WebhookReceiver(hook, self.metrics, clock=lambda: self.now)
