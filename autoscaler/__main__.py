@@ -1,5 +1,5 @@
 """``python -m autoscaler`` is the ``ci-autoscaler`` command."""
 
-from autoscaler.app.cli import main
+from autoscaler.app.entry import main
 
 raise SystemExit(main())

@@ -18,15 +18,16 @@ Three measurements, each printed with what it was measured against:
    the uncompressed 5 minutes that share is under 1%). Run twice: without and with
    ``webhook.hook_id`` (the delivery log read and failed deliveries redelivered at each
    reconcile; a window with a failure is still the lean reconcile).
-3. **Rate limit** (a virtual hour): the busy 200-repository org of ``github_budget``
+3. **Rate limit** (two virtual hours): the busy 200-repository org of ``github_budget``
    (1,000 queued jobs, 30 runner types, 300 runners; jobs start, complete and queue every
    minute) ticked every 60 s, three times: polling alone, with webhooks (the fake
    delivering every event to the listener, the lean reconcile every 5 minutes), and with
    webhooks and the delivery log (``hook_id``: a reconcile whose log shows no delivery
-   lost lists the runner list only; the hourly sweep). Counted: requests
-   the fake charged to its primary limit (not 304s, not ``/rate_limit``), the cold first
-   tick excluded; no rate limit, so polling alone shows what it needs. Aim: webhooks
-   need at most a fifth.
+   lost lists the runner list and the runs whose bound is up; the runs listings once an
+   hour). Counted: requests the fake charged to its primary limit (not 304s, not
+   ``/rate_limit``), per hour after the cold first tick; no rate limit, so polling alone
+   shows what it needs. Aim, on the second hour (the steady state): webhooks need at
+   most a fifth.
 """
 
 from __future__ import annotations
@@ -290,6 +291,10 @@ def _counted(github: FakeGitHub) -> dict[str, int]:
 
 
 def requests_per_hour(webhooks: bool, hook_id: int | None = None) -> dict[str, Any]:
+    """Two virtual hours from a cold start; counted per hour. The second is the steady
+    state the aim is judged on: in the first, runs created after the cold start are not
+    yet due for a vouched reconcile's per-run bound (their listing falls in the next
+    hour), which would flatter it."""
     clock = {"now": T0}
     github = FakeGitHub(owner="bench-org", clock=lambda: clock["now"])
     github.RATE_LIMIT = 1_000_000_000
@@ -338,26 +343,31 @@ def requests_per_hour(webhooks: bool, hook_id: int | None = None) -> dict[str, A
     controller = Controller(config, source, metrics)
     try:
         controller.tick(clock["now"])  # the cold start, not counted
-        before = _counted(github)
-        reconciles = _reconciles(metrics)
-        for _ in range(60):
-            org.churn(60.0)
-            clock["now"] = org.now
-            if sender is not None:
-                sender.wait_idle(30)
-            controller.tick(clock["now"])
-        after = _counted(github)
-        kinds = {k: after[k] - before[k] for k in after}
+        hours: list[dict[str, int]] = []
+        for _hour in range(2):
+            before = _counted(github)
+            reconciles = _reconciles(metrics)
+            reasons = _reasons(metrics)
+            for _ in range(60):
+                org.churn(60.0)
+                clock["now"] = org.now
+                if sender is not None:
+                    sender.wait_idle(30)
+                controller.tick(clock["now"])
+            after = _counted(github)
+            hours.append({k: after[k] - before[k] for k in after})
+        kinds = hours[-1]
         snapshot = controller.last_snapshot
         queued = sum(s.queue_size for s in snapshot.per_type.values()) if snapshot else 0
         truth = sum(1 for j in github.queued_jobs())
         return {
             "counted": sum(kinds.values()),
+            "first_hour": sum(hours[0].values()),
             "kinds": kinds,
             "polls": 60 if not webhooks else _reconciles(metrics) - reconciles,
             "queued_seen": queued,
             "queued_truth": truth,
-            "reasons": _reasons(metrics),
+            "reasons": {k: n - reasons.get(k, 0) for k, n in _reasons(metrics).items()},
             "log_reads": _labelled(metrics, "ci_autoscaler_webhook_delivery_log_reads_total"),
             "corrections": _labelled(metrics, "ci_autoscaler_webhook_reconcile_corrections_total"),
         }
@@ -472,10 +482,12 @@ def run() -> bool:
     ratio = alone["counted"] / max(1, hooked["counted"])
     lean_ratio = alone["counted"] / max(1, lean["counted"])
     print(
-        f"  primary-limit requests per hour, org {SIZE.label}, poll 60 s, one run: polling "
-        f"alone {alone['counted']:,}; webhooks + the lean reconcile 5m {lean['counted']:,} "
-        f"({lean_ratio:.1f}x fewer); webhooks + reconcile 5m + the delivery log (hook_id) "
-        f"{hooked['counted']:,} ({ratio:.1f}x fewer); queued jobs seen at the end "
+        f"  primary-limit requests in the second hour (steady state; the first, from a cold "
+        f"start, in brackets), org {SIZE.label}, poll 60 s, one run: polling alone "
+        f"{alone['counted']:,} [{alone['first_hour']:,}]; webhooks + the lean reconcile 5m "
+        f"{lean['counted']:,} [{lean['first_hour']:,}] ({lean_ratio:.1f}x fewer); webhooks "
+        f"+ reconcile 5m + the delivery log (hook_id) {hooked['counted']:,} "
+        f"[{hooked['first_hour']:,}] ({ratio:.1f}x fewer); queued jobs seen at the end "
         f"{alone['queued_seen']}/{lean['queued_seen']}/{hooked['queued_seen']} "
         f"(GitHub: {hooked['queued_truth']})",
         flush=True,
@@ -483,7 +495,7 @@ def run() -> bool:
     print(f"    polling alone: {_per_poll(alone)}", flush=True)
     for name, result in (("lean", lean), ("delivery log", hooked)):
         kinds = ", ".join(f"{k} {v:,}" for k, v in result["kinds"].items() if v)
-        print(f"    {name}: {result['polls']} reconciles; in the hour {kinds}", flush=True)
+        print(f"    {name}: {result['polls']} reconciles; in the second hour {kinds}", flush=True)
         reasons = ", ".join(f"{k} {v}" for k, v in result["reasons"].items())
         print(f"    {name}: known runs at the reconciles, by reason: {reasons}", flush=True)
         print(

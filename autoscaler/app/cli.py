@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from autoscaler import __version__
+from autoscaler.app.entry import interrupted
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
 from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
@@ -489,13 +490,15 @@ def _everywhere(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The command (the console script reaches it through :mod:`autoscaler.app.entry`,
+    which also covers a Ctrl-C while this module is still being imported)."""
     try:
+        args = build_parser().parse_args(argv)
         code = args.func(args)
     except KeyboardInterrupt:
-        # Ctrl-C before `run`'s own handler is installed (loading the config, opening the
-        # state, the first tick of `once`/`explain`): a stop the user asked for, not a bug.
-        print("interrupted", file=sys.stderr)
-        return 130
+        # Ctrl-C before `run`'s own handler is installed (parsing the arguments, loading
+        # the config, opening the state, the first tick of `once`/`explain`): a stop the
+        # user asked for, not a bug.
+        return interrupted()
     assert isinstance(code, int)
     return code

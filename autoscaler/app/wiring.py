@@ -23,7 +23,7 @@ from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
 from autoscaler.retry.ledger import JobRetryStore
 from autoscaler.retry.model import InstanceEvents, RunProgress
-from autoscaler.retry.stage import CompletedJobSource, JobRerunner, RetryStage
+from autoscaler.retry.stage import CompletedJobSource, InstanceFates, JobRerunner, RetryStage
 from autoscaler.scale.jit import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
@@ -167,7 +167,14 @@ def build_runtime(
         # is never seen running by the poll.
         completed = WebhookCompletedJobs(hooks.source.index, polled)
     retries = _retry_stage(
-        config, completed, polled, metrics, store, events=events, fence=backend.fence
+        config,
+        completed,
+        polled,
+        metrics,
+        store,
+        events=events,
+        fence=backend.fence,
+        fates=pool if isinstance(pool, InstanceFates) else None,
     )
     observed: list[Controller] = []
     interruptions = None
@@ -240,9 +247,11 @@ def _retry_stage(
     *,
     events: InstanceEvents,
     fence: Fence | None,
+    fates: InstanceFates | None = None,
 ) -> RetryStage | None:
     """The job-retry stage, when enabled, ``completed`` gives completed jobs and the
-    source can re-run them."""
+    source can re-run them. ``fates``: the cloud pool, asked how a failed job's instance
+    ended when no event says (a read: no fence)."""
     if not config.job_retry.enabled:
         return None
     if not isinstance(completed, CompletedJobSource) or not isinstance(source, JobRerunner):
@@ -255,7 +264,9 @@ def _retry_stage(
             "memory only (a restart may re-run a job once more)"
         )
     rerunner: JobRerunner = source if fence is None else FencedRerunner(source, fence)
-    return RetryStage(config, completed, rerunner, metrics, store=ledger, events=events)
+    return RetryStage(
+        config, completed, rerunner, metrics, store=ledger, events=events, fates=fates
+    )
 
 
 def _interruption_handler(

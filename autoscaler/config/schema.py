@@ -234,7 +234,8 @@ class WebhookConfig:
     each reconcile the controller reads the hook's delivery log, redelivers the
     ``workflow_job`` deliveries GitHub failed to make (GitHub never does on its own) and,
     when the log shows none lost since the last reconcile, skips the runs and jobs
-    listings it makes only in case one was (an hourly sweep still lists them). Needs
+    listings it makes only in case one was: a run's jobs are listed when its hour is up
+    (the bound on a delivery GitHub never attempted), the runs listings once an hour. Needs
     the token's ``admin:org_hook`` scope (an App: the *Webhooks* organization permission,
     read and write). ``None``: no log read, the lean reconcile alone."""
 

@@ -87,6 +87,13 @@ class ScalingMetrics:
             ["runner_type", "pool"],
             registry=r,
         )
+        self.runner_deletions_already_gone = Counter(
+            P + "runner_deletions_already_gone_total",
+            "Runner deletions GitHub answered 404 Not Found: the runner was already gone"
+            " (not an error; nothing was left to remove).",
+            ["runner_type", "pool"],
+            registry=r,
+        )
         self.pending_terminations = Gauge(
             P + "pending_terminations",
             "Instances of deregistered runners still waiting for their termination.",

@@ -93,6 +93,25 @@ class InstanceEvent:
     """For people (the EventBridge ``detail-type``, the ASG's cause); never parsed."""
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceEnd:
+    """EC2's word on an instance that has ended (shutting down, terminated, stopping or
+    stopped), translated from ``DescribeInstances`` by the cloud adapter
+    (:meth:`autoscaler.scale.aws.asg.AwsAsgPool.instance_ends`).
+
+    It is what is left to read when the interruption warning and the state-change event
+    never reached us: EC2 keeps a terminated instance, with its ``StateReason``, in
+    ``DescribeInstances`` for about an hour."""
+
+    instance_id: str
+    spot: bool
+    """EC2 ended it to take its Spot capacity back (``StateReason.Code``
+    ``Server.SpotInstanceTermination``, or ``Server.SpotInstanceShutdown`` for a Spot
+    instance that stops instead); False for every other reason, or none given."""
+    code: str = ""
+    """EC2's ``StateReason.Code``, for people (logs, evidence); the adapter alone reads it."""
+
+
 class InstanceEvents:
     """What happened to which instance, for the classifier: filled by the interruption
     reader and by the scaler's terminations, read by the retry stage (thread-safe).

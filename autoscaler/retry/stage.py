@@ -8,7 +8,12 @@ Each tick (when ``job_retry.enabled``):
 2. judge each with :func:`~autoscaler.retry.classify.classify` against what happened to
    the instances (:class:`~autoscaler.retry.model.InstanceEvents`). A failure with no
    evidence yet waits :data:`SETTLE` after its completion first: a Spot warning's event
-   may reach the queue a little after GitHub reports the job failed;
+   may reach the queue a little after GitHub reports the job failed. One still without
+   evidence then is checked with EC2 itself (:class:`InstanceFates`, one call a tick for
+   all of them): an instance EC2 says Spot ended counts as a Spot loss even when the
+   interruption warning and the state-change event were both missed (no queue, a lost
+   message). Only within ``EVENT_GRACE`` of the job's completion: an instance found
+   ended later may have ended after the job;
 3. :func:`~autoscaler.retry.decide.decide` over the ledger, re-read from the store first
    whenever something may be re-run (a new leader, or a restarted one, sees what the
    last one did: idempotent across ticks, restarts and a leader change);
@@ -27,7 +32,7 @@ and changes nothing (no call, no ledger write).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -41,7 +46,8 @@ from autoscaler.errors import (
     StateError,
 )
 from autoscaler.observe.queue import match_job
-from autoscaler.retry.classify import NOT_FAILED, Verdict, classify, settled
+from autoscaler.ports import instance_id_of
+from autoscaler.retry.classify import EVENT_GRACE, NOT_FAILED, Verdict, classify, settled
 from autoscaler.retry.decide import (
     ALREADY,
     DEFERRED,
@@ -58,7 +64,14 @@ from autoscaler.retry.decide import (
     record_rerun,
 )
 from autoscaler.retry.ledger import JobRetryStore, Ledger, decode, diff, encode
-from autoscaler.retry.model import CompletedJob, InstanceEvents, RunProgress
+from autoscaler.retry.model import (
+    SPOT_TERMINATED,
+    CompletedJob,
+    InstanceEnd,
+    InstanceEvent,
+    InstanceEvents,
+    RunProgress,
+)
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -100,6 +113,16 @@ class JobRerunner(Protocol):
         ...
 
 
+@runtime_checkable
+class InstanceFates(Protocol):
+    """How instances ended, in EC2's words (:class:`autoscaler.scale.aws.asg.AwsAsgPool`)."""
+
+    def instance_ends(self, instance_ids: Sequence[str]) -> Mapping[str, InstanceEnd]:
+        """The listed instances that have ended (a running or unknown one is absent).
+        Raises our errors."""
+        ...
+
+
 class RetryStage:
     def __init__(
         self,
@@ -110,6 +133,7 @@ class RetryStage:
         *,
         store: JobRetryStore | None = None,
         events: InstanceEvents | None = None,
+        fates: InstanceFates | None = None,
         max_pending: int = MAX_PENDING,
     ) -> None:
         self.config = config
@@ -120,6 +144,7 @@ class RetryStage:
         self.metrics = metrics
         self.store = store
         self.events = events if events is not None else InstanceEvents()
+        self.fates = fates
         self.types = tuple(rt.runner_type for rt in config.runner_types)
         self.pending: dict[str, CompletedJob] = {}
         self.ledger = Ledger()
@@ -185,6 +210,7 @@ class RetryStage:
         events = self.events.snapshot()
         judged: list[tuple[CompletedJob, Verdict]] = []
         waiting: dict[str, CompletedJob] = {}
+        unexplained: list[CompletedJob] = []
         for job in self.pending.values():
             verdict = classify(job, events, self.retry)
             if verdict.reason == NOT_FAILED:
@@ -192,8 +218,45 @@ class RetryStage:
             if not verdict.infrastructure and job.failed and not settled(job, now, SETTLE):
                 waiting[job.key] = job  # an interruption's event may still be on its way
                 continue
+            if not verdict.infrastructure and job.failed and self._may_ask_ec2(job, now):
+                unexplained.append(job)
+                continue
             judged.append((job, verdict))
+        if unexplained:
+            if self._ask_ec2(unexplained, now):
+                events = self.events.snapshot()
+                judged += [(job, classify(job, events, self.retry)) for job in unexplained]
+            else:  # asked again next tick (still within EVENT_GRACE, or judged without)
+                waiting.update((job.key, job) for job in unexplained)
         return judged, waiting
+
+    def _may_ask_ec2(self, job: CompletedJob, now: datetime) -> bool:
+        """EC2 can say how the job's instance ended, and an end seen now still falls
+        within the job's window (at most ``EVENT_GRACE`` after its completion)."""
+        return (
+            self.fates is not None
+            and instance_id_of(job.runner_name or "") is not None
+            and (job.completed_at is None or now <= job.completed_at + EVENT_GRACE)
+        )
+
+    def _ask_ec2(self, jobs: Sequence[CompletedJob], now: datetime) -> bool:
+        """Ask EC2 how the jobs' instances ended; a Spot end becomes a ``spot_terminated``
+        event dated ``now`` (it happened after the job started and no later than now).
+        False when EC2 could not be asked (counted and logged)."""
+        assert self.fates is not None
+        ids = sorted({iid for job in jobs if (iid := instance_id_of(job.runner_name or ""))})
+        try:
+            ends = self.fates.instance_ends(ids)
+        except AutoscalerError as exc:
+            self.metrics.stage_failed("job_retry_instances")
+            log.warning("job retry: instances not described (%s): %s", exc.kind, exc)
+            return False
+        for end in ends.values():
+            if end.spot:
+                detail = f"ended by EC2 for Spot (StateReason {end.code}); no event received"
+                self.events.add(InstanceEvent(end.instance_id, SPOT_TERMINATED, now, detail))
+                log.info("job retry: instance %s %s", end.instance_id, detail)
+        return True
 
     def _act(self, choice: Choice, now: datetime) -> str:
         job = choice.job

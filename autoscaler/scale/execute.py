@@ -115,7 +115,7 @@ class PlanExecution:
                 self.clock_skew.aws,
             )
         for st in plan.stale_runners:
-            outcome = self._deregister(st.runner_type, st.pool, st.runner_id, st.runner_name)
+            outcome = self._deregister(st.runner_type, st.pool, st.runner_id, st.runner_name, now)
             if outcome == REMOVED:
                 self.metrics.scale_actions.labels(st.runner_type, st.pool, "deregister_stale").inc()
                 self.outcome.done((st.runner_type, st.pool), 0, STALE)
@@ -123,7 +123,7 @@ class PlanExecution:
 
     def _scale_in(self, si: ScaleIn, now: datetime) -> None:
         key = (si.runner_type, si.pool)
-        outcome = self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name)
+        outcome = self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name, now)
         if outcome == GONE:
             self.outcome.note(
                 key, f"runner {si.runner_name} already gone: instance left to orphan sweep"
@@ -307,21 +307,29 @@ class PlanExecution:
             return False
         return True
 
-    def _deregister(self, runner_type: str, pool: str, runner_id: int, name: str) -> str:
+    def _deregister(
+        self, runner_type: str, pool: str, runner_id: int, name: str, now: datetime
+    ) -> str:
         """Deregister a runner: :data:`REMOVED`, :data:`BUSY` (GitHub's 422: it took a job;
-        leave it), :data:`GONE` (GitHub's 404: it no longer exists, nothing to remove) or
-        :data:`FAILED` (anything else; a permanent error is a problem)."""
+        leave it), :data:`GONE` (GitHub's 404: it no longer exists, nothing to remove; not
+        an error, counted in ``runner_deletions_already_gone_total``) or :data:`FAILED`
+        (anything else; a permanent error is a problem). A removed or gone runner is
+        remembered (:attr:`ScalingState.removed_runners`) so a tick planning with an older
+        runner list does not delete it again."""
         try:
             self.source.remove_runner(runner_id)
         except RejectedError:
             log.info("runner %s turned busy before removal; left alone", name)
             return BUSY
         except NotFoundError:
-            log.info("runner %s is already gone at GitHub", name)
+            self.metrics.runner_deletions_already_gone.labels(runner_type, pool).inc()
+            log.info("runner %s is already gone at GitHub (404): nothing to remove", name)
+            self.state = self.state.runners_removed((runner_id,), now)
             return GONE
         except AutoscalerError as exc:
             self._problem(exc, runner_type, pool, "remove_runner")
             return FAILED
+        self.state = self.state.runners_removed((runner_id,), now)
         return REMOVED
 
     def _problem(self, exc: AutoscalerError, runner_type: str, pool: str, operation: str) -> None:

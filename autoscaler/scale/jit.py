@@ -91,6 +91,9 @@ class EphemeralRunners(JitRegistration):
         self.last_plan = EphemeralPlan()
         #: (runner type, pool) -> instances terminated this tick (spent or never online).
         self.terminated: dict[tuple[str, str], int] = {}
+        #: Runner ids deleted at GitHub this tick (or found gone): the scaler remembers them,
+        #: so a tick planning with an older runner list does not delete them again.
+        self.removed_runners: list[int] = []
 
     # --- the tick
 
@@ -104,7 +107,7 @@ class EphemeralRunners(JitRegistration):
         exclude: Collection[str] = (),
     ) -> tuple[dict[str, PoolState], tuple[Runner, ...]]:
         """Do this tick's duties; return the pools and runners the policy plans with."""
-        self.problems, self.terminated = [], {}
+        self.problems, self.terminated, self.removed_runners = [], {}, []
         runners = observation.runners if observation is not None else ()
         if not self.ledger.load():
             return pools, runners
@@ -238,6 +241,9 @@ class EphemeralRunners(JitRegistration):
         try:
             self.source.remove_runner(runner_id)
         except NotFoundError:
+            self.metrics.runner_deletions_already_gone.labels(runner_type, pool).inc()
+            log.info("JIT runner %s (id %d) is already gone at GitHub (404)", name, runner_id)
+            self.removed_runners.append(runner_id)
             return "gone"
         except RejectedError:
             return "busy"
@@ -245,6 +251,7 @@ class EphemeralRunners(JitRegistration):
             self._problem(exc, runner_type, pool, "remove_runner")
             return "failed"
         log.info("deleted JIT runner %s (id %d)", name, runner_id)
+        self.removed_runners.append(runner_id)
         return "removed"
 
     def _delete_parameter(self, pool: str, instance_id: str) -> bool:

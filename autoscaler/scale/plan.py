@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -197,6 +197,12 @@ class ScalingState:
     arrivals: Mapping[str, tuple[tuple[datetime, int], ...]] = field(default_factory=dict)
     """Runner type -> (observation, jobs that arrived since the one before) within its
     ``min_idle.predict.window``; only types that predict."""
+    removed_runners: Mapping[int, datetime] = field(default_factory=dict)
+    """Runner id -> when this controller deleted it at GitHub (or GitHub answered 404:
+    already gone). A webhook tick plans with the last poll's runner list
+    (``Observation.runners_observed_at``), which still shows a runner deleted since,
+    offline: without this memory the cleanup deleted it again every tick until the next
+    reconcile, one 404 each. Forgotten once a list read after the deletion arrives."""
 
     def in_backoff(self, pool: str, now: datetime) -> bool:
         until = self.backoff_until.get(pool)
@@ -246,6 +252,13 @@ class ScalingState:
             self,
             pending_terminations={**self.pending_terminations, pending.instance_id: pending},
         )
+
+    def runners_removed(self, runner_ids: Iterable[int], at: datetime) -> ScalingState:
+        """Remember runners deleted at GitHub at ``at`` (see :attr:`removed_runners`)."""
+        added = dict.fromkeys(runner_ids, at)
+        if not added:
+            return self
+        return replace(self, removed_runners={**self.removed_runners, **added})
 
     def termination_done(self, instance_id: str) -> ScalingState:
         if instance_id not in self.pending_terminations:

@@ -71,7 +71,7 @@ from autoscaler.scale.plan import (
     slot_target,
 )
 
-__all__ = ["Decision", "Plan", "ScalingState", "decide", "pool_of_runner"]
+__all__ = ["Decision", "Plan", "ScalingState", "decide", "pool_of_runner", "without_removed"]
 
 _LIVE = (InstanceLifecycle.PENDING, InstanceLifecycle.IN_SERVICE)
 
@@ -322,6 +322,27 @@ def _cleanup(
     return used
 
 
+def without_removed(
+    state: ScalingState, runners: Sequence[Runner], seen_at: datetime
+) -> tuple[ScalingState, Sequence[Runner]]:
+    """The runner list without the runners this controller deleted after it was read, and
+    the state without the deletions a list read since has seen.
+
+    Between webhook reconciles a tick plans with the last poll's runner list: an offline
+    runner the cleanup deleted a tick ago is still in it, and was deleted again each tick
+    (a 404 each) until the next reconcile. A deletion at or after ``seen_at`` is newer
+    than the list, so the list's entry is out of date; one before it is old news (a list
+    read after the deletion no longer has the runner, and if it does, GitHub has it)."""
+    if not state.removed_runners:
+        return state, runners
+    newer = {rid: at for rid, at in state.removed_runners.items() if at >= seen_at}
+    if len(newer) != len(state.removed_runners):
+        state = replace(state, removed_runners=newer)
+    if newer:
+        runners = [r for r in runners if r.id not in newer]
+    return state, runners
+
+
 def _pending(
     pools: Mapping[str, PoolState], state: ScalingState, limit: int, out: _Builder
 ) -> tuple[ScalingState, list[PendingTermination]]:
@@ -352,6 +373,7 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     observation_fresh: bool,
     runners_complete: bool = True,
     clock_skew: ClockSkew | None = None,
+    runners_seen_at: datetime | None = None,
 ) -> Plan:
     """The plan for this tick. Pure: the same arguments give the same plan.
 
@@ -360,9 +382,15 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     ``clock_skew`` is how far GitHub's and the cloud's clocks are from ours (measured by the
     adapters from their answers): orphan ages are read on the cloud's clock, and no orphan
     is terminated while either skew exceeds :data:`SKEW_FRACTION` of ``boot_timeout``.
+    ``runners_seen_at`` is when ``runners`` was read (a webhook tick's list is the last
+    poll's; default: the snapshot's time): a runner this controller deleted since is
+    planned without (:func:`without_removed`).
     """
     skew = clock_skew or ClockSkew()
     scaling = config.scaling
+    state, runners = without_removed(
+        state, runners, snapshot.observed_at if runners_seen_at is None else runners_seen_at
+    )
     if observation_fresh:
         state = count_arrivals(config, snapshot, runners, state)
         idle_since = {

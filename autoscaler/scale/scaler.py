@@ -19,7 +19,9 @@ cloud call through one :class:`RetryPolicy`:
 - terminate orphan instances, each only after GitHub, asked once more by the runner's
   name, says no runner registered since the poll (the poll's list can be seconds old: a
   runner that registered in between may already run a job). Deregister runners whose
-  instance is gone.
+  instance is gone. A runner deleted (or found gone, GitHub's 404) is remembered until a
+  runner list read after the deletion arrives: a webhook tick plans with the last poll's
+  list, and deleted it again every tick until the next reconcile.
 
 Capacity back-off, the last scale-up, refused launches and pending terminations are kept
 in the state store (``memory``, :mod:`autoscaler.scale.memory`): read before a tick
@@ -182,6 +184,7 @@ class Scaler:
             observation_fresh=fresh,
             runners_complete=observation is None or observation.skipped_runners == 0,
             clock_skew=self._measure_skew(observation),
+            runners_seen_at=observation.runners_seen_at if observation is not None else None,
         )
         self.last_plan = plan
         for lr in plan.refused:  # a pool a person must fix is paged every tick until it works
@@ -206,6 +209,11 @@ class Scaler:
                         key, f"{n} ephemeral instance(s) done with their job terminated"
                     )
             self._execute(plan, now)
+            if self.ephemeral is not None:
+                # Remembered for the ticks after this one: this tick's plan keeps a runner
+                # the duties deleted but whose machine they could not terminate, on purpose
+                # (its instance must not look like an orphan; the duties terminate it).
+                self.state = self.state.runners_removed(self.ephemeral.removed_runners, now)
             decisions, state = self.outcome.decisions(plan), self.state
             self.failures = failures = {
                 p: f for p, f in self.failures.items() if p in self.state.backoff_seconds

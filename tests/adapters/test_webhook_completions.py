@@ -15,17 +15,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import LOST, annotation, fail_job
 from autoscaler.fakes.github_webhooks import workflow_job_payload
-from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhook_completions import WebhookCompletedJobs
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.telemetry import Metrics
-from tests.adapters.webhook_support import fresh_metrics, headers, hook_config
+from tests.adapters.webhook_support import fresh_metrics, github_poll, headers, hook_config
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 GPU = ["self-hosted", "linux.g5.4xlarge.nvidia.gpu"]
@@ -52,14 +49,7 @@ def world() -> Iterator[World]:
 
 
 def test_a_job_that_failed_between_two_reconciles_reaches_job_retry(world: World) -> None:
-    config = GitHubConfig(owner="demo-org", api_url=world.fake.url, token=Secret("fake-token"))
-    poll = GitHubSource(
-        config,
-        world.metrics,
-        sleep=lambda _s: None,
-        wall_clock=lambda: world.now.timestamp(),  # noqa: PLW0108 - read at each call
-        poll_interval=60.0,
-    )
+    poll = github_poll(world.fake, world.metrics, lambda: world.now)
     hook = hook_config(reconcile_interval=300.0)
     receiver = WebhookReceiver(hook, world.metrics, clock=lambda: world.now)
     source = WebhookSource(poll, receiver, hook, world.metrics, poll_interval=60.0)

@@ -18,8 +18,7 @@ import pytest
 
 from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.app.wiring import build_runtime
-from autoscaler.config import GitHubConfig, parse_config
-from autoscaler.config.reader import Secret
+from autoscaler.config import parse_config
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_webhooks import HOOK_ID, Faults, WebhookSender
 from autoscaler.observe.github.delivery_watch import DeliveryWatch
@@ -27,7 +26,7 @@ from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.telemetry import Metrics
-from tests.adapters.webhook_support import corrections, fresh_metrics, hook_config
+from tests.adapters.webhook_support import corrections, fresh_metrics, github_poll, hook_config
 from tests.unit.webhook_payloads import SECRET
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -57,14 +56,7 @@ class Org:
         self.server.start()
         url = f"http://127.0.0.1:{self.server.port}/github/webhook"
         self.sender = fake.send_webhooks(url, SECRET, faults=Faults(drop=drop, seed=3))
-        config = GitHubConfig(owner="demo-org", api_url=fake.url, token=Secret("fake-token"))
-        self.poll = GitHubSource(
-            config,
-            self.metrics,
-            sleep=lambda _s: None,
-            wall_clock=lambda: self.now.timestamp(),  # noqa: PLW0108 - read at each call
-            poll_interval=60.0,
-        )
+        self.poll = github_poll(fake, self.metrics, lambda: self.now)
         watch = DeliveryWatch(self.poll.delivery_log(hook_id), self.metrics, first_window=INTERVAL)
         self.source = WebhookSource(
             self.poll,

@@ -21,16 +21,19 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_webhooks import workflow_job_payload
-from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.telemetry import Metrics
-from tests.adapters.webhook_support import corrections, fresh_metrics, headers, hook_config
+from tests.adapters.webhook_support import (
+    corrections,
+    fresh_metrics,
+    github_poll,
+    headers,
+    hook_config,
+)
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 CPU = ["self-hosted", "linux.4xlarge"]
@@ -60,14 +63,7 @@ class Org:
         self.jobs["b1"] = fake.queue_job("app", CPU, name="b1", run_id=run_a)
         fake.assign_job(self.jobs["a1"], self.runners["r-1"])
         fake.assign_job(self.jobs["a2"], self.runners["r-2"])
-        config = GitHubConfig(owner="demo-org", api_url=fake.url, token=Secret("fake-token"))
-        poll = GitHubSource(
-            config,
-            self.metrics,
-            sleep=lambda _s: None,
-            wall_clock=lambda: self.now.timestamp(),  # noqa: PLW0108 - read at each call
-            poll_interval=60.0,
-        )
+        poll = github_poll(fake, self.metrics, lambda: self.now)
         hook = hook_config(reconcile_interval=300.0)
         self.receiver = WebhookReceiver(hook, self.metrics, clock=lambda: self.now)
         self.source = WebhookSource(poll, self.receiver, hook, self.metrics, poll_interval=60.0)

@@ -10,7 +10,7 @@ import pytest
 from autoscaler.domain import Observation
 from autoscaler.errors import TransientError
 from autoscaler.observe.github.delivery_watch import DeliveryWatch
-from autoscaler.observe.github.poll import Lean
+from autoscaler.observe.github.poll import Lean, ListedScope
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from tests.adapters.webhook_support import fresh_metrics, hook_config
@@ -35,6 +35,9 @@ class LeanPoll:
         if self.fail:
             raise TransientError("GitHub GET /repos/o/r/actions/runs: 502 after 3 attempts")
         return Observation(observed_at=now, jobs=(), runners=())
+
+    def scope(self) -> ListedScope:
+        return ListedScope(frozenset(), frozenset(), frozenset())
 
     def remove_runner(self, runner_id: int) -> None:
         """Not used here."""

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from autoscaler.config import Secret, WebhookConfig
+from autoscaler.config import GitHubConfig, Secret, WebhookConfig
 from autoscaler.domain import Job, Observation, Runner
+from autoscaler.fakes.github import FakeGitHub
+from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhooks import sign
 from autoscaler.telemetry import Metrics
 from tests.unit.webhook_payloads import SECRET
@@ -73,3 +75,16 @@ class ListedSource:
 
     def find_runner(self, name: str) -> Runner | None:
         return next((r for r in self.runners if r.name == name), None)
+
+
+def github_poll(fake: FakeGitHub, metrics: Metrics, now: Callable[[], datetime]) -> GitHubSource:
+    """The poll of the fake GitHub's ``demo-org`` on a test's moving clock (``now``), with
+    no real sleep: the source every webhook adapter test wraps."""
+    config = GitHubConfig(owner="demo-org", api_url=fake.url, token=Secret("fake-token"))
+    return GitHubSource(
+        config,
+        metrics,
+        sleep=lambda _s: None,
+        wall_clock=lambda: now().timestamp(),
+        poll_interval=60.0,
+    )

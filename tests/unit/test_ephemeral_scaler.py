@@ -405,3 +405,29 @@ def test_a_webhook_tick_on_the_last_poll_s_runners_does_not_call_a_new_runner_sp
     w.tick(later(30))
     assert ("terminate_instance", POOL, iid(1)) in w.pool.calls
     assert w.spent() == 1
+
+
+def test_a_never_online_runner_deleted_is_not_deleted_again_from_the_last_poll_s_list() -> None:
+    """From the closing note: the ephemeral duties deleted a JIT runner that never came
+    online and terminated its machine; the webhook ticks after it planned with the last
+    poll's runner list, where the runner was still listed, offline, its instance gone, so
+    the policy's offline-runner cleanup deleted it again each tick: a 404 from GitHub
+    every tick until the next reconcile. The scaler now remembers the duties' deletions
+    as it remembers its own."""
+    w = World()
+    w.add_instance(1)
+    w.tick(T0)
+    runner = w.runner_of(1)
+    assert runner is not None
+    poll = (runner,)  # the poll at later(901) read it, offline
+    for seconds in (901, 906, 911):
+        now = later(seconds)
+        w.pool.now = now
+        obs = replace(observation(poll, now), runners_observed_at=later(901))
+        w.scaler.step(snapshot({GPU: 0}, at=now), obs, now, observation_fresh=True)
+    assert w.runner_of(1) is None and iid(1) not in w.live_ids()
+    gone = w.metrics.registry.get_sample_value(
+        "ci_autoscaler_runner_deletions_already_gone_total", {"runner_type": GPU, "pool": POOL}
+    )
+    assert (gone or 0.0) == 0.0
+    assert w.scaler.last_problems == []

@@ -12,6 +12,7 @@ from autoscaler.observe.github.reconcile_plan import (
     Reason,
     RunFacts,
     jobs_reason,
+    trusted_reason,
     unexplained_busy,
 )
 
@@ -278,3 +279,128 @@ UNEXPLAINED = [
 )
 def test_unexplained_busy(busy: dict[str, bool], running_on: set[str], want: bool) -> None:
     assert unexplained_busy(busy, running_on) is want
+
+
+TRUSTED = [
+    # (id, listed jobs, listed_at (s before NOW, None: never), created (s before NOW, None:
+    #  unknown), listed live now, status moved, index live, completed ids, reason)
+    ("unknown-run-listed-live-is-new", (), None, 60, True, False, (), (), Reason.NEW),
+    (
+        "young-run-known-by-events-waits",
+        (),
+        None,
+        60,
+        True,
+        False,
+        (job(1, Q),),
+        (),
+        Reason.SETTLED,
+    ),
+    (
+        "run-an-hour-old-never-listed-is-stale",
+        (),
+        None,
+        3600,
+        True,
+        False,
+        (job(1, Q),),
+        (),
+        Reason.STALE,
+    ),
+    ("no-creation-time-is-stale", (), None, None, True, False, (job(1, Q),), (), Reason.STALE),
+    (
+        "listed-an-hour-ago-is-stale",
+        (job(1, R),),
+        3600,
+        7200,
+        False,
+        False,
+        (job(1, R),),
+        (),
+        Reason.STALE,
+    ),
+    (
+        "listed-recently-settled",
+        (job(1, R),),
+        600,
+        7200,
+        True,
+        False,
+        (job(1, R),),
+        (),
+        Reason.SETTLED,
+    ),
+    (
+        "moved-listing-is-status",
+        (job(1, R),),
+        600,
+        700,
+        True,
+        True,
+        (job(1, R),),
+        (),
+        Reason.STATUS,
+    ),
+    (
+        "listed-live-nothing-live-known-is-hidden",
+        (job(1, R),),
+        600,
+        700,
+        True,
+        False,
+        (),
+        (1,),
+        Reason.HIDDEN,
+    ),
+    (
+        "not-listed-now-nothing-live-known-is-settled",
+        (job(1, R),),
+        3600,
+        7200,
+        False,
+        False,
+        (),
+        (1,),
+        Reason.SETTLED,
+    ),
+    (
+        "listing-says-completed-index-agrees",
+        (job(1, C),),
+        600,
+        700,
+        True,
+        False,
+        (),
+        (),
+        Reason.HIDDEN,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("listed", "listed_ago", "created_ago", "listed_live", "moved", "live", "completed", "want"),
+    [pytest.param(*case[1:], id=case[0]) for case in TRUSTED],
+)
+def test_trusted_reason(
+    listed: tuple[Job, ...],
+    listed_ago: float | None,
+    created_ago: float | None,
+    listed_live: bool,
+    moved: bool,
+    live: tuple[Job, ...],
+    completed: tuple[int, ...],
+    want: Reason,
+) -> None:
+    """With the delivery log vouching for the window, only what a delivery GitHub never
+    attempted can hide is a reason: a run GitHub lists live that nothing live is known of,
+    a moved run, and the per-run age bound (from the last listing, else the creation)."""
+    now = NOW.timestamp()
+    run = RunFacts(
+        10,
+        listed,
+        None if listed_ago is None else now - listed_ago,
+        moved,
+        created_at=None if created_ago is None else now - created_ago,
+        listed_live=listed_live,
+    )
+    assert trusted_reason(run, live, set(completed), now=now, max_age=MAX_AGE_SECONDS) is want

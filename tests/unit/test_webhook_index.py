@@ -316,3 +316,18 @@ def test_run_events_survive_the_state_store(
         )
     got = index.run_event_at(1)
     assert got == (None if expected is None else NOW + timedelta(seconds=expected))
+
+
+def test_a_scoped_reconcile_replaces_only_the_runs_it_listed() -> None:
+    """A vouched reconcile lists some runs' jobs (their bound came up) and leaves the rest
+    to the index: run 10's listing corrects run 10 (a job the webhooks never told of, one
+    that ended), while run 20, known by its events only and not listed, keeps its job
+    (a whole replace would have counted it ``gone`` and dropped real demand)."""
+    index = JobIndex()
+    index.apply(event("queued", 1, "a"), NOW)  # run 10
+    index.apply(event("queued", 2, "b"), NOW)  # run 10, ended unseen
+    index.apply(event("queued", 3, "c", run_id=20), NOW)
+    listing = [polled(1, Q), polled(4, Q)]  # run 10: job 4 never delivered, job 2 gone
+    found = index.replace(listing, NOW, {10})
+    assert {k: n for k, n in found.items() if n} == {"missed": 1, "gone": 1}
+    assert {job.id: job.run_id for job in index.jobs()} == {1: 10, 3: 20, 4: 10}

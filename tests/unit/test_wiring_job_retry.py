@@ -5,7 +5,7 @@ source (the webhook wrapper only observes)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -16,7 +16,7 @@ from autoscaler.config import Config, StateConfig, WebhookConfig
 from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.config.secrets import Secret
 from autoscaler.observe.github.webhook_completions import WebhookCompletedJobs
-from autoscaler.retry.model import CompletedJob, RunProgress
+from autoscaler.retry.model import CompletedJob, InstanceEnd, RunProgress
 from autoscaler.retry.stage import RetryStage
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
@@ -40,7 +40,14 @@ class RetryingSource(FakeSource):
         raise AssertionError("not in these tests")
 
 
-def runtime(source: RetryingSource, *, webhook: bool) -> Runtime:
+class DescribingPool(FakePool):
+    """A pool that can also say how instances ended, as AwsAsgPool does."""
+
+    def instance_ends(self, instance_ids: Sequence[str]) -> Mapping[str, InstanceEnd]:
+        return {}
+
+
+def runtime(source: RetryingSource, *, webhook: bool, fake_pool: FakePool | None = None) -> Runtime:
     c: Config = config(rtype(pools=(POOL,)))
     c = replace(c, state=StateConfig(path=":memory:"), job_retry=JobRetryConfig(enabled=True))
     if webhook:
@@ -49,7 +56,7 @@ def runtime(source: RetryingSource, *, webhook: bool) -> Runtime:
         c,
         Metrics(CollectorRegistry()),
         source=source,
-        pool=FakePool({POOL: pool(POOL)}),
+        pool=fake_pool or FakePool({POOL: pool(POOL)}),
         webhooks=webhook,
     )
 
@@ -80,3 +87,15 @@ def test_with_webhooks_job_retry_reads_the_completed_events_and_reruns_through_t
         assert feed.polled is source
     finally:
         r.close()
+
+
+def test_job_retry_asks_the_cloud_pool_how_an_instance_ended_when_it_can() -> None:
+    """The stage's InstanceFates port is the cloud pool (AwsAsgPool reads EC2's
+    StateReason); a pool without the call leaves the stage on events alone."""
+    describing = DescribingPool({POOL: pool(POOL)})
+    for given, expected in ((describing, describing), (FakePool({POOL: pool(POOL)}), None)):
+        r = runtime(RetryingSource(), webhook=False, fake_pool=given)
+        try:
+            assert stage_of(r).fates is expected
+        finally:
+            r.close()

@@ -23,7 +23,6 @@ import queue
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -31,13 +30,14 @@ from urllib.parse import quote
 from autoscaler.domain import Observation, Runner
 from autoscaler.errors import AutoscalerError, NotFoundError, RateLimitedError, TransientError
 from autoscaler.observe.github.budget import BudgetPlan, pick_due
-from autoscaler.observe.github.fetch import Allowance, Deferred, Fetcher, Settings
+from autoscaler.observe.github.fetch import Deferred, Fetcher, Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.listing import Listed, PaginationError
 from autoscaler.observe.github.parse import BadPage, Skips, merge_runners
 from autoscaler.observe.github.poll_budget import PollBudgetKeeper, poll_budget
+from autoscaler.observe.github.poll_tick import Lean, ListedScope, Tick
 from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
-from autoscaler.observe.github.records import PageRecord, RunRef, skip_counts
+from autoscaler.observe.github.records import RunRef, skip_counts
 from autoscaler.observe.github.units import (
     RUN_STATUSES,
     PollState,
@@ -45,63 +45,15 @@ from autoscaler.observe.github.units import (
     average,
     fresh_queued,
 )
-from autoscaler.observe.github.workers import BUSY, FIRST, QUIET, Batch, Outcome, WorkerPool
+from autoscaler.observe.github.workers import BUSY, FIRST, QUIET, Outcome, WorkerPool
 from autoscaler.telemetry import Metrics
 
-__all__ = ["Poll", "Settings"]
+__all__ = ["Lean", "ListedScope", "Poll", "Settings"]
 
 log = logging.getLogger("autoscaler.observe.github")
 
 #: Completed runs kept for the job-retry reader at most (the oldest go first).
 FINISHED_KEPT = 5000
-
-
-#: A webhook reconcile's choice of the known runs whose jobs to list again
-#: (:func:`autoscaler.observe.github.reconcile_plan.jobs_reason`), given GitHub's runner
-#: list of this poll (name -> busy).
-Lean = Callable[[RunFacts, Mapping[str, bool]], Reason]
-
-
-@dataclass
-class _Tick:
-    """What one poll has gathered so far."""
-
-    now: float
-    deadline: float
-    batch: Batch
-    start: int
-    """``GitHubHttp.counted`` when the poll began (its allowance counts from here)."""
-    plan: BudgetPlan | None = None
-    """None until the rate limit is known (a first poll asks beside the skeleton)."""
-    allowance: Allowance = field(default_factory=lambda: Allowance(0, 0.0))
-    tokens: float = 0.0
-    runners_asked: bool = False
-    repos_asked: bool = False
-    listed_names: tuple[str, ...] | None = None
-    """The repository list, when it came in before the plan."""
-    names: tuple[str, ...] | None = None
-    runners: tuple[Runner, ...] | None = None
-    by_repo: dict[str, list[Runner]] = field(default_factory=dict)
-    repo_runners_left: int = 0
-    repo_runner_pages: list[PageRecord] = field(default_factory=list)
-    repo_runners_counted: int = 0
-    runs_left: dict[str, int] = field(default_factory=dict)
-    runs_seen: dict[str, dict[int, RunRef]] = field(default_factory=dict)
-    runs_counted: dict[str, int] = field(default_factory=dict)
-    runs_urls: dict[str, list[str]] = field(default_factory=dict)
-    incomplete: set[str] = field(default_factory=set)
-    jobs_asked: set[int] = field(default_factory=set)
-    page_skips: dict[str, int] = field(default_factory=dict)
-    deferred: int = 0
-    busy_deferred: bool = False
-    cut: AutoscalerError | None = None
-    lean: Lean | None = None
-    lean_poll: bool = False
-    moved: set[int] = field(default_factory=set)
-    """Runs seen in another status's listing than at their last one."""
-    runs_listings: bool = True
-    """False: a webhook reconcile with evidence that no delivery was lost lists the
-    runners (and the repositories when due) only: no runs or jobs listing."""
 
 
 class Poll:
@@ -128,6 +80,17 @@ class Poll:
         self.budget = PollBudgetKeeper(metrics, settings, self.fetch)
         #: Runs seen complete, oldest first (:mod:`autoscaler.observe.github.failures`).
         self.finished: deque[RunRef] = deque(maxlen=FINISHED_KEPT)
+        self._last: Tick | None = None
+
+    def scope(self) -> ListedScope:
+        """What the last poll listed (nothing before the first)."""
+        tick = self._last
+        if tick is None:
+            return ListedScope(frozenset(), frozenset(), frozenset())
+        runs, repos = self.state.runs, tick.listed_repos
+        fresh = frozenset(r for r in tick.jobs_asked if r in runs and runs[r].last == tick.now)
+        live = frozenset(r for r, unit in runs.items() if unit.ref.repo in repos)
+        return ListedScope(fresh, frozenset(repos), live)
 
     def watched_repos(self) -> tuple[str, ...]:
         """The repositories the last poll watched (configured, or as last listed)."""
@@ -136,16 +99,17 @@ class Poll:
     # --- the poll
     def run(self, now: datetime, lean: Lean | None = None, *, runs: bool = True) -> Observation:
         """One poll. ``lean`` (a webhook reconcile): the jobs of known runs are listed
-        only when ``lean`` gives a reason, decided once the runner list is in; the
-        budget's cadence does not apply to them. ``runs=False`` (with ``lean``): no runs
-        or jobs listing at all, the runner list only (the observation's jobs are the
-        last listings')."""
+        only when ``lean`` gives a reason, decided once the runner list and every runs
+        listing of this poll are in (a run no longer listed is dropped first; a new one
+        waits for the decision too); the budget's cadence does not apply to them.
+        ``runs=False`` (with ``lean``): no runs listing, the runner list and the jobs of
+        the known runs ``lean`` names. :meth:`scope` tells what the poll listed."""
         wall = now.timestamp()
         deadline = time.monotonic() + self.settings.deadline
-        tick = _Tick(wall, deadline, self.pool.batch(), self.http.counted)
+        tick = Tick(wall, deadline, self.pool.batch(), self.http.counted)
         tick.lean, tick.lean_poll = lean, lean is not None
-        if lean is not None and not runs:
-            tick.lean, tick.runs_listings = None, False
+        tick.runs_listings = runs or lean is None
+        self._last = tick
         try:
             if self.http.gate.limits.limit is None:
                 # Free, and it tells the limit before anything is spent from it. It goes
@@ -177,7 +141,7 @@ class Poll:
             )
         return self._observation(now, tick)
 
-    def _plan(self, tick: _Tick) -> BudgetPlan:
+    def _plan(self, tick: Tick) -> BudgetPlan:
         """The budget for this poll, from the limits known now."""
         limits = self.http.gate.limits
         tick.plan, tick.tokens, tick.allowance = self.budget.plan(
@@ -186,7 +150,7 @@ class Poll:
         return tick.plan
 
     @staticmethod
-    def _planned(tick: _Tick) -> BudgetPlan:
+    def _planned(tick: Tick) -> BudgetPlan:
         if tick.plan is None:
             raise AssertionError("the poll has no plan yet")
         return tick.plan
@@ -197,15 +161,13 @@ class Poll:
         except AutoscalerError as exc:  # the skeleton's answers carry the limit too
             log.debug("GET /rate_limit failed: %s", exc)
 
-    def _on_rate_limit(
-        self, tick: _Tick, tag: Any, value: Any, error: BaseException | None
-    ) -> None:
+    def _on_rate_limit(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         if error is not None:
             raise error
         self._plan(tick)
         self._start(tick)
 
-    def _start_skeleton(self, tick: _Tick) -> None:
+    def _start_skeleton(self, tick: Tick) -> None:
         """What a poll lists before it has a plan: the runners, and the repositories when
         none are known yet."""
         st, s = self.state, self.settings
@@ -216,7 +178,7 @@ class Poll:
             tick.repos_asked = True
             tick.batch.submit(("repos", 0), self.fetch.repo_list, 0, tick.deadline, priority=FIRST)
 
-    def _start(self, tick: _Tick) -> None:
+    def _start(self, tick: Tick) -> None:
         st, s = self.state, self.settings
         plan = self._planned(tick)
         if not tick.runners_asked and self.runner_scope != "repos":
@@ -236,8 +198,7 @@ class Poll:
         if tick.lean_poll:
             # Known runs' jobs: when the runner list is in (_lean_jobs), or now if it came
             # in before the plan (a first poll's skeleton, a GHES without rate limits).
-            if tick.lean is not None and tick.runners is not None:
-                self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in tick.runners})
+            self._lean_if_ready(tick)
             return
         busy = [(r, u.last) for r, u in st.runs.items() if u.busy]
         quiet = [(r, u.last) for r, u in st.runs.items() if not u.busy]
@@ -246,7 +207,7 @@ class Poll:
         for run_id in pick_due(quiet, plan.quiet_interval, s.poll_interval, tick.now):
             self._ask_jobs(tick, st.runs[run_id].ref, QUIET)
 
-    def _drain(self, tick: _Tick) -> None:
+    def _drain(self, tick: Tick) -> None:
         while tick.batch.outstanding and tick.cut is None:
             try:
                 outcome = tick.batch.next(tick.deadline - time.monotonic())
@@ -258,23 +219,23 @@ class Poll:
             if outcome.ran:
                 self._handle(tick, outcome)
 
-    def _handle(self, tick: _Tick, outcome: Outcome) -> None:
+    def _handle(self, tick: Tick, outcome: Outcome) -> None:
         tag, error = outcome.tag, outcome.error
         if isinstance(error, RateLimitedError):
             tick.cut = error
             return
-        handler: Callable[[_Tick, Any, Any, BaseException | None], None] = getattr(
+        handler: Callable[[Tick, Any, Any, BaseException | None], None] = getattr(
             self, f"_on_{tag[0]}"
         )
         handler(tick, tag, outcome.value, error)
 
     # --- outcomes (coordinator thread)
-    def _deferred(self, tick: _Tick, busy: bool) -> None:
+    def _deferred(self, tick: Tick, busy: bool) -> None:
         tick.deferred += 1
         tick.busy_deferred |= busy
         self.metrics.github_deferred_listings.labels("busy" if busy else "quiet").inc()
 
-    def _on_runners(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+    def _on_runners(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         if isinstance(error, NotFoundError) and self.runner_scope is None:
             self.runner_scope = "repos"
             log.warning("%s; listing runners per repository instead", error)
@@ -286,7 +247,7 @@ class Poll:
         self._runners_in(tick, runners, listed)
 
     def _on_repo_runners(
-        self, tick: _Tick, tag: Any, value: Any, error: BaseException | None
+        self, tick: Tick, tag: Any, value: Any, error: BaseException | None
     ) -> None:
         runners, listed = self._result(value, error)
         tick.by_repo[tag[1]] = runners
@@ -298,27 +259,42 @@ class Poll:
             pages = Listed(tick.repo_runner_pages, [], tick.repo_runners_counted)
             self._runners_in(tick, merged, pages)
 
-    def _runners_in(self, tick: _Tick, runners: list[Runner], listed: Listed | None) -> None:
+    def _runners_in(self, tick: Tick, runners: list[Runner], listed: Listed | None) -> None:
         st = self.state
         st.runners = tick.runners = tuple(runners)
         if listed is not None:
             st.runner_list.cost = average(st.runner_list.cost, listed.counted)
             st.runner_list.skips = skip_counts(listed.records)
         st.runner_list.last = tick.now
-        if tick.lean is not None and tick.plan is not None:  # else: at the plan (_start)
-            self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in runners})
+        self._lean_if_ready(tick)  # without a plan yet: at the plan (_start)
 
-    def _lean_jobs(self, tick: _Tick, lean: Lean, busy: Mapping[str, bool]) -> None:
+    def _lean_if_ready(self, tick: Tick) -> None:
+        """Run ``lean`` once its inputs are in: the plan, the runner list, and every runs
+        listing this poll asked for."""
+        if tick.lean is None or tick.plan is None or tick.runners is None:
+            return
+        if tick.names is None or tick.runs_left:
+            return
+        self._lean_jobs(tick, tick.lean, {r.name: r.busy for r in tick.runners})
+
+    def _lean_jobs(self, tick: Tick, lean: Lean, busy: Mapping[str, bool]) -> None:
         """A webhook reconcile: list the jobs of the known runs ``lean`` names."""
         tick.lean = None  # once a poll
         for run_id, unit in list(self.state.runs.items()):
-            facts = RunFacts(run_id, unit.jobs, unit.last, run_id in tick.moved)
+            facts = RunFacts(
+                run_id,
+                unit.jobs,
+                unit.last,
+                run_id in tick.moved,
+                created_at=unit.ref.created_at or None,
+                listed_live=unit.ref.repo in tick.listed_repos,
+            )
             reason = lean(facts, busy)
             self.metrics.webhook_reconcile_job_listings.labels(reason.value).inc()
             if reason is not Reason.SETTLED:
                 self._ask_jobs(tick, unit.ref, BUSY if unit.busy else QUIET)
 
-    def _on_repos(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+    def _on_repos(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         candidates = self.fetch.repo_candidates()
         if isinstance(error, NotFoundError) and tag[1] + 1 < len(candidates):
             index = tag[1] + 1
@@ -343,7 +319,7 @@ class Poll:
         if tick.plan is not None:  # else the plan, when it comes, lists them
             self._repos_known(tick, st.repo_names)
 
-    def _on_runs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+    def _on_runs(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         _, repo, _status = tag
         if isinstance(error, Deferred):
             unit = self.state.repos.get(repo)
@@ -365,19 +341,22 @@ class Poll:
                 known = self.state.runs.get(run.id)
                 if known is None:
                     self.state.runs[run.id] = RunUnit(run, status=_status)
-                    self._ask_jobs(tick, run, BUSY)
+                    if not tick.lean_poll:  # else lean decides, once every listing is in
+                        self._ask_jobs(tick, run, BUSY)
                     continue
                 if known.status and known.status != _status:
                     tick.moved.add(run.id)
-                    if tick.lean_poll and tick.lean is None:  # the runner list came first
-                        self._ask_jobs(tick, run, BUSY)
                 known.ref, known.status = run, _status
         tick.runs_left[repo] -= 1
         if tick.runs_left[repo] == 0:
             self._repo_done(tick, repo)
 
-    def _repo_done(self, tick: _Tick, repo: str) -> None:
+    def _repo_done(self, tick: Tick, repo: str) -> None:
         del tick.runs_left[repo]
+        self._repo_listed(tick, repo)
+        self._lean_if_ready(tick)
+
+    def _repo_listed(self, tick: Tick, repo: str) -> None:
         unit = self.state.repos.get(repo)
         if unit is None or repo in tick.incomplete:
             return  # dropped meanwhile, or a page was bad: keep what we had, retry next tick
@@ -392,8 +371,9 @@ class Poll:
         unit.cost = average(unit.cost, counted) if unit.relisted else float(counted)
         unit.urls = tick.runs_urls[repo]
         unit.last = tick.now
+        tick.listed_repos.add(repo)
 
-    def _on_jobs(self, tick: _Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+    def _on_jobs(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         unit = self.state.runs.get(tag[1])
         if isinstance(error, Deferred):
             self._deferred(tick, unit is not None and unit.busy)
@@ -429,7 +409,7 @@ class Poll:
         listed: Listed = value
         return listed.items, listed
 
-    def _skip_page(self, tick: _Tick, kind: str, error: BadPage) -> None:
+    def _skip_page(self, tick: Tick, kind: str, error: BadPage) -> None:
         if isinstance(error, PaginationError):
             endpoint = kind.removesuffix("_page")
             self.metrics.github_pagination_errors.labels(endpoint, error.reason).inc()
@@ -438,14 +418,18 @@ class Poll:
         tick.page_skips[kind] = tick.page_skips.get(kind, 0) + 1
 
     # --- submitting work
-    def _repos_known(self, tick: _Tick, names: tuple[str, ...]) -> None:
-        st, s = self.state, self.settings
+    def _repos_known(self, tick: Tick, names: tuple[str, ...]) -> None:
         tick.names = names
-        self.http.cache.drop(st.keep_repos(names))
+        self.http.cache.drop(self.state.keep_repos(names))
         if self.runner_scope == "repos":
             self._ask_repo_runners(tick, names)
-        if not tick.runs_listings:
-            return
+        if tick.runs_listings:
+            self._ask_runs(tick, names)
+        # The runner list may have come in first, and no repository may be due.
+        self._lean_if_ready(tick)
+
+    def _ask_runs(self, tick: Tick, names: tuple[str, ...]) -> None:
+        st, s = self.state, self.settings
         busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
         quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
         plan, poll, now = self._planned(tick), s.poll_interval, tick.now
@@ -465,7 +449,7 @@ class Poll:
                     priority=priority,
                 )
 
-    def _ask_repo_runners(self, tick: _Tick, names: tuple[str, ...]) -> None:
+    def _ask_repo_runners(self, tick: Tick, names: tuple[str, ...]) -> None:
         tick.repo_runners_left = len(names)
         for repo in names:
             path = f"/repos/{self.settings.owner}/{quote(repo, safe='')}/actions/runners"
@@ -475,7 +459,7 @@ class Poll:
         if not names:
             self._runners_in(tick, [], None)
 
-    def _ask_jobs(self, tick: _Tick, run: RunRef, priority: int) -> None:
+    def _ask_jobs(self, tick: Tick, run: RunRef, priority: int) -> None:
         if run.id not in tick.jobs_asked:
             tick.jobs_asked.add(run.id)
             tick.batch.submit(
@@ -488,7 +472,7 @@ class Poll:
             )
 
     # --- the result
-    def _observation(self, now: datetime, tick: _Tick) -> Observation:
+    def _observation(self, now: datetime, tick: Tick) -> Observation:
         st = self.state
         self.metrics.github_unlisted_repos.set(st.unlisted())
         self.metrics.github_cache_entries.set(len(self.http.cache))

@@ -32,6 +32,20 @@ something says the index may be wrong about it:
 
 A conditional request for a run that did not change is a 304 and costs nothing; the
 saving is in the settled runs, whose listings did change and would each be counted.
+
+When the webhook's delivery log vouches for every window since a run's last listing (no
+delivery GitHub attempted was lost), :func:`trusted_reason` decides instead. What the log
+cannot show is a delivery GitHub never attempted, so only the reasons that bound that
+remain, each a fact about the run rather than about the deliveries:
+
+- ``new``: GitHub lists the run live and its jobs were never listed, and the index holds
+  no live job of it (the webhooks told nothing of it);
+- ``hidden``: GitHub lists the run live, but neither the index nor its last listing holds
+  a live job of it (its known jobs ended; one GitHub never told of may wait);
+- ``status``: as above (a re-run);
+- ``stale``: its last listing, or its creation when never listed, is ``max_age`` old. A
+  run is listed when *its* bound comes due, not because a sweep came round: a run that
+  ends within ``max_age`` of its creation, its every delivery received, is never listed.
 """
 
 from __future__ import annotations
@@ -58,6 +72,7 @@ class Reason(enum.Enum):
     WAITING = "waiting"
     QUEUED = "queued"
     RUNNER = "runner"
+    HIDDEN = "hidden"
     SETTLED = "settled"
 
 
@@ -71,6 +86,20 @@ class RunFacts:
     """Unix time of the last job listing; None: never listed."""
     status_changed: bool = False
     """The run showed in another status's runs listing than at its last one."""
+    created_at: float | None = None
+    """Unix time GitHub created the run (its runs listing); None: unknown."""
+    listed_live: bool = False
+    """This reconcile's runs listings of its repository, read completely, show it live."""
+
+
+def _known(run: RunFacts, live: Iterable[Job], completed: Container[int]) -> dict[int, Job]:
+    """The run's jobs not known to have ended: the index's live ones, and those of its last
+    listing that neither the listing nor the index holds completed."""
+    known = {job.id: job for job in live}
+    for job in run.listed_jobs:
+        if job.status is not JobStatus.COMPLETED and job.id not in completed:
+            known.setdefault(job.id, job)
+    return known
 
 
 def jobs_reason(
@@ -99,10 +128,7 @@ def jobs_reason(
         return Reason.STATUS
     if last_event_at is not None and last_event_at.timestamp() > run.listed_at:
         return Reason.EVENT
-    known = {job.id: job for job in live}
-    for job in run.listed_jobs:
-        if job.status is not JobStatus.COMPLETED and job.id not in completed:
-            known.setdefault(job.id, job)
+    known = _known(run, live, completed)
     statuses = {job.status for job in known.values()}
     if statuses - {JobStatus.IN_PROGRESS, JobStatus.QUEUED}:
         return Reason.WAITING
@@ -120,3 +146,27 @@ def unexplained_busy(runners_busy: Mapping[str, bool], running_on: Container[str
     """A runner GitHub lists busy runs no job the index holds in progress (``running_on``:
     the runner names of those jobs): some job started whose ``in_progress`` was lost."""
     return any(busy and name not in running_on for name, busy in runners_busy.items())
+
+
+def trusted_reason(
+    run: RunFacts,
+    live: Iterable[Job],
+    completed: Container[int],
+    *,
+    now: float,
+    max_age: float = MAX_AGE_SECONDS,
+) -> Reason:
+    """Whether (and why) to list this run's jobs at a reconcile whose delivery log vouches
+    for every window since the run's last listing (see the module doc): only for what a
+    delivery GitHub never attempted can hide. ``live`` and ``completed`` as for
+    :func:`jobs_reason`."""
+    if run.status_changed:
+        return Reason.STATUS
+    if not _known(run, live, completed):
+        if not run.listed_live:
+            return Reason.SETTLED  # ended, as far as anyone told (the next runs listing checks)
+        return Reason.NEW if run.listed_at is None else Reason.HIDDEN
+    since = run.listed_at if run.listed_at is not None else run.created_at
+    if since is None or now - since >= max_age:
+        return Reason.STALE
+    return Reason.SETTLED

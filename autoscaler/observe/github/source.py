@@ -56,7 +56,7 @@ from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.jit import generate_jit_config
 from autoscaler.observe.github.parse import Skips
-from autoscaler.observe.github.poll import Lean, Poll
+from autoscaler.observe.github.poll import Lean, ListedScope, Poll
 from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
@@ -147,9 +147,13 @@ class GitHubSource:
 
     def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation:
         """A webhook reconcile: the poll, the jobs of known runs listed only where
-        ``lean`` gives a reason (:mod:`.reconcile_plan`); ``runs=False``: the runner
-        list only (the delivery log showed no delivery lost)."""
+        ``lean`` gives a reason (:mod:`.reconcile_plan`); ``runs=False``: no runs
+        listing (the delivery log showed no delivery lost)."""
         return self._observe(now, lean, runs=runs)
+
+    def scope(self) -> ListedScope:
+        """What the last poll listed: the runs whose jobs, and whether every runs listing."""
+        return self._poll.scope()
 
     def delivery_log(self, hook_id: int) -> DeliveryLog:
         """The org webhook ``hook_id``'s delivery log, read with this source's credentials

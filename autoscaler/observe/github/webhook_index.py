@@ -148,14 +148,22 @@ class JobIndex:
         return Outcome.ACCEPTED
 
     # --- the reconcile
-    def replace(self, listed: Iterable[Job], now: datetime) -> dict[str, int]:
+    def replace(
+        self, listed: Iterable[Job], now: datetime, runs: Container[int] | None = None
+    ) -> dict[str, int]:
         """Make the live jobs what the poll listed; returns the corrections by kind.
 
         A job the index already knows further along than the listing (an event newer
-        than the page) keeps the index's state; a tombstone keeps the job completed."""
+        than the page) keeps the index's state; a tombstone keeps the job completed.
+        ``runs``: only the jobs of these runs are replaced (the runs a reconcile listed,
+        and those GitHub no longer lists live); the rest stay as the index holds them."""
         corrections = dict.fromkeys(CORRECTION_KINDS, 0)
         live: dict[int, _Entry] = {}
+        if runs is not None:
+            live = {i: e for i, e in self._live.items() if e.job.run_id not in runs}
         for job in listed:
+            if runs is not None and job.run_id not in runs:
+                continue
             if job.id in self._done or job.status is JobStatus.COMPLETED:
                 continue
             rank = _STATUS_RANK[job.status]

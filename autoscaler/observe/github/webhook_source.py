@@ -20,9 +20,13 @@ the :class:`JobIndex`, then either
 **With the webhook's delivery log** (``deliveries``, ``webhook.hook_id``): a start or
 interval reconcile first reads the log (:class:`~.delivery_watch.DeliveryWatch`), which
 redelivers failed deliveries. When it shows no delivery lost since its previous read, an
-interval reconcile lists GitHub's runner list only and keeps the index (the listings it
-skips exist in case a delivery was lost), unless no reconcile listed runs for an hour
-(:data:`~.reconcile_plan.MAX_AGE_SECONDS`: the sweep for what no delivery says). The
+interval reconcile is *vouched*: it lists GitHub's runner list, and the jobs only of the
+known runs :func:`~.reconcile_plan.trusted_reason` names (a run whose hour since its last
+listing, or its creation, is up: what a delivery GitHub never attempted can hide is
+bounded per run); once an hour (:data:`~.reconcile_plan.MAX_AGE_SECONDS`) it lists the
+runs listings too, for runs GitHub lists live that the index knows nothing live of, and
+drops the index's jobs of runs GitHub no longer lists. It replaces only the runs it
+listed; the rest of the index stands (every delivery since their listing arrived). The
 log unreadable, incomplete or showing a loss: the lean reconcile as without it.
 
 A failed reconcile raises like a failed poll (the tick keeps its last picture; readiness
@@ -55,12 +59,13 @@ from autoscaler.config import WebhookConfig
 from autoscaler.domain import JobStatus, Observation, Runner
 from autoscaler.errors import StateError, TransientError
 from autoscaler.observe.github.delivery_watch import DeliveryWatch
-from autoscaler.observe.github.poll import Lean
+from autoscaler.observe.github.poll import Lean, ListedScope
 from autoscaler.observe.github.reconcile_plan import (
     MAX_AGE_SECONDS,
     Reason,
     RunFacts,
     jobs_reason,
+    trusted_reason,
     unexplained_busy,
 )
 from autoscaler.observe.github.webhook_index import JobIndex, Outcome, reconcile_rows
@@ -77,6 +82,8 @@ class LeanSource(Protocol):
     """A JobSource that can poll for a webhook reconcile, skipping settled runs' jobs."""
 
     def reconcile(self, now: datetime, lean: Lean, *, runs: bool = True) -> Observation: ...
+
+    def scope(self) -> ListedScope: ...
 
 
 class WebhookSource:
@@ -132,16 +139,16 @@ class WebhookSource:
         if self._failed_at is not None and now - self._failed_at < self._retry:
             raise TransientError("GitHub reconcile poll failed; retried within a poll interval")
         clean = self._read_log(now, reason)
+        scope: set[int] | None = None  # the runs replaced (None: all)
+        swept = True
         try:
             inner = self.inner
             if reason == "interval" and isinstance(inner, LeanSource):
-                if clean and self._listed_at is not None and now - self._listed_at < self._sweep:
-                    # The delivery log vouches for the window: the runner list is
-                    # GitHub's, the jobs the index's (every delivery since the last
-                    # listing arrived; the hourly sweep still lists them).
-                    runners = inner.reconcile(now, self.lean(now), runs=False)
-                    return self._reconciled(now, runners, "interval")
-                observation = inner.reconcile(now, self.lean(now))
+                if clean:
+                    swept = self._listed_at is None or now - self._listed_at >= self._sweep
+                    observation, scope = self._vouched(now, inner, swept)
+                else:
+                    observation = inner.reconcile(now, self.lean(now))
             else:
                 observation = inner.observe(now)
         except Exception:
@@ -151,8 +158,9 @@ class WebhookSource:
                 # not vouch for it (a first read vouches for nothing).
                 self.deliveries.horizon = None
             raise
-        self._listed_at = now
-        corrections = self.index.replace(observation.jobs, now)
+        if swept:
+            self._listed_at = now
+        corrections = self.index.replace(observation.jobs, now, scope)
         self._write_back(now)
         for kind, count in corrections.items():
             self._metrics.webhook_reconcile_corrections.labels(kind).inc(count)
@@ -163,6 +171,21 @@ class WebhookSource:
                 ", ".join(f"{n} {kind}" for kind, n in corrections.items() if n),
             )
         return self._reconciled(now, observation, reason or "interval")
+
+    def _vouched(
+        self, now: datetime, inner: LeanSource, sweep: bool
+    ) -> tuple[Observation, set[int]]:
+        """The delivery log vouches for the window: the runner list, the jobs of the runs
+        whose bound is up, and with ``sweep`` the runs listings. Returns the observation
+        and the runs whose index jobs it replaces: those listed, and the index's runs of a
+        repository listed whole that GitHub no longer lists live."""
+        observation = inner.reconcile(now, self.lean(now, trusted=True), runs=sweep)
+        listed = inner.scope()
+        runs = set(listed.fresh)
+        for run_id, jobs in self.index.live_by_run().items():
+            if jobs[0].repo in listed.repos and run_id not in listed.live:
+                runs.add(run_id)
+        return observation, runs
 
     def _read_log(self, now: datetime, reason: str | None) -> bool:
         """The delivery log at a start or interval reconcile (failed deliveries
@@ -259,11 +282,16 @@ class WebhookSource:
             "the last index is used" if operation == "load" else "tried again later",
         )
 
-    def lean(self, now: datetime) -> Lean:
-        """The reconcile's choice of runs whose jobs to list, from the index as it is now."""
+    def lean(self, now: datetime, *, trusted: bool = False) -> Lean:
+        """The reconcile's choice of runs whose jobs to list, from the index as it is now
+        (``trusted``: the delivery log vouches for the window, :func:`trusted_reason`)."""
         live, done, index = self.index.live_by_run(), self.index.completed_ids(), self.index
-        running_on, shared = self.index.busy_runners(), self.index.shared_runners()
         wall = now.timestamp()
+        if trusted:
+            return lambda run, _runners: trusted_reason(
+                run, live.get(run.run_id, ()), done, now=wall
+            )
+        running_on, shared = self.index.busy_runners(), self.index.shared_runners()
         # One runner list a reconcile, looked at once: does a busy runner run a job the
         # index does not know started? A runner two index jobs claim counts as idle for
         # both (all but one of them ended unseen).

@@ -4,7 +4,8 @@ Calls: autoscaling DescribeAutoScalingGroups, DescribeScalingActivities (one pag
 most recent, only for a group whose desired capacity exceeds its live instances: that is
 where EC2 Auto Scaling reports a launch it could not make), SetDesiredCapacity
 (HonorCooldown=False), SetInstanceProtection, TerminateInstanceInAutoScalingGroup
-(decrementing the desired capacity) and ec2 DescribeInstances (for launch times).
+(decrementing the desired capacity) and ec2 DescribeInstances (for launch times, and
+for how an instance ended: :meth:`AwsAsgPool.instance_ends`, the job-retry stage's port).
 :data:`IAM_ACTIONS` lists the IAM actions exactly these calls need; the terraform task
 role is checked against it.
 
@@ -44,6 +45,7 @@ from autoscaler.domain import (
     PoolState,
     ScalingActivity,
 )
+from autoscaler.retry.model import InstanceEnd
 from autoscaler.scale.aws.activities import CAPACITY, classify_activity
 from autoscaler.scale.aws.calls import aws_call
 from autoscaler.telemetry import Metrics
@@ -70,6 +72,11 @@ _IDS_PER_FILTER = 200  # DescribeInstances filter value limit
 #: diagnosis read as "young": it was launched seconds ago (or at most this long).
 LAUNCH_LOOKUP_SECONDS = 10.0
 _IDS_PER_PROTECT = 50  # SetInstanceProtection InstanceIds limit
+#: EC2 instance states of an instance that has ended (or is ending).
+_ENDED_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+#: EC2's documented ``StateReason`` codes for an instance taken back by Spot ("Server.
+#: SpotInstanceShutdown": a Spot instance whose interruption behaviour is to stop).
+_SPOT_REASONS = frozenset({"Server.SpotInstanceTermination", "Server.SpotInstanceShutdown"})
 ACTIVITIES_PER_POOL = 20  # DescribeScalingActivities MaxRecords: one page, newest first
 _MESSAGE_CHARS = 500  # an activity's StatusMessage kept for logs and alerts
 
@@ -264,6 +271,30 @@ class AwsAsgPool:
                 kwargs["NextToken"] = token
         return out
 
+    def instance_ends(self, instance_ids: Sequence[str]) -> dict[str, InstanceEnd]:
+        """The instances of ``instance_ids`` that have ended, with whether Spot ended them
+        (EC2's ``StateReason.Code``, a documented code: compared here, at the edge, and
+        nowhere else). A running instance, or one EC2 no longer lists, is absent. Filtered
+        by ``instance-id`` (not ``InstanceIds``), so an unknown id is no error."""
+        ids = list(dict.fromkeys(instance_ids))
+        out: dict[str, InstanceEnd] = {}
+        for i in range(0, len(ids), _IDS_PER_FILTER):
+            kwargs: dict[str, Any] = {
+                "Filters": [{"Name": "instance-id", "Values": ids[i : i + _IDS_PER_FILTER]}]
+            }
+            while True:
+                page = self._call("DescribeInstances", self.ec2.describe_instances, **kwargs)
+                for reservation in page.get("Reservations", []):
+                    for inst in reservation.get("Instances", []):
+                        end = _instance_end(inst)
+                        if end is not None:
+                            out[end.instance_id] = end
+                token = page.get("NextToken")
+                if not token:
+                    break
+                kwargs["NextToken"] = token
+        return out
+
     def set_desired_capacity(self, pool: str, desired: int) -> None:
         # moto accepts a desired capacity above MaxSize; real AWS rejects it. Clamp to the
         # bounds last described (the policy clamps too; this is the last line).
@@ -297,3 +328,17 @@ class AwsAsgPool:
             InstanceId=instance_id,
             ShouldDecrementDesiredCapacity=True,
         )
+
+
+def _instance_end(inst: Mapping[str, Any]) -> InstanceEnd | None:
+    """One ``DescribeInstances`` instance -> :class:`InstanceEnd`, or None while it runs
+    (or when the answer lacks what is needed: no evidence either way)."""
+    iid = inst.get("InstanceId")
+    state = inst.get("State")
+    name = state.get("Name") if isinstance(state, Mapping) else None
+    if not isinstance(iid, str) or name not in _ENDED_STATES:
+        return None
+    reason = inst.get("StateReason")
+    code = reason.get("Code") if isinstance(reason, Mapping) else None
+    code = code if isinstance(code, str) else ""
+    return InstanceEnd(iid, spot=code in _SPOT_REASONS, code=code)
