@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from autoscaler.alerting.rules import Evaluation, _builtin
+from autoscaler.alerting.builtin_rules import _builtin
+from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.config import BuiltinAlertsConfig
 from autoscaler.retry.ledger import Exhausted
 

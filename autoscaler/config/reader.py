@@ -1,157 +1,50 @@
-"""Primitives for reading untrusted YAML into typed values, collecting every problem.
+"""Typed readers of untrusted YAML values, collecting every problem.
 
-Each reader takes the raw value and its dotted path, records a :class:`Problem` when the
-value is wrong and returns a safe default so reading can go on: a bad file is reported
-whole, once, with every problem and its path, in the order of the file
-(:meth:`Reader.report`). A value already found wrong (or left unresolved by an unset
-``${VAR}``) is not judged again by the checks that depend on it (:meth:`Reader.ok`), so
-one mistake is one message. No message ever echoes a credential
-(:func:`autoscaler.config.secrets.scrub`).
-
-**Durations** have one grammar everywhere: one or more ``<number><unit>`` parts, units
-``d``, ``h``, ``m``, ``s``, ``ms``, largest first, each at most once (``30s``, ``5m``,
-``1h30m``, ``1.5h``, ``500ms``, ``0s``). A bare number (``30``, ``"90"``) is refused: is
-it seconds or minutes? No duration may exceed :data:`MAX_DURATION`.
+Each reader takes the raw value and its dotted path, records a problem when the value is
+wrong and returns a safe default so reading can go on: a bad file is reported whole,
+once, with every problem and its path, in the order of the file. The bookkeeping of
+problems and ``${VAR}`` expansion is :class:`~autoscaler.config.problems.ProblemLog`
+(:class:`Reader` extends it); durations follow the grammar of
+:mod:`autoscaler.config.durations`. Both modules' public names are re-exported here, so
+importers of this module before the split keep them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import os
-import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from autoscaler.config.secrets import Secret, SecretUrl, scrub, shown
+from autoscaler.config.durations import (
+    DURATION_HINT,
+    MAX_DURATION,
+    _why,
+    format_seconds,
+    parse_duration,
+)
+from autoscaler.config.problems import UNRESOLVED, Problem, ProblemLog, join_path
+from autoscaler.config.secrets import Secret, SecretUrl, shown
 
-__all__ = ["MAX_DURATION", "Problem", "Reader", "Secret", "SecretUrl", "parse_duration"]
+__all__ = [
+    "DURATION_HINT",
+    "MAX_DURATION",
+    "UNRESOLVED",
+    "Problem",
+    "Reader",
+    "Secret",
+    "SecretUrl",
+    "format_seconds",
+    "join_path",
+    "parse_duration",
+]
 
 T = TypeVar("T")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-_UNIT_ORDER = tuple(_UNITS)
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-DURATION_HINT = "a duration like 30s, 5m or 4h"
-#: The longest duration any key accepts (a longer one overflows date arithmetic, and no
-#: timeout, interval or back-off of a CI controller is meaningfully longer).
-MAX_DURATION = 365 * 86400.0
 
-
-class _Unresolved:
-    """A value that named an unset ``${VAR}``: neither valid nor to be judged further."""
-
-    def __repr__(self) -> str:
-        return "<unresolved>"
-
-
-UNRESOLVED = _Unresolved()
-
-
-def parse_duration(text: str) -> float:
-    """``"90s"``, ``"5m"``, ``"1h30m"``, ``"500ms"`` -> seconds. Raises ValueError.
-
-    Units largest first, each once; a bare number has no unit and is refused.
-    """
-    text = text.strip()
-    pos, total, last = 0, 0.0, -1
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos:
-            break
-        rank = _UNIT_ORDER.index(match.group(2))
-        if rank <= last:
-            raise ValueError(f"not a duration: {text!r} (units largest first, each once)")
-        last = rank
-        total += float(match.group(1)) * _UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text) or not text:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 4h)")
-    return total
-
-
-def format_seconds(seconds: float) -> str:
-    """The shortest duration text for ``seconds`` (``3600.0`` -> ``1h``), for messages."""
-    for unit in ("d", "h", "m", "s"):
-        if seconds >= _UNITS[unit] and seconds % _UNITS[unit] == 0:
-            return f"{seconds / _UNITS[unit]:g}{unit}"
-    return f"{seconds:g}s"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with the configuration, at ``path`` (``line`` when known)."""
-
-    path: str
-    message: str
-    line: int | None = None
-
-    def __str__(self) -> str:
-        text = f"{self.path}: {self.message}" if self.path else self.message
-        return f"line {self.line}: {text}" if self.line is not None else text
-
-
-class Reader:
-    """Reads values at paths, records problems, never raises on bad input.
-
-    ``allow_unset_env``: an unset ``${VAR}`` is a warning (``check-config
-    --allow-unset-env``), not a problem; the value it was in counts as unresolved.
-    """
-
-    def __init__(
-        self, env: Mapping[str, str] | None = None, *, allow_unset_env: bool = False
-    ) -> None:
-        self.env: Mapping[str, str] = os.environ if env is None else env
-        self.allow_unset_env = allow_unset_env
-        self.found: list[Problem] = []
-        """Every problem, in the order it was found (:meth:`report` orders by file)."""
-        self.warnings: list[str] = []
-        self._judged: set[str] = set()  # paths found wrong or unresolved
-
-    @property
-    def problems(self) -> list[str]:
-        return [str(p) for p in self.found]
-
-    def problem(self, path: str, message: str, *, line: int | None = None) -> None:
-        self.found.append(Problem(scrub(path), scrub(message), line))
-        self._judged.add(path)
-
-    def ok(self, *paths: str) -> bool:
-        """True when nothing at or below any of ``paths`` was found wrong or unresolved:
-        checks that combine values skip a value already reported (no follow-on errors)."""
-        return not any(
-            bad == p or bad.startswith((f"{p}.", f"{p}[")) for p in paths for bad in self._judged
-        )
-
-    def report(
-        self, positions: Mapping[str, int] | None = None, *, lines: bool = False
-    ) -> list[str]:
-        """Every problem as text, in file order: by the position of its path (or of its
-        nearest ancestor present in the document) in ``positions``; a problem about a
-        whole missing section comes first. ``lines``: the positions are line numbers,
-        and each message starts with its own."""
-        where = positions or {}
-
-        def position(problem: Problem) -> int | None:
-            if problem.line is not None:
-                return problem.line
-            return _nearest(where, problem.path)
-
-        def key(item: tuple[int, Problem]) -> tuple[float, int]:
-            pos = position(item[1])
-            if pos is None:  # a missing top-level section first; another file's last
-                whole = "." not in item[1].path and "[" not in item[1].path
-                return (0 if whole and ":" not in item[1].path else float("inf"), item[0])
-            return (pos, item[0])
-
-        ordered = sorted(enumerate(self.found), key=key)
-        out = []
-        for _, problem in ordered:
-            line = position(problem) if lines else None
-            out.append(str(Problem(problem.path, problem.message, line)))
-        return out
+class Reader(ProblemLog):
+    """Reads values at paths, records problems, never raises on bad input."""
 
     def mapping(self, value: Any, path: str, allowed: Iterable[str]) -> dict[str, Any]:
         """A mapping whose keys must be in ``allowed``; unknown keys get a did-you-mean."""
@@ -167,30 +60,6 @@ class Reader:
                 suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
                 self.problem(join_path(path, str(key)), f"unknown key{suffix}")
         return {k: v for k, v in value.items() if k in known}
-
-    def expand(self, value: Any, path: str) -> Any:
-        """Replace ``${VAR}`` in a string with the environment's value; :data:`UNRESOLVED`
-        when a variable is unset (said once, as a problem or, allowed, a warning)."""
-        if not isinstance(value, str):
-            return value
-        unset: list[str] = []
-
-        def sub(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in self.env:
-                unset.append(name)
-                return ""
-            return self.env[name]
-
-        expanded = _ENV_REF.sub(sub, value)
-        for name in dict.fromkeys(unset):
-            message = f"environment variable {name} is not set"
-            if self.allow_unset_env:
-                self.warnings.append(f"{path}: {message}")
-                self._judged.add(path)
-            else:
-                self.problem(path, message)
-        return UNRESOLVED if unset else expanded
 
     def string(self, value: Any, path: str, default: str | None = None) -> str:
         value = self.expand(value, path)
@@ -302,7 +171,7 @@ class Reader:
         positive: bool = False,
         maximum: float = MAX_DURATION,
     ) -> float:
-        """A duration in the module's grammar, as seconds; ``positive``: 0s is refused."""
+        """A duration (the grammar of config.durations) as seconds; ``positive``: 0s is refused."""
         value = self.expand(value, path)
         fallback = default or 0.0
         if value is UNRESOLVED:
@@ -384,32 +253,6 @@ class Reader:
             return ()
         items = (read(item, f"{path}[{i}]") for i, item in enumerate(value))
         return tuple(item for item in items if item is not None)
-
-
-def _why(text: str) -> str:
-    """What is wrong with a duration that does not parse, when it is a common slip."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", text):
-        return f": a bare number has no unit (write {text}s for seconds, {text}m for minutes)"
-    if _DURATION_PART.sub("", text) == "" and text:
-        return ": units go largest first, each once (1h30m, not 30m1h)"
-    return ""
-
-
-def _nearest(positions: Mapping[str, int], path: str) -> int | None:
-    """The position of ``path``, else of its longest ancestor in ``positions``."""
-    if path in positions:
-        return positions[path]
-    ancestors = [
-        (len(known), pos)
-        for known, pos in positions.items()
-        if path.startswith((f"{known}.", f"{known}["))
-    ]
-    return max(ancestors)[1] if ancestors else None
-
-
-def join_path(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
 
 
 def _type_name(value: Any) -> str:
