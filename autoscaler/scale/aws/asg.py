@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -252,8 +252,9 @@ class AwsAsgPool:
             )
         return tuple(out)
 
-    def _launch_times(self, ids: Sequence[str]) -> dict[str, datetime]:
-        out: dict[str, datetime] = {}
+    def _instances(self, ids: Sequence[str]) -> Iterator[Mapping[str, Any]]:
+        """``DescribeInstances`` of ``ids``: every instance EC2 lists, all pages. Filtered
+        by ``instance-id`` (not ``InstanceIds``), so an unknown id is no error."""
         for i in range(0, len(ids), _IDS_PER_FILTER):
             kwargs: dict[str, Any] = {
                 "Filters": [{"Name": "instance-id", "Values": list(ids[i : i + _IDS_PER_FILTER])}]
@@ -261,38 +262,29 @@ class AwsAsgPool:
             while True:
                 page = self._call("DescribeInstances", self.ec2.describe_instances, **kwargs)
                 for reservation in page.get("Reservations", []):
-                    for inst in reservation.get("Instances", []):
-                        at = inst.get("LaunchTime")
-                        if isinstance(at, datetime):
-                            out[inst["InstanceId"]] = _utc(at)
+                    yield from reservation.get("Instances", [])
                 token = page.get("NextToken")
                 if not token:
                     break
                 kwargs["NextToken"] = token
+
+    def _launch_times(self, ids: Sequence[str]) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        for inst in self._instances(ids):
+            at = inst.get("LaunchTime")
+            if isinstance(at, datetime):
+                out[inst["InstanceId"]] = _utc(at)
         return out
 
     def instance_ends(self, instance_ids: Sequence[str]) -> dict[str, InstanceEnd]:
         """The instances of ``instance_ids`` that have ended, with whether Spot ended them
         (EC2's ``StateReason.Code``, a documented code: compared here, at the edge, and
-        nowhere else). A running instance, or one EC2 no longer lists, is absent. Filtered
-        by ``instance-id`` (not ``InstanceIds``), so an unknown id is no error."""
-        ids = list(dict.fromkeys(instance_ids))
+        nowhere else). A running instance, or one EC2 no longer lists, is absent."""
         out: dict[str, InstanceEnd] = {}
-        for i in range(0, len(ids), _IDS_PER_FILTER):
-            kwargs: dict[str, Any] = {
-                "Filters": [{"Name": "instance-id", "Values": ids[i : i + _IDS_PER_FILTER]}]
-            }
-            while True:
-                page = self._call("DescribeInstances", self.ec2.describe_instances, **kwargs)
-                for reservation in page.get("Reservations", []):
-                    for inst in reservation.get("Instances", []):
-                        end = _instance_end(inst)
-                        if end is not None:
-                            out[end.instance_id] = end
-                token = page.get("NextToken")
-                if not token:
-                    break
-                kwargs["NextToken"] = token
+        for inst in self._instances(list(dict.fromkeys(instance_ids))):
+            end = _instance_end(inst)
+            if end is not None:
+                out[end.instance_id] = end
         return out
 
     def set_desired_capacity(self, pool: str, desired: int) -> None:
