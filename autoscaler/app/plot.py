@@ -14,7 +14,7 @@ matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt
 
-from autoscaler.sim.emulator import Sample
+from autoscaler.sim.entities import Sample
 from autoscaler.sim.metrics import PolicyResult
 
 #: Time series drawn at most (a sweep draws its Pareto front's).

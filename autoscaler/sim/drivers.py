@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from autoscaler.config import Config
 from autoscaler.config.simulation import DEFAULT_MAX_SIZE
-from autoscaler.sim.emulator import Emulator, SimJob
+from autoscaler.sim.emulator import Emulator
+from autoscaler.sim.entities import SimJob
 from autoscaler.sim.peers import (
     EphemeralParams,
     JobsPerAgentParams,

@@ -15,10 +15,8 @@
 - **Cost** is instance-seconds from launch to termination, boot included (or to the end
   of the replay, the moment the last job completed).
 
-Pure Python and deterministic: no I/O, no wall clock. The world's parts (:class:`SimJob`,
-:class:`SimInstance`, :class:`SimPool`, :class:`Sample`, :func:`lognormal`) and what a
-controller observes of it (:class:`~autoscaler.sim.entities.EmulatorView`) are in
-:mod:`autoscaler.sim.entities`, re-exported here for importers before the split.
+Pure Python and deterministic: no I/O, no wall clock. The world's parts and what a
+controller observes of it are in :mod:`autoscaler.sim.entities`.
 """
 
 from __future__ import annotations
@@ -42,9 +40,6 @@ from autoscaler.sim.entities import (
     lognormal,
 )
 from autoscaler.sim.trace import Trace
-
-#: Importers of this module before the split keep their names.
-__all__ = ["ACTIVITIES_KEPT", "Emulator", "Sample", "SimInstance", "SimJob", "SimPool", "lognormal"]
 
 #: Failed scaling activities kept per pool (what one DescribeScalingActivities page shows).
 ACTIVITIES_KEPT = 20

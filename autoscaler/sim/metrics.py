@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.sim.emulator import Emulator, Sample
+from autoscaler.sim.emulator import Emulator
+from autoscaler.sim.entities import Sample
 
 WAITED_LONG = 600.0
 """A job that waited longer than this (10 min) is counted in ``waited_over_10m``."""

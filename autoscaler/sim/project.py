@@ -15,7 +15,8 @@ from autoscaler.config import Config
 from autoscaler.observe.queue import compute_queue
 from autoscaler.scale.plan import Plan, ScalingState, slot_target
 from autoscaler.scale.policy import decide
-from autoscaler.sim.emulator import Emulator, SimJob
+from autoscaler.sim.emulator import Emulator
+from autoscaler.sim.entities import SimJob
 
 
 class ProjectDriver:

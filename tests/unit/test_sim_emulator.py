@@ -13,7 +13,8 @@ import pytest
 
 from autoscaler.config import Config, parse_config
 from autoscaler.config.simulation import BootTime
-from autoscaler.sim.emulator import Emulator, lognormal
+from autoscaler.sim.emulator import Emulator
+from autoscaler.sim.entities import lognormal
 from autoscaler.sim.metrics import percentile
 from autoscaler.sim.simulate import simulate
 from autoscaler.sim.trace import Trace, parse_trace
