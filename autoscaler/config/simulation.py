@@ -3,7 +3,9 @@
 ```yaml
 simulation:
   seed: 1                            # boot times and GitHub's runner choice are seeded
-  boot_time: {p50: 90s, p95: 240s}   # launch -> runner registered, every pool...
+  launch_time: {p50: 10s, p95: 30s}  # capacity asked -> instance running (not billed)
+  boot_time: {p50: 90s, p95: 240s}   # running -> runner registered (billed), every pool...
+  boot_correlation: 0.5              # boots launched together are slow or fast together
   pools:
     ci-gpu-spot:
       boot_time: {p50: 120s, p95: 300s}   # ...unless a pool says otherwise
@@ -12,7 +14,11 @@ simulation:
     - {pool: ci-gpu-spot, from: 10h, to: 11h30m}   # from the trace's start...
     - {pool: ci-cpu, from: "2026-11-30T14:00:00Z", to: "2026-11-30T14:20:00Z"}   # ...or UTC
   reaction: null                     # e.g. 1s: decide within this long of a queued job
-                                     # (webhooks) besides every poll_interval
+                                     # besides every poll_interval (default: with
+                                     # webhook configured, its debounce + 1s; else null)
+  poll_latency: 5s                   # a poll's answer is this old when the tick acts
+  billing_minimum: 60s               # an instance is billed at least this long
+  launches: {per_activity: 100, retry: 10s, bucket: 1000, refill: 2}   # throttles
 ```
 
 The live controller never reads this section; it only shapes the emulated world the real
@@ -38,12 +44,29 @@ TimePoint = float | datetime
 
 @dataclass(frozen=True)
 class BootTime:
-    """Launch to registered runner, as a lognormal distribution fitted to two quantiles."""
+    """A latency as a lognormal distribution fitted to two quantiles: the boot (instance
+    running to runner registered) or the launch (capacity asked to instance running)."""
 
     p50: float = 90.0
-    """Median seconds from launch to a registered runner."""
+    """Median seconds."""
     p95: float = 240.0
-    """95th percentile of the same (>= p50; equal: every boot takes exactly p50)."""
+    """95th percentile of the same (>= p50; equal: every draw is exactly p50)."""
+
+
+@dataclass(frozen=True)
+class Launches:
+    """How fast a raised desired capacity becomes instances: the throttles of a burst."""
+
+    per_activity: int = 100
+    """Instances one scaling activity of a group starts at most (``LaunchInstances``
+    caps one launch at 100 instances); the rest wait for the group's next activity."""
+    retry: float = 10.0
+    """Seconds until a group's next activity launches what it still lacks."""
+    bucket: int = 1000
+    """EC2's ``RunInstances`` resource token bucket, per account and Region: this many
+    instances at once..."""
+    refill: float = 2.0
+    """...then this many a second."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +104,24 @@ class SimulationConfig:
     """Capacity outages."""
     reaction: float | None = None
     """Webhooks: decide this many seconds after a job is queued (besides every
-    ``poll_interval``); None: polling only."""
+    ``poll_interval``); None: the config's webhook (its debounce plus a second for
+    GitHub's delivery) if it has one, else polling only."""
+    launch_time: BootTime = BootTime(10.0, 30.0)
+    """Capacity asked to instance running (not billed): the group's activity and EC2's
+    pending state."""
+    boot_correlation: float = 0.5
+    """Correlation (0-1) of the log boot times of a pool's instances launched within
+    the same 5 minutes (one image pulled by many, one zone's load): a burst's boots are
+    slow or fast together."""
+    launches: Launches = Launches()
+    """The throttles between a raised desired capacity and running instances."""
+    billing_minimum: float = 60.0
+    """Seconds an instance is billed at least (EC2 bills Linux instances by the second
+    with a one-minute minimum), from running to terminated."""
+    poll_latency: float = 5.0
+    """Seconds between a poll's start and the tick acting on it: the controller sees the
+    world this late. The ``github_poll`` bench measures 4.8 s for a cold tick at 100
+    repositories (1,233 requests). A reaction (webhook) tick acts at once."""
 
     def pool(self, name: str) -> SimPoolConfig:
         for p in self.pools:
@@ -171,18 +211,66 @@ def _pools(r: Reader, value: Any, default: BootTime) -> tuple[SimPoolConfig, ...
 def read_simulation(r: Reader, value: Any) -> SimulationConfig:
     """The ``simulation`` section (every key optional)."""
     path = "simulation"
-    m = r.mapping(value, path, ("seed", "boot_time", "pools", "outages", "reaction"))
+    m = r.mapping(
+        value,
+        path,
+        (
+            "seed",
+            "boot_time",
+            "pools",
+            "outages",
+            "reaction",
+            "launch_time",
+            "boot_correlation",
+            "launches",
+            "billing_minimum",
+            "poll_latency",
+        ),
+    )
     boot = _boot_time(r, m.get("boot_time"), f"{path}.boot_time", BootTime())
     reaction = r.optional_duration(m.get("reaction"), f"{path}.reaction")
     if reaction is not None and (reaction <= 0 or not math.isfinite(reaction)):
         r.problem(f"{path}.reaction", "must be greater than zero (or null: polling only)")
         reaction = None
+    defaults = SimulationConfig()
+    correlation = r.number(m.get("boot_correlation"), f"{path}.boot_correlation", 0.5)
+    if not 0.0 <= correlation <= 1.0:
+        r.problem(f"{path}.boot_correlation", f"must be between 0 and 1, got {correlation:g}")
+        correlation = defaults.boot_correlation
     return SimulationConfig(
         seed=r.integer(m.get("seed"), f"{path}.seed", 0),
         boot_time=boot,
         pools=_pools(r, m.get("pools"), boot),
         outages=r.each(m.get("outages"), f"{path}.outages", lambda v, p: _outage(r, v, p)),
         reaction=reaction,
+        launch_time=_boot_time(
+            r, m.get("launch_time"), f"{path}.launch_time", defaults.launch_time
+        ),
+        boot_correlation=correlation,
+        launches=_launches(r, m.get("launches"), f"{path}.launches"),
+        billing_minimum=r.duration(
+            m.get("billing_minimum"), f"{path}.billing_minimum", defaults.billing_minimum
+        ),
+        poll_latency=r.duration(
+            m.get("poll_latency"), f"{path}.poll_latency", defaults.poll_latency
+        ),
+    )
+
+
+def _launches(r: Reader, value: Any, path: str) -> Launches:
+    m = r.mapping(value, path, ("per_activity", "retry", "bucket", "refill"))
+    d = Launches()
+    refill = r.number(m.get("refill"), f"{path}.refill", d.refill)
+    if refill <= 0:
+        r.problem(f"{path}.refill", "must be greater than zero (instances a second)")
+        refill = d.refill
+    return Launches(
+        per_activity=r.integer(
+            m.get("per_activity"), f"{path}.per_activity", d.per_activity, minimum=1
+        ),
+        retry=r.duration(m.get("retry"), f"{path}.retry", d.retry, positive=True),
+        bucket=r.integer(m.get("bucket"), f"{path}.bucket", d.bucket, minimum=1),
+        refill=refill,
     )
 
 

@@ -32,7 +32,11 @@ def config(min_idle: Any = 0, **extra: Any) -> Any:
         {
             "github": {"owner": "o", "token": "t"},
             "runner_types": {"cpu": {"labels": CPU, "pools": ["p"], "min_idle": min_idle, **extra}},
-            "simulation": {"boot_time": {"p50": "60s", "p95": "60s"}},
+            "simulation": {
+                "boot_time": {"p50": "60s", "p95": "60s"},
+                "launch_time": {"p50": "10s", "p95": "10s"},
+                "poll_latency": "0s",
+            },
         },
         env={},
     )
@@ -91,11 +95,15 @@ def test_arrivals_older_than_the_window_are_forgotten() -> None:
     assert arrival_rate(c.runner_types[0], after, now) == pytest.approx(12 / 600)
 
 
-def test_without_predict_nothing_is_counted_and_min_idle_is_as_scheduled() -> None:
+def test_without_predict_arrivals_are_counted_and_min_idle_is_as_scheduled() -> None:
+    """Every type's rate is watched (the scale-in weighs it); only predict warms runners."""
     c = config(2)
-    state = ScalingState()
-    assert count_arrivals(c, snapshot(T0, [1], []), [], state) is state
-    assert warm_runners(c.runner_types[0], state, T0) == 2
+    first = count_arrivals(c, snapshot(T0, [1], []), [], ScalingState())
+    assert first.watching_since == T0 and first.observed_at == T0
+    now = T0 + timedelta(seconds=30)
+    after = count_arrivals(c, snapshot(now, [10, 45], []), [], first)
+    assert after.arrivals == {"cpu": ((now, 1),)} and after.watching_since == T0
+    assert warm_runners(c.runner_types[0], after, now) == 2
 
 
 @pytest.mark.parametrize(
@@ -112,8 +120,8 @@ def test_warm_runners_follow_the_rate_between_default_and_max(arrivals: int, war
 
 
 def test_predicted_warm_runners_cut_the_queue_time_of_a_steady_stream() -> None:
-    """A short job every 90 s: without prediction the idle runner goes after 20 s and each
-    job waits for a boot; with it, the arrival rate keeps warm runners."""
+    """A short job every 90 s: without prediction the idle runner goes after 20 s and every
+    other job waits for a launch and a boot; with it, the arrival rate keeps warm runners."""
     lines = [
         json.dumps({"created_at": 615 + i * 90.0, "labels": CPU, "duration": 10})
         for i in range(120)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autoscaler.config import parse_config
-from autoscaler.config.simulation import BootTime, Outage, SimPoolConfig
+from autoscaler.config.simulation import BootTime, Launches, Outage, SimPoolConfig
 from autoscaler.errors import ConfigError
 
 
@@ -28,6 +28,9 @@ def test_defaults_when_the_section_is_absent() -> None:
     assert sim.boot_time == BootTime(90.0, 240.0)
     assert sim.outages == () and sim.reaction is None and sim.seed == 0
     assert sim.pool("ci-cpu") == SimPoolConfig("ci-cpu")
+    assert sim.launch_time == BootTime(10.0, 30.0) and sim.boot_correlation == 0.5
+    assert sim.launches == Launches(100, 10.0, 1000, 2.0)
+    assert sim.billing_minimum == 60.0 and sim.poll_latency == 5.0
 
 
 def test_a_full_section_reads_into_typed_values() -> None:
@@ -47,11 +50,19 @@ def test_a_full_section_reads_into_typed_values() -> None:
                     {"pool": "ci-cpu", "from": datetime(2026, 12, 1, 1), "to": "26h"},
                 ],
                 "reaction": "1s",
+                "launch_time": {"p50": "5s", "p95": "20s"},
+                "boot_correlation": 0,
+                "launches": {"per_activity": 50, "retry": "30s", "bucket": 200, "refill": 0.5},
+                "billing_minimum": "0s",
+                "poll_latency": "2s",
             }
         ),
         env={},
     ).simulation
     assert sim.seed == 7 and sim.reaction == 1.0
+    assert sim.launch_time == BootTime(5.0, 20.0) and sim.boot_correlation == 0.0
+    assert sim.launches == Launches(50, 30.0, 200, 0.5)
+    assert sim.billing_minimum == 0.0 and sim.poll_latency == 2.0
     assert sim.boot_time == BootTime(60.0, 180.0)
     assert sim.pool("gpu-spot") == SimPoolConfig("gpu-spot", BootTime(120.0, 300.0), 40)
     assert sim.outages[0] == Outage("gpu-spot", 36000.0, 41400.0)
@@ -75,6 +86,9 @@ def test_every_problem_is_reported_at_once_with_its_path() -> None:
                     ],
                     "reaction": "0s",
                     "reacton": "1s",
+                    "boot_correlation": 2,
+                    "launches": {"per_activity": 0, "refill": 0, "burst": 3},
+                    "launch_time": {"p50": "0s"},
                 }
             ),
             env={},
@@ -89,6 +103,11 @@ def test_every_problem_is_reported_at_once_with_its_path() -> None:
         "simulation.outages[4]: must be a mapping {pool, from, to}",
         "simulation.reaction: must be greater than zero",
         "simulation.reacton: unknown key (did you mean 'reaction'?)",
+        "simulation.boot_correlation: must be between 0 and 1, got 2",
+        "simulation.launches.burst: unknown key",
+        "simulation.launches.refill: must be greater than zero",
+        "simulation.launches.per_activity: must be >= 1, got 0",
+        "simulation.launch_time.p50: must be greater than zero",
         "simulation.pools.nope: not a pool of any runner type",
         "simulation.outages: pool 'elsewhere' is not a pool of any runner type",
     ]
