@@ -98,9 +98,9 @@ class RunnerTypeConfig:
     priority: int = 0
     """Higher gets capacity first under a shared budget."""
     idle_timeout: float = 120.0
-    """An idle runner older than this may be scaled in. Two minutes, about one boot: the
-    replays of ``make bench`` (README "How good is the scaling?") show 10 minutes costing
-    15-35% more runner-hours for a few seconds of p95 queue time."""
+    """No runner stays idle longer than this; sooner when the arrivals expected before the
+    next poll will not take it (:func:`autoscaler.scale.forecast.idle_to_keep`, which reads
+    this as the worth of a kept runner: about one boot, two minutes)."""
     boot_timeout: float = 900.0
     """An instance with no registered runner after this long is an orphan."""
     slo: QueueObjective | None = None

@@ -134,6 +134,16 @@ def knobs_of(config: Config) -> list[Knobs]:
     ]
 
 
+def equal_knobs_change(config: Config, name: str) -> bool:
+    """Whether ``--equal-knobs`` changes anything of peer ``name`` for this config."""
+    shipped = PEER_TABLE[name].shipped
+    return any(
+        equalized(shipped, k) != shipped
+        for rt, k in zip(config.runner_types, knobs_of(config), strict=True)
+        if rt.pools
+    )
+
+
 class PeerDriver:
     """Runs one peer's rule for every runner type that has pools."""
 

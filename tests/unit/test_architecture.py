@@ -69,6 +69,7 @@ PURE = [
     "autoscaler.sim.sweep",
     "autoscaler.sim.simulate",
     "autoscaler.sim.shapes",
+    "autoscaler.sim.oracle",
     "autoscaler.alerting.alertmanager",
     "autoscaler.job_retry.model",
     "autoscaler.job_retry.classify",

@@ -202,7 +202,7 @@ def test_the_overview_draws_one_panel_per_trace(tmp_path: Path) -> None:
 
     png = tmp_path / "overview.png"
     traces = [
-        (f"trace {i}", [result("a", 60, 10 + i), result("b", 30, 20)], 270.0) for i in range(3)
+        (f"trace {i}", [result("a", 60, 10 + i), result("b", 30, 20)], 270.0, 9.0) for i in range(3)
     ]
     draw_overview(traces, str(png), "three traces")
     assert png.read_bytes().startswith(b"\x89PNG")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from autoscaler.config import parse_config
-from autoscaler.sim.drivers import JOBS_PER_AGENT, PeerDriver
+from autoscaler.sim.drivers import JOBS_PER_AGENT, PeerDriver, equal_knobs_change
 from autoscaler.sim.emulator import Emulator
 from autoscaler.sim.peers import (
     JobsPerAgentMemory,
@@ -307,3 +307,19 @@ def test_equal_knobs_give_each_peer_this_projects_settings_where_it_has_them(
         assert got.ephemeral and got.minimum_running_time == 120
     else:
         assert got == equal
+
+
+@pytest.mark.parametrize(
+    ("peer", "min_idle", "changes"),
+    [("scale-set", 0, False), ("scale-set", 2, True), ("jobs-per-agent", 0, True)],
+    ids=["scale-set-min-runners-already-zero", "scale-set-gets-min-idle", "buildkite-poll"],
+)
+def test_equal_knobs_change_only_what_differs(peer: str, min_idle: int, changes: bool) -> None:
+    c = parse_config(
+        {
+            "github": {"owner": "o", "token": "t"},
+            "runner_types": {"cpu": {"labels": ["cpu"], "pools": ["p1"], "min_idle": min_idle}},
+        },
+        env={},
+    )
+    assert equal_knobs_change(c, peer) is changes
