@@ -99,8 +99,9 @@ class RunnerTypeConfig:
     """Higher gets capacity first under a shared budget."""
     idle_timeout: float = 120.0
     """No runner stays idle longer than this; sooner when the arrivals expected before the
-    next poll will not take it (:func:`autoscaler.scale.forecast.idle_to_keep`, which reads
-    this as the worth of a kept runner: about one boot, two minutes)."""
+    next poll will not take it (:func:`autoscaler.scale.forecast.idle_to_keep`, which
+    takes this as the cost of a boot until it has measured one). Two minutes, about one
+    boot."""
     boot_timeout: float = 900.0
     """An instance with no registered runner after this long is an orphan."""
     slo: QueueObjective | None = None

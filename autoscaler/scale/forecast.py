@@ -1,20 +1,21 @@
 """The recent arrival rate per runner type, and what it asks of the pools (pure).
 
-Each fresh observation counts, per runner type, the jobs that arrived since the
-observation before: queued jobs younger than the gap, plus runners that were idle then
-and are busy now (a job GitHub handed straight to a warm runner never shows as queued).
-Jobs that arrive and start on a runner freed in between stay unseen, so the count is a
-lower bound; it is exact when runners are idle, which is when warm runners matter.
+Each fresh observation counts, per runner type, the jobs created since the observation
+before: queued jobs and jobs in progress younger than the gap (where the source lists
+jobs in progress; else runners that were idle then and are busy now stand for the jobs
+GitHub handed straight to a warm runner). It also records, for each runner seen for the
+first time, how long its instance took from launch to a registered runner
+(:func:`count_boots`): what a new runner costs.
 
 Two uses:
 
 - **idle runners worth keeping** (:func:`idle_to_keep`, every type): keeping an idle
-  runner until the next poll costs at most a poll interval; it saves a boot (about
-  ``idle_timeout``, by that knob's meaning) if a job takes it first. So the k-th idle
-  runner stays while P(at least k arrivals before the next poll) >= poll_interval /
-  idle_timeout (ski rental, decided again at every poll), the others go at once, and
-  none stays past ``idle_timeout``. The rate is burst-proof (:func:`steady_rate`): a
-  300-job matrix is not a reason to keep runners idle afterwards;
+  runner until the next poll costs at most a poll interval; it saves a boot (the median
+  of the type's recent ones; ``idle_timeout`` before any was seen) if a job takes it
+  first. So the k-th idle runner stays while P(at least k arrivals before the next poll)
+  >= poll_interval / boot (ski rental, decided again at every poll), the others go at
+  once, and none stays past ``idle_timeout``. The rate is burst-proof
+  (:func:`steady_rate`): a 300-job matrix is not a reason to keep runners idle after;
 - **predicted warm runners** (``min_idle.predict``, an option): the ``quantile`` of a
   Poisson count with mean rate x ``lead`` (enough for the jobs expected before a new
   runner could be up, in that share of periods), at most ``max``; ``decide`` keeps at
@@ -24,17 +25,20 @@ Two uses:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from autoscaler.config import Config, RunnerTypeConfig
 from autoscaler.domain import QueueSnapshot, Runner
 from autoscaler.observe.queue import match_runner
+from autoscaler.ports import instance_id_of
 from autoscaler.scale.plan import ScalingState
 
 #: Seconds of arrivals the rate is measured over for a type without ``min_idle.predict``.
 RATE_WINDOW = 900.0
+#: Boots remembered per runner type (their median is what a new runner costs).
+BOOTS_KEPT = 20
 
 
 def window_of(rt: RunnerTypeConfig) -> float:
@@ -63,14 +67,55 @@ def count_arrivals(
         for rt in config.runner_types:
             window = window_of(rt)
             stats = snapshot.per_type.get(rt.name)
-            new = sum(1 for age in stats.queued_ages_seconds if age < gap) if stats else 0
+            queued = sum(1 for age in stats.queued_ages_seconds if age < gap) if stats else 0
+            begun = sum(1 for age in stats.started_ages_seconds if age < gap) if stats else 0
+            # jobs GitHub handed to a runner idle at the last poll are among those begun
+            # when the source lists jobs in progress; else they are all that is seen
+            new = queued + max(begun, started.get(rt.name, 0))
             kept = tuple(
                 (at, n)
                 for at, n in arrivals.get(rt.name, ())
                 if (now - at).total_seconds() < window
             )
-            arrivals[rt.name] = (*kept, (now, new + started.get(rt.name, 0)))
+            arrivals[rt.name] = (*kept, (now, new))
     return replace(state, observed_at=now, arrivals=arrivals)
+
+
+def count_boots(
+    config: Config,
+    runners: Sequence[Runner],
+    launched: Mapping[str, datetime],
+    state: ScalingState,
+    now: datetime,
+) -> ScalingState:
+    """Record, per runner type, how long each runner first seen now took from its
+    instance's launch (``launched``: instance id -> launch time, on our clock) to
+    registered. The first observation only remembers who is there."""
+    seen = frozenset(r.id for r in runners)
+    if state.observed_at is None:
+        return replace(state, registered=seen)
+    types = [rt.runner_type for rt in config.runner_types]
+    boots = dict(state.boots)
+    for r in runners:
+        if r.id in state.registered:
+            continue
+        iid = instance_id_of(r.name)
+        at = launched.get(iid) if iid is not None else None
+        t = match_runner(r.labels, types)
+        if at is None or t is None:
+            continue
+        boots[t.name] = (*boots.get(t.name, ()), (now - at).total_seconds())[-BOOTS_KEPT:]
+    return replace(state, registered=seen, boots=boots)
+
+
+def boot_seconds(rt: RunnerTypeConfig, state: ScalingState) -> float:
+    """The median of the type's recent boots; ``idle_timeout`` (about one boot, by its
+    meaning) before any was seen."""
+    seen = sorted(state.boots.get(rt.name, ()))
+    if not seen:
+        return rt.idle_timeout
+    middle = len(seen) // 2
+    return seen[middle] if len(seen) % 2 else (seen[middle - 1] + seen[middle]) / 2
 
 
 def arrival_rate(rt: RunnerTypeConfig, state: ScalingState, now: datetime) -> float:
@@ -132,7 +177,8 @@ def idle_to_keep(
     since = state.watching_since
     if since is None or (now - since).total_seconds() < window_of(rt):
         return None
-    if poll_interval >= rt.idle_timeout:
+    boot = boot_seconds(rt, state)
+    if poll_interval >= boot:
         return 0
     mean = steady_rate(rt, state, now) * poll_interval
-    return poisson_quantile(mean, 1.0 - poll_interval / rt.idle_timeout)
+    return poisson_quantile(mean, 1.0 - poll_interval / boot)

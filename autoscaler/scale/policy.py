@@ -12,9 +12,11 @@ Per runner type:
   priority (higher first), then by the age of their oldest queued job (older first).
 
 Scale up at once, filling the pools in order, skipping pools in capacity back-off and
-never past a pool's MaxSize. Scale down only idle runners past ``idle_timeout``, oldest
-idle first: each :class:`ScaleIn` says "deregister runner X, then terminate instance Y in
-pool P". Stale observations never scale: every pool is held.
+never past a pool's MaxSize. Scale down only idle runners the demand does not need,
+longest idle first: those past ``idle_timeout``, and those the arrivals expected before
+the next poll will not take (:func:`autoscaler.scale.forecast.idle_to_keep`). Each
+:class:`ScaleIn` says "deregister runner X, then terminate instance Y in pool P". Stale
+observations never scale: every pool is held.
 A pool whose launches failed after it accepted a scale-up (a Failed scaling activity, or
 stuck short of its desired capacity past ``boot_timeout``; :mod:`autoscaler.scale.capacity`) is
 backed off and released like one that refused synchronously, and the need fails over.
@@ -42,7 +44,12 @@ from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 from autoscaler.domain import ClockSkew, InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.capacity import launch_failures, track_short
-from autoscaler.scale.forecast import count_arrivals, idle_to_keep, warm_runners
+from autoscaler.scale.forecast import (
+    count_arrivals,
+    count_boots,
+    idle_to_keep,
+    warm_runners,
+)
 from autoscaler.scale.plan import (
     HOLD,
     LAUNCH_FAILED,
@@ -404,6 +411,13 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         state, runners, snapshot.observed_at if runners_seen_at is None else runners_seen_at
     )
     if observation_fresh:
+        launched = {
+            i.id: i.launched_at - timedelta(seconds=skew.aws or 0.0)
+            for p in pools.values()
+            for i in p.instances
+            if i.launched_at is not None
+        }
+        state = count_boots(config, runners, launched, state, snapshot.observed_at)
         state = count_arrivals(config, snapshot, runners, state)
         idle_since = {
             r.id: state.idle_since.get(r.id, snapshot.observed_at)

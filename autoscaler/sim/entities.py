@@ -59,6 +59,9 @@ class SimJob:
     started: float | None = None
     finished: float | None = None
     domain: Job | None = None
+    """As the GitHub adapter reports it while queued."""
+    domain_started: Job | None = None
+    """As the GitHub adapter reports it while in progress."""
 
 
 @dataclass(eq=False, slots=True)
@@ -236,6 +239,30 @@ class EmulatorView:
                     )
                 out.append(job.domain)
         return out
+
+    def started_jobs(self) -> list[Job]:
+        """Jobs in progress as the GitHub adapter reports them (its poll lists the jobs of
+        queued and in-progress runs)."""
+        out = []
+        for inst in self.running_instances():
+            job = inst.job
+            if job is None:
+                continue
+            if job.domain_started is None:
+                job.domain_started = Job(
+                    id=job.index + 1,
+                    run_id=job.index + 1,
+                    repo="trace",
+                    name="job",
+                    labels=job.labels,
+                    status=JobStatus.IN_PROGRESS,
+                    created_at=self.trace.start + timedelta(seconds=job.created),
+                )
+            out.append(job.domain_started)
+        return out
+
+    def running_instances(self) -> list[SimInstance]:
+        return [i for pool in self.pools.values() for i in pool.live.values() if i.job]
 
     def runners(self) -> list[Runner]:
         """Registered runners, named ``f"{pool}-{instance id}"``."""

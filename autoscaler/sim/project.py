@@ -76,7 +76,11 @@ class ProjectDriver:
         now = em.clock.datetime()
         runners = em.runners()
         snapshot = compute_queue(
-            em.queued_jobs(), runners, self.types, now, self.config.github.hosted_labels
+            [*em.queued_jobs(), *em.started_jobs()],
+            runners,
+            self.types,
+            now,
+            self.config.github.hosted_labels,
         )
         plan = decide(
             snapshot,

@@ -161,11 +161,17 @@ def spot_outage(seed: int = 4) -> Trace:
     )
 
 
+def quick_checks(seed: int = 5) -> Trace:
+    """A working day of quick checks (median 2.5 min, p95 10 min) in runs of 1-4."""
+    return generate([JobMix(CPU, 5.0, 0.4, 150.0, 600.0, run_sizes=(1, 1, 2, 3, 4))], seed=seed)
+
+
 TRAIN = {
     "diurnal": diurnal,
     "matrix-bursts": matrix_bursts,
     "gpu-long": gpu_long,
     "spot-outage": spot_outage,
+    "quick-checks": quick_checks,
 }
 """The shapes the defaults may be tuned on."""
 

@@ -1,8 +1,11 @@
-"""``min_idle.predict``: arrivals counted per observation, a Poisson quantile of warm runners."""
+"""The arrival rate per observation, the boots new runners took, and what they ask for:
+idle runners worth keeping, and ``min_idle.predict``'s warm runners (a Poisson quantile)."""
 
 from __future__ import annotations
 
 import json
+import statistics
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,8 +17,11 @@ from autoscaler.domain import Runner
 from autoscaler.errors import ConfigError
 from autoscaler.observe.queue import compute_queue
 from autoscaler.scale.forecast import (
+    BOOTS_KEPT,
     arrival_rate,
+    boot_seconds,
     count_arrivals,
+    count_boots,
     poisson_quantile,
     warm_runners,
 )
@@ -147,3 +153,20 @@ def test_predict_reads_from_yaml_and_counts_in_the_max_check() -> None:
     with pytest.raises(ConfigError) as err:
         config({"predict": {"max": 50}}, max=10)
     assert err.value.problems == ["runner_types.cpu.min_idle: must not exceed max (10)"]
+
+
+def test_a_new_runner_records_how_long_its_instance_took_to_register() -> None:
+    c = config()
+    rt = c.runner_types[0]
+    launched = {f"i-{rid:017x}": T0 - timedelta(seconds=100 + rid) for rid in range(1, 30)}
+    first = count_boots(c, [runner(1, False)], launched, ScalingState(), T0)
+    assert first.registered == {1} and first.boots == {}  # who was there: not new
+    assert boot_seconds(rt, first) == rt.idle_timeout  # nothing seen yet: about one boot
+    seen = replace(first, observed_at=T0)
+    later = T0 + timedelta(seconds=30)
+    after = count_boots(c, [runner(1, False), runner(2, True)], launched, seen, later)
+    assert after.boots == {"cpu": (132.0,)} and after.registered == {1, 2}
+    many = [runner(rid, False) for rid in range(1, 30)]
+    full = count_boots(c, many, launched, replace(after, observed_at=later), later)
+    assert len(full.boots["cpu"]) == BOOTS_KEPT
+    assert boot_seconds(rt, full) == pytest.approx(statistics.median(full.boots["cpu"]))
