@@ -26,9 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from autoscaler.config import Config
 from autoscaler.domain import (
     Cause,
     ClockSkew,
@@ -46,6 +45,9 @@ from autoscaler.ports import JobSource
 from autoscaler.retry.decide import RetryReport
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from datetime import timedelta
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig, JobRetryConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import LOST, annotation, fail_job
 from autoscaler.observe.github import failures

@@ -61,7 +61,7 @@ from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.senders import Call, IssueNumbers, Sender
 from autoscaler.config import Config, ReceiverConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import NotLeaderError, PermanentError, StateError, TransientError
 from autoscaler.health import STATE, Health
 from autoscaler.state.port import ActionGate, AlertStore, OutboxItem, SoleWriter

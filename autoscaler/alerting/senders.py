@@ -25,7 +25,7 @@ from tenacity.wait import wait_random_exponential
 from autoscaler.alerting import alertmanager, render
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.config import ReceiverConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import PermanentError, TransientError
 from autoscaler.state.port import AlertStore
 from autoscaler.telemetry import Metrics

@@ -34,8 +34,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.ports import instance_id_of
 from autoscaler.retry.model import (
     BY_AWS,
@@ -44,6 +44,9 @@ from autoscaler.retry.model import (
     CompletedJob,
     InstanceEvent,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.config.job_retry import JobRetryConfig
 
 SPOT = "spot_interruption"
 INSTANCE_TERMINATED = "instance_terminated"

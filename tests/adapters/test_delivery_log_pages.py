@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.observe.github.delivery_watch import DeliveryWatch
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import AuthenticationError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.auth import AppAuth

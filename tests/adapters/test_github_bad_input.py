@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import NotFoundError, TransientError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.http import MAX_PAGE_BYTES

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import (
     AuthenticationError,
     AutoscalerError,

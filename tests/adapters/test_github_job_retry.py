@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig, parse_config
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import AuthenticationError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns

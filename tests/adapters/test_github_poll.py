@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.domain import JobStatus
 from autoscaler.errors import RateLimitedError, StateUnusableError
 from autoscaler.fakes.github import FakeGitHub
@@ -36,7 +36,7 @@ class World:
             owner="demo-org",
             api_url=self.fake.url,
             token=Secret("fake-token"),
-            **config,  # type: ignore[arg-type]
+            **config,
         )
         return GitHubSource(
             cfg,

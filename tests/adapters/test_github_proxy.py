@@ -19,8 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
-from autoscaler.config.secrets import SecretUrl
+from autoscaler.config.secrets import Secret, SecretUrl
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.telemetry import Metrics

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
@@ -31,7 +31,7 @@ class World:
             owner=self.fake.owner,
             api_url=self.fake.url,
             token=Secret("fake-token"),
-            **config,  # type: ignore[arg-type]
+            **config,
         )
         return GitHubSource(cfg, self.metrics, sleep=lambda _: None)
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import TransientError
 from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
 from autoscaler.observe.github.source import GitHubSource

@@ -15,7 +15,7 @@ from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import TransientError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource

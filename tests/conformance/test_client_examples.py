@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.domain import Observation
 from autoscaler.observe.github.parse import (
     BadItem,

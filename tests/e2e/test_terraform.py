@@ -347,6 +347,6 @@ def test_boot_script_reads_the_parameter_the_controller_writes() -> None:
         TERRAFORM_DIR / "modules" / "runner-pool" / "templates" / "user-data.sh.tftpl"
     ).read_text(encoding="utf-8")
     assert 'JIT_PARAMETER="${jit_parameter_path}/${pool_name}/$${INSTANCE_ID}"' in template
-    assert JitConfig("/p").parameter_name("pool", "i-1") == "/p/pool/i-1"
+    assert JitConfig(parameter_path="/p").parameter_name("pool", "i-1") == "/p/pool/i-1"
     assert 'run.sh --jitconfig "$JIT_CONFIG"' in template
     assert "169.254.169.254/latest/api/token" in template  # IMDSv2 for its instance id

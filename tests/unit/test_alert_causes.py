@@ -67,7 +67,7 @@ def rule(**kw: object) -> AlertRuleConfig:
         "dashboard_url": "https://dash.example/d",
     }
     base.update(kw)
-    return AlertRuleConfig(**base)  # type: ignore[arg-type]
+    return AlertRuleConfig(**base)
 
 
 def snapshot(**queues: tuple[int, float]) -> QueueSnapshot:
@@ -179,7 +179,7 @@ def test_unmatched_alert_names_the_label_sets() -> None:
 
 def _status(good_bad: dict[float, tuple[int, int]], objective: float = 0.95) -> ObjectiveStatus:
     counts = {w: (good, good + bad) for w, (good, bad) in good_bad.items()}
-    return ObjectiveStatus(GPU, QueueObjective(300.0, objective), counts)
+    return ObjectiveStatus(GPU, QueueObjective(queue_time=300.0, objective=objective), counts)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,9 @@ def test_engine_puts_causes_on_alerts_views_and_the_store() -> None:
     config = AlertsConfig(
         rules=(rule(per_runner_type=True, max_queue_time=1800.0),),
         receivers={
-            "oncall": ReceiverConfig("oncall", "webhook", url=SecretUrl("http://127.0.0.1:9/"))
+            "oncall": ReceiverConfig(
+                name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9/")
+            )
         },
         builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
     )

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from autoscaler.config import load_config, parse_config
-from autoscaler.config.reader import Secret, parse_duration
+from autoscaler.config.durations import parse_duration
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -173,7 +173,7 @@ def test_backoff_resets_once_the_pool_delivers() -> None:
 
 
 def make(fake: FakePool) -> Scaler:
-    cfg = replace(CFG, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = CFG.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
     return Scaler(
         fake,
         FakeSource(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -51,9 +51,8 @@ from tests.unit.scaling_fakes import (
     snapshot,
 )
 
-CFG = replace(
-    config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400)),
-    aws=AwsConfig(retry=RetryConfig(max_attempts=3)),
+CFG = config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400)).model_copy(
+    update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))}
 )
 PENDING = PendingTermination(GPU, "gpu-spot", iid(7), f"gpu-spot-{iid(7)}", T0)
 

@@ -22,7 +22,6 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -287,7 +286,12 @@ def test_a_failed_save_sends_nothing_and_decides_again(tmp_path: Path) -> None:
         return httpx.Response(200)
 
     hook = ReceiverConfig(name="hook", type="webhook", url=SecretUrl("http://127.0.0.1:9/hook"))
-    alerts = replace(ALERTS, rules=(replace(RULE, receivers=("hook",)),), receivers={"hook": hook})
+    alerts = ALERTS.model_copy(
+        update={
+            "rules": (RULE.model_copy(update={"receivers": ("hook",)}),),
+            "receivers": {"hook": hook},
+        }
+    )
     metrics = Metrics(CollectorRegistry())
     deliverer = Deliverer(
         alerts.receivers, metrics, transport=httpx.MockTransport(receiver), sleep=lambda _: None

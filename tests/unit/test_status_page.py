@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html.parser import HTMLParser
 
@@ -71,12 +71,16 @@ def cfg() -> Config:
     alerts = AlertsConfig(
         rules=(rule,),
         receivers={
-            "oncall": ReceiverConfig("oncall", "webhook", url=SecretUrl("http://127.0.0.1:9/"))
+            "oncall": ReceiverConfig(
+                name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9/")
+            )
         },
         builtin=BuiltinAlertsConfig(github_unreachable_after=0),
     )
     base = config(rtype(), rtype(EVIL, pools=("evil-pool",)))
-    return replace(base, alerts=alerts, aws=AwsConfig(retry=RetryConfig(max_attempts=1)))
+    return base.model_copy(
+        update={"alerts": alerts, "aws": AwsConfig(retry=RetryConfig(max_attempts=1))}
+    )
 
 
 def controller() -> Controller:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import jwt
 
 from autoscaler.config import GitHubAppConfig
-from autoscaler.config.reader import Secret
+from autoscaler.config.secrets import Secret
 from autoscaler.errors import AuthenticationError, TransientError
 
 #: Refresh an installation token this many seconds before it expires.

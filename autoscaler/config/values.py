@@ -1,0 +1,633 @@
+"""How one value of the configuration is read: its check, its message, its JSON Schema.
+
+A leaf type is a marker in ``Annotated`` (``Annotated[float, Duration(positive=True)]``).
+pydantic hands it the raw value; :meth:`Value.check` returns the Python value or raises
+:func:`wrong` with the sentence a user reads (``must be a duration like 30s, 5m or 4h``,
+not pydantic's wording). :meth:`Value.json_schema` is what an editor checks the same value
+against, and :meth:`Value.dump` writes a Python value back the way a file says it (so the
+schema's defaults read ``30s``, not ``30.0``).
+
+A value read from a file (validated with a :class:`FileContext`) must be written the
+file's way: a duration needs its unit, a time is a quoted ``"HH:MM"``. A value built in
+code may be the Python value itself (seconds as a float, a :class:`Secret`). A value
+whose ``${VAR}`` is unset arrives as :class:`Unset` and is not judged: text keeps what was
+written, anything else takes its default.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn, get_args
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import (
+    InitErrorDetails,
+    PydanticCustomError,
+    PydanticUseDefault,
+    core_schema,
+)
+
+from autoscaler.config.durations import (
+    DURATION_HINT,
+    DURATION_PATTERN,
+    MAX_DURATION,
+    format_seconds,
+    parse_duration,
+    why_not_a_duration,
+)
+from autoscaler.config.secrets import Secret, SecretUrl, shown
+from autoscaler.domain import normalize_labels
+
+#: The type of every problem our checks raise (pydantic's own types are translated by
+#: :mod:`autoscaler.config.problems`).
+PROBLEM = "config"
+
+
+@dataclass(frozen=True)
+class FileContext:
+    """Validation context of a configuration read from a file (or a parsed document)."""
+
+    base_dir: Path
+    """Relative paths in the file (``private_key_file``, ``rule_files``) start here."""
+    rule_files: Mapping[str, tuple[Any, ...] | None] = field(default_factory=dict)
+    """Each ``alerts.rule_files`` pattern -> the rules its files hold (already checked,
+    :mod:`autoscaler.config.load`); None: no file matched."""
+    pools: frozenset[str] = frozenset()
+    """The pools the file's runner types name (``simulation`` may name no other)."""
+
+
+class Unset(str):
+    """A string that named an unset ``${VAR}``: already reported, not judged again."""
+
+    __slots__ = ()
+
+
+class Section(BaseModel):
+    """A mapping of the configuration: its keys and no others, frozen once read, each key
+    documented: a field's docstring is its description in the JSON Schema (read there,
+    by :mod:`autoscaler.config.export`; pydantic's ``use_attribute_docstrings`` would read
+    every model's source at import, a third of the package's import time)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        hide_input_in_errors=True,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        defer_build=True,
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, value: Any) -> Any:
+        """``key:`` with nothing after it (YAML's null) is the key left out: its default."""
+        if isinstance(value, dict) and any(v is None for v in value.values()):
+            return {k: v for k, v in value.items() if v is not None}
+        return value
+
+
+def from_file(info: ValidationInfo) -> bool:
+    return isinstance(info.context, FileContext)
+
+
+def wrong(message: str) -> PydanticCustomError:
+    """The problem with a value, as the user reads it (``raise wrong(...)``)."""
+    return PydanticCustomError(PROBLEM, message)
+
+
+Where = tuple[str | int, ...]
+
+
+def fail(*problems: tuple[Where, str], besides: ValidationError | None = None) -> NoReturn:
+    """Raise every ``(where, message)`` at once, ``besides`` what pydantic found; ``where``
+    is relative to the value being checked (``()``: the value itself; ``("max",)``: its
+    key ``max``)."""
+    found = [] if besides is None else besides.errors(include_url=False)
+    raise ValidationError.from_exception_data(
+        "config",
+        [
+            InitErrorDetails(
+                type=PydanticCustomError(e["type"], e["msg"]), loc=e["loc"], input=e["input"]
+            )
+            for e in found
+        ]
+        + [InitErrorDetails(type=wrong(message), loc=loc, input=None) for loc, message in problems],
+    )
+
+
+def together(value: Any, handler: Callable[[Any], Any], problems: list[tuple[Where, str]]) -> Any:
+    """pydantic's validation of ``value``, and ``problems`` found in the raw value, told
+    together (a check of what the file says that holds whatever else is wrong with it)."""
+    try:
+        checked = handler(value)
+    except ValidationError as exc:
+        if problems:
+            fail(*problems, besides=exc)
+        raise
+    if problems:
+        fail(*problems)
+    return checked
+
+
+def type_name(value: Any) -> str:
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
+
+
+def written(pattern: str) -> str:
+    """A JSON Schema pattern that also lets ``${VAR}`` through (expanded at load, so the
+    schema cannot judge it)."""
+    return f"(?:{pattern})|\\$\\{{"
+
+
+class Value:
+    """A leaf type's marker: subclasses say how to check, describe and dump a value."""
+
+    def check(self, value: Any, info: ValidationInfo) -> Any:
+        raise NotImplementedError
+
+    def unset(self, value: Unset) -> Any:
+        """An unset ``${VAR}``: the field's default (text overrides: what was written)."""
+        raise PydanticUseDefault
+
+    def json_schema(self) -> JsonSchemaValue:
+        raise NotImplementedError
+
+    def dump(self, value: Any) -> Any:
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        def validate(value: Any, info: ValidationInfo) -> Any:
+            if isinstance(value, Unset):
+                return self.unset(value)
+            return self.check(value, info)
+
+        return core_schema.with_info_plain_validator_function(
+            validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(self.dump),
+        )
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return self.json_schema()
+
+
+@dataclass(frozen=True)
+class Required:
+    """What to add to ``is required`` when the key is missing (``at least one ...``)."""
+
+    hint: str
+
+
+@dataclass(frozen=True)
+class Text(Value):
+    """A non-empty string; ``pattern`` (a regular expression it must match) with ``says``,
+    what the value must be (``must be an http(s) URL, got 'ftp://x'``)."""
+
+    pattern: str | None = None
+    says: str = ""
+
+    def check(self, value: Any, info: ValidationInfo) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise wrong("must be a non-empty string")
+        if self.pattern is not None and not re.search(self.pattern, value):
+            raise wrong(f"must be {self.says}, got {shown(value)}")
+        return value
+
+    def unset(self, value: Unset) -> str:
+        return value
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string", "minLength": 1, "pattern": written(self.pattern or r"\S")}
+
+
+class Choice(Value):
+    """One of a few words."""
+
+    def __init__(self, *options: str) -> None:
+        self.options = options
+
+    def check(self, value: Any, info: ValidationInfo) -> str:
+        if value not in self.options:
+            raise wrong(f"must be one of {', '.join(self.options)}, got {shown(value)}")
+        return str(value)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"enum": list(self.options)}
+
+
+@dataclass(frozen=True)
+class Flag(Value):
+    """``true`` or ``false`` (not ``yes``, not ``1``)."""
+
+    def check(self, value: Any, info: ValidationInfo) -> bool:
+        if not isinstance(value, bool):
+            raise wrong(f"must be true or false, got {type_name(value)}")
+        return value
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "boolean"}
+
+
+@dataclass(frozen=True)
+class Integer(Value):
+    """A whole number from ``minimum`` (to ``maximum``); digits in a string are fine."""
+
+    minimum: int = 0
+    maximum: int | None = None
+
+    def check(self, value: Any, info: ValidationInfo) -> int:
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong(f"must be an integer, got {type_name(value)}")
+        if self.maximum is not None and not self.minimum <= value <= self.maximum:
+            raise wrong(f"must be from {self.minimum} to {self.maximum}, got {value}")
+        if value < self.minimum:
+            raise wrong(f"must be >= {self.minimum}, got {value}")
+        return value
+
+    def json_schema(self) -> JsonSchemaValue:
+        schema: JsonSchemaValue = {"type": "integer", "minimum": self.minimum}
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        return schema
+
+
+@dataclass(frozen=True)
+class Fraction(Value):
+    """A number above 0 and below 1 (``up_to_one``: 1 included)."""
+
+    up_to_one: bool = False
+
+    def check(self, value: Any, info: ValidationInfo) -> float:
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise wrong("must be a number, got a string") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong(f"must be a number, got {type_name(value)}")
+        number = float(value)
+        if self.up_to_one and not 0 < number <= 1:  # a NaN fails this too
+            raise wrong(f"must be above 0 and at most 1, got {number}")
+        if not self.up_to_one and not 0 < number < 1:
+            raise wrong(f"must be between 0 and 1 (exclusive), got {number:g}")
+        return number
+
+    def json_schema(self) -> JsonSchemaValue:
+        high = "maximum" if self.up_to_one else "exclusiveMaximum"
+        return {"type": "number", "exclusiveMinimum": 0, high: 1}
+
+
+@dataclass(frozen=True)
+class Duration(Value):
+    """Seconds, written with units (``30s``, ``5m``, ``1h30m``: :mod:`~.durations`).
+
+    ``positive``: ``0s`` is refused. A bare number in a file is refused (seconds or
+    minutes?); built in code it is seconds.
+    """
+
+    positive: bool = False
+    maximum: float = MAX_DURATION
+
+    def check(self, value: Any, info: ValidationInfo) -> float:
+        given = value
+        if isinstance(value, bool):
+            raise wrong(f"must be {DURATION_HINT}, got a boolean")
+        if isinstance(value, int | float):
+            if not from_file(info):
+                return self.bounded(float(value), format_seconds(float(value)))
+            value = str(value)  # a bare number in a file: refused below, like "90"
+        if not isinstance(value, str):
+            raise wrong(f"must be {DURATION_HINT}, got {type_name(value)}")
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            raise wrong(
+                f"must be {DURATION_HINT}, got {shown(given)}{why_not_a_duration(value)}"
+            ) from None
+        return self.bounded(seconds, value.strip())
+
+    def bounded(self, seconds: float, text: str) -> float:
+        if self.positive and seconds <= 0:
+            raise wrong("must be greater than zero")
+        if seconds > self.maximum:
+            raise wrong(f"must be at most {format_seconds(self.maximum)}, got {text}")
+        return seconds
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {
+            "type": "string",
+            "pattern": written(DURATION_PATTERN),
+            "examples": ["30s", "5m", "1h30m"],
+        }
+
+    def dump(self, value: Any) -> Any:
+        return format_seconds(value) if isinstance(value, int | float) else value
+
+
+@dataclass(frozen=True)
+class SecretText(Value):
+    """A credential: any non-empty string, held as a :class:`Secret`, never shown."""
+
+    def check(self, value: Any, info: ValidationInfo) -> Secret:
+        if isinstance(value, Secret):
+            return value
+        if not isinstance(value, str) or not value:
+            raise wrong("must be a non-empty string (the value is not shown)")
+        return Secret(value)
+
+    def unset(self, value: Unset) -> Secret:
+        return Secret(value)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string", "minLength": 1}
+
+    def dump(self, value: Any) -> Any:
+        return None if value is None else "***"
+
+
+@dataclass(frozen=True)
+class Url(Value):
+    """An http(s) URL with a host, held as a :class:`SecretUrl`: a Slack webhook's path is
+    its key and a URL may carry ``user:password@``, so no message shows it."""
+
+    def check(self, value: Any, info: ValidationInfo) -> SecretUrl:
+        if isinstance(value, SecretUrl):
+            return value
+        if not isinstance(value, str) or not value.strip():
+            raise wrong("must be a non-empty string (the URL is not shown)")
+        text = value.strip()
+        try:
+            parts = urlsplit(text)
+            host, _ = parts.hostname, parts.port
+        except ValueError:
+            raise wrong("is not a valid URL (the URL is not shown)") from None
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            got = f"a {scheme!r} URL" if scheme and "://" in text else "no http(s):// scheme"
+            raise wrong(f"must be an http(s) URL, got {got} (the URL is not shown)")
+        if not host:
+            raise wrong("must be an http(s) URL with a host (the URL is not shown)")
+        return SecretUrl(text)
+
+    def unset(self, value: Unset) -> SecretUrl:
+        return SecretUrl(value)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string", "pattern": written("^[Hh][Tt][Tt][Pp][Ss]?://[^/?#]")}
+
+    def dump(self, value: Any) -> Any:
+        return None if value is None else str(value)
+
+
+class Address(NamedTuple):
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class Listen(Value):
+    """``HOST:PORT`` (``[::1]:9464``; an empty host is every interface)."""
+
+    def check(self, value: Any, info: ValidationInfo) -> Address:
+        if isinstance(value, Address):
+            return value
+        text = str(value)
+        host, sep, port = text.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise wrong(f"must be HOST:PORT, got {shown(text)}")
+        return Address(host.strip("[]") or "0.0.0.0", int(port))
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string", "pattern": written(r"^(\[[0-9A-Fa-f:.]+\]|[^:\s]*):[0-9]{1,5}$")}
+
+    def dump(self, value: Any) -> Any:
+        return str(value)
+
+
+@dataclass(frozen=True)
+class Strings(Value):
+    """A non-empty list of non-empty strings (``lower``: lower-cased)."""
+
+    lower: bool = False
+    minimum: int = 1
+
+    def check(self, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, tuple | frozenset) and not from_file(info):
+            return self.made(tuple(value))
+        if not isinstance(value, list) or len(value) < self.minimum:
+            raise wrong("must be a non-empty list")
+        bad = [
+            ((i,), "must be a non-empty string")
+            for i, item in enumerate(value)
+            if not isinstance(item, str) or not item.strip()
+        ]
+        if bad:
+            fail(*bad)
+        return self.made(tuple(value))
+
+    def made(self, items: tuple[str, ...]) -> Any:
+        return tuple(s.lower() for s in items) if self.lower else items
+
+    def json_schema(self) -> JsonSchemaValue:
+        item = {"type": "string", "minLength": 1}
+        return {"type": "array", "items": item, "minItems": self.minimum}
+
+    def dump(self, value: Any) -> Any:
+        return sorted(value) if isinstance(value, frozenset) else list(value)
+
+
+@dataclass(frozen=True)
+class Labels(Strings):
+    """Runner labels: compared the way GitHub does, case-insensitively."""
+
+    def made(self, items: tuple[str, ...]) -> frozenset[str]:
+        return normalize_labels(items)
+
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+_DAY_MINUTES = 24 * 60
+
+
+@dataclass(frozen=True)
+class Clock(Value):
+    """A UTC time of day ``"HH:MM"`` as minutes since midnight; ``end``: ``"24:00"`` too."""
+
+    end: bool = False
+
+    def check(self, value: Any, info: ValidationInfo) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not from_file(info):
+                return value
+            raise wrong(
+                'must be a quoted "HH:MM" string (YAML reads an unquoted 18:00 as a number)'
+            )
+        text = str(value).strip()
+        if self.end and text == "24:00":
+            return _DAY_MINUTES
+        match = _HHMM.match(text)
+        if match is None:
+            raise wrong(f'must be a time "HH:MM" from 00:00 to 23:59, got {value!r}')
+        return int(match.group(1)) * 60 + int(match.group(2))
+
+    def json_schema(self) -> JsonSchemaValue:
+        last = "|24:00" if self.end else ""
+        return {"type": "string", "pattern": written(f"^(([01][0-9]|2[0-3]):[0-5][0-9]{last})$")}
+
+    def dump(self, value: Any) -> Any:
+        return f"{value // 60:02d}:{value % 60:02d}"
+
+
+@dataclass(frozen=True)
+class Days(Value):
+    """Weekday names (``mon`` ... ``sun``) as numbers, 0 for Monday."""
+
+    def check(self, value: Any, info: ValidationInfo) -> frozenset[int]:
+        if isinstance(value, frozenset | set) and not from_file(info):
+            return frozenset(value)
+        if not isinstance(value, list) or not value:
+            raise wrong(f"must be a non-empty list of {', '.join(DAYS)}")
+        names = [str(day).strip().lower() for day in value]
+        bad = [
+            ((i,), f"must be one of {', '.join(DAYS)}, got {day!r}")
+            for i, (day, name) in enumerate(zip(value, names, strict=True))
+            if name not in DAYS
+        ]
+        if bad:
+            fail(*bad)
+        return frozenset(DAYS.index(name) for name in names)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "array", "items": {"enum": list(DAYS)}, "minItems": 1}
+
+    def dump(self, value: Any) -> Any:
+        return [DAYS[d] for d in sorted(value)]
+
+
+@dataclass(frozen=True)
+class KeyFile(Value):
+    """A PEM file's path (relative to the config file), read at load into a :class:`Secret`."""
+
+    def check(self, value: Any, info: ValidationInfo) -> Secret:
+        if isinstance(value, Secret):
+            return value
+        if not isinstance(value, str) or not value.strip():
+            raise wrong("must be a non-empty string")
+        base = info.context.base_dir if isinstance(info.context, FileContext) else Path.cwd()
+        try:
+            return Secret((base / value).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise wrong(f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise wrong("is not UTF-8 text (a PEM key is ASCII)") from None
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string", "minLength": 1}
+
+
+@dataclass(frozen=True)
+class Key(Value):
+    """The key a mapping's item is filed under (``runner_types.<name>``): set by
+    :class:`ByName`, never written inside the item itself."""
+
+    def check(self, value: Any, info: ValidationInfo) -> str:
+        if from_file(info):
+            raise wrong("unknown key")
+        return str(value)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string"}
+
+
+#: An outage edge: seconds from the trace's start, or an absolute UTC time.
+TimePoint = float | datetime
+
+
+@dataclass(frozen=True)
+class Moment(Value):
+    """A duration from the trace's start (``10h``), or an ISO-8601 UTC time."""
+
+    def check(self, value: Any, info: ValidationInfo) -> TimePoint:
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if isinstance(value, str) and "T" in value:
+            try:
+                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            except ValueError:
+                raise wrong(f"not an ISO-8601 time: {value!r}") from None
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return float(Duration().check(value, info))
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"anyOf": [Duration().json_schema(), {"type": "string", "format": "date-time"}]}
+
+    def dump(self, value: Any) -> Any:
+        return value.isoformat() if isinstance(value, datetime) else format_seconds(value)
+
+
+@dataclass(frozen=True)
+class ByName:
+    """A YAML mapping ``name -> item`` read as the items, each told its ``name``.
+
+    Annotates ``tuple[Item, ...]`` (the items in the file's order) or ``Mapping[str,
+    Item]``; ``minimum``: that many items at least. Built in code, a tuple of items is
+    taken as it is.
+    """
+
+    minimum: int = 0
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        args = get_args(source)
+        as_tuple = len(args) == 2 and args[1] is Ellipsis
+        item = args[0] if as_tuple else args[1]
+        items = core_schema.dict_schema(
+            core_schema.str_schema(), handler.generate_schema(item), min_length=self.minimum or None
+        )
+
+        def named(value: Any, inner: Callable[[Any], Any]) -> Any:
+            if as_tuple and isinstance(value, tuple | list):
+                return tuple(value)
+            checked: dict[str, Any] = inner(value)
+            named = {k: v.model_copy(update={"name": k}) for k, v in checked.items()}
+            return tuple(named.values()) if as_tuple else named
+
+        def by_name(value: Any) -> Any:
+            return {item.name: item for item in value} if isinstance(value, tuple) else value
+
+        return core_schema.no_info_wrap_validator_function(
+            named,
+            items,
+            serialization=core_schema.plain_serializer_function_ser_schema(by_name),
+        )
