@@ -9,8 +9,8 @@ job_retry:
   retry_exit_codes: []         # e.g. [137, 143]: an exit code alone is never enough
 ```
 
-The pure classifier (:mod:`autoscaler.retry.classify`) and decision
-(:mod:`autoscaler.retry.decide`) read the frozen value.
+The pure classifier (:mod:`autoscaler.job_retry.classify`) and decision
+(:mod:`autoscaler.job_retry.decide`) read the frozen value.
 """
 
 from __future__ import annotations

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from autoscaler.ports import instance_id_of
-from autoscaler.retry.model import (
+from autoscaler.job_retry.model import (
     BY_AWS,
     CANCELLED,
     TERMINATED,
     CompletedJob,
     InstanceEvent,
 )
+from autoscaler.ports import instance_id_of
 
 if TYPE_CHECKING:
     from autoscaler.config.job_retry import JobRetryConfig
