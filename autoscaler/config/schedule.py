@@ -25,6 +25,7 @@ every day. :meth:`MinIdle.at` is pure: the policy passes ``now``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
@@ -40,18 +41,71 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticUseDefault, core_schema
 
 from autoscaler.config.values import (
-    Clock,
-    Days,
     Duration,
     Fraction,
     Integer,
     Required,
     Section,
     Unset,
+    Value,
     fail,
     from_file,
+    written,
     wrong,
 )
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+_DAY_MINUTES = 24 * 60
+
+
+@dataclass(frozen=True)
+class Clock(Value):
+    """A UTC time of day ``"HH:MM"`` as minutes since midnight; ``end``: ``"24:00"`` too."""
+
+    end: bool = False
+
+    def check(self, value: Any, info: ValidationInfo) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not from_file(info):
+                return value
+            raise wrong(
+                'must be a quoted "HH:MM" string (YAML reads an unquoted 18:00 as a number)'
+            )
+        text = str(value).strip()
+        if self.end and text == "24:00":
+            return _DAY_MINUTES
+        match = _HHMM.match(text)
+        if match is None:
+            raise wrong(f'must be a time "HH:MM" from 00:00 to 23:59, got {value!r}')
+        return int(match.group(1)) * 60 + int(match.group(2))
+
+    def json_schema(self) -> JsonSchemaValue:
+        last = "|24:00" if self.end else ""
+        return {"type": "string", "pattern": written(f"^(([01][0-9]|2[0-3]):[0-5][0-9]{last})$")}
+
+
+@dataclass(frozen=True)
+class Days(Value):
+    """Weekday names (``mon`` ... ``sun``) as numbers, 0 for Monday."""
+
+    def check(self, value: Any, info: ValidationInfo) -> frozenset[int]:
+        if isinstance(value, frozenset | set) and not from_file(info):
+            return frozenset(value)
+        if not isinstance(value, list) or not value:
+            raise wrong(f"must be a non-empty list of {', '.join(DAYS)}")
+        names = [str(day).strip().lower() for day in value]
+        bad = [
+            ((i,), f"must be one of {', '.join(DAYS)}, got {day!r}")
+            for i, (day, name) in enumerate(zip(value, names, strict=True))
+            if name not in DAYS
+        ]
+        if bad:
+            fail(*bad)
+        return frozenset(DAYS.index(name) for name in names)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "array", "items": {"enum": list(DAYS)}, "minItems": 1}
 
 
 class IdleWindow(Section):

@@ -12,11 +12,13 @@ The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``,
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
 from pydantic.functional_validators import ModelWrapValidatorHandler
-from pydantic.json_schema import SkipJsonSchema
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 
 from autoscaler.config.alerts import AlertsConfig
 from autoscaler.config.durations import format_seconds
@@ -30,11 +32,11 @@ from autoscaler.config.values import (
     ByName,
     Choice,
     Duration,
+    FileContext,
     Flag,
     Fraction,
     Integer,
     Key,
-    KeyFile,
     Labels,
     Listen,
     Required,
@@ -43,6 +45,7 @@ from autoscaler.config.values import (
     Strings,
     Text,
     Url,
+    Value,
     Where,
     fail,
     from_file,
@@ -78,6 +81,27 @@ and launch times it compares."""
 
 #: DynamoDB's table-name rule.
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+
+
+@dataclass(frozen=True)
+class KeyFile(Value):
+    """A PEM file's path (relative to the config file), read at load into a :class:`Secret`."""
+
+    def check(self, value: Any, info: ValidationInfo) -> Secret:
+        if isinstance(value, Secret):
+            return value
+        if not isinstance(value, str) or not value.strip():
+            raise wrong("must be a non-empty string")
+        base = info.context.base_dir if isinstance(info.context, FileContext) else Path.cwd()
+        try:
+            return Secret((base / value).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise wrong(f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise wrong("is not UTF-8 text (a PEM key is ASCII)") from None
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string", "minLength": 1}
 
 
 class GitHubAppConfig(Section):

@@ -21,11 +21,13 @@ policy is replayed against (:mod:`autoscaler.sim`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.functional_validators import ModelWrapValidatorHandler
-from pydantic.json_schema import SkipJsonSchema
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 
 from autoscaler.config.values import (
     ByName,
@@ -33,13 +35,13 @@ from autoscaler.config.values import (
     FileContext,
     Integer,
     Key,
-    Moment,
     Required,
     Section,
     Text,
-    TimePoint,
+    Value,
     fail,
     together,
+    wrong,
 )
 
 #: The largest MaxSize assumed for a pool whose type has no ``max`` and whose simulated
@@ -54,6 +56,29 @@ __all__ = [
     "SimulationConfig",
     "TimePoint",
 ]
+
+
+#: An outage edge: seconds from the trace's start, or an absolute UTC time.
+TimePoint = float | datetime
+
+
+@dataclass(frozen=True)
+class Moment(Value):
+    """A duration from the trace's start (``10h``), or an ISO-8601 UTC time."""
+
+    def check(self, value: Any, info: ValidationInfo) -> TimePoint:
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if isinstance(value, str) and "T" in value:
+            try:
+                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            except ValueError:
+                raise wrong(f"not an ISO-8601 time: {value!r}") from None
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return float(Duration().check(value, info))
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"anyOf": [Duration().json_schema(), {"type": "string", "format": "date-time"}]}
 
 
 class BootTime(Section):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, get_args
 from urllib.parse import urlsplit
@@ -368,9 +367,6 @@ class SecretText(Value):
     def json_schema(self) -> JsonSchemaValue:
         return {"type": "string", "minLength": 1}
 
-    def dump(self, value: Any) -> Any:
-        return None if value is None else "***"
-
 
 @dataclass(frozen=True)
 class Url(Value):
@@ -401,9 +397,6 @@ class Url(Value):
 
     def json_schema(self) -> JsonSchemaValue:
         return {"type": "string", "pattern": written("^[Hh][Tt][Tt][Pp][Ss]?://[^/?#]")}
-
-    def dump(self, value: Any) -> Any:
-        return None if value is None else str(value)
 
 
 class Address(NamedTuple):
@@ -462,9 +455,6 @@ class Strings(Value):
         item = {"type": "string", "minLength": 1}
         return {"type": "array", "items": item, "minItems": self.minimum}
 
-    def dump(self, value: Any) -> Any:
-        return sorted(value) if isinstance(value, frozenset) else list(value)
-
 
 @dataclass(frozen=True)
 class Labels(Strings):
@@ -472,87 +462,6 @@ class Labels(Strings):
 
     def made(self, items: tuple[str, ...]) -> frozenset[str]:
         return normalize_labels(items)
-
-
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
-_DAY_MINUTES = 24 * 60
-
-
-@dataclass(frozen=True)
-class Clock(Value):
-    """A UTC time of day ``"HH:MM"`` as minutes since midnight; ``end``: ``"24:00"`` too."""
-
-    end: bool = False
-
-    def check(self, value: Any, info: ValidationInfo) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            if not from_file(info):
-                return value
-            raise wrong(
-                'must be a quoted "HH:MM" string (YAML reads an unquoted 18:00 as a number)'
-            )
-        text = str(value).strip()
-        if self.end and text == "24:00":
-            return _DAY_MINUTES
-        match = _HHMM.match(text)
-        if match is None:
-            raise wrong(f'must be a time "HH:MM" from 00:00 to 23:59, got {value!r}')
-        return int(match.group(1)) * 60 + int(match.group(2))
-
-    def json_schema(self) -> JsonSchemaValue:
-        last = "|24:00" if self.end else ""
-        return {"type": "string", "pattern": written(f"^(([01][0-9]|2[0-3]):[0-5][0-9]{last})$")}
-
-    def dump(self, value: Any) -> Any:
-        return f"{value // 60:02d}:{value % 60:02d}"
-
-
-@dataclass(frozen=True)
-class Days(Value):
-    """Weekday names (``mon`` ... ``sun``) as numbers, 0 for Monday."""
-
-    def check(self, value: Any, info: ValidationInfo) -> frozenset[int]:
-        if isinstance(value, frozenset | set) and not from_file(info):
-            return frozenset(value)
-        if not isinstance(value, list) or not value:
-            raise wrong(f"must be a non-empty list of {', '.join(DAYS)}")
-        names = [str(day).strip().lower() for day in value]
-        bad = [
-            ((i,), f"must be one of {', '.join(DAYS)}, got {day!r}")
-            for i, (day, name) in enumerate(zip(value, names, strict=True))
-            if name not in DAYS
-        ]
-        if bad:
-            fail(*bad)
-        return frozenset(DAYS.index(name) for name in names)
-
-    def json_schema(self) -> JsonSchemaValue:
-        return {"type": "array", "items": {"enum": list(DAYS)}, "minItems": 1}
-
-    def dump(self, value: Any) -> Any:
-        return [DAYS[d] for d in sorted(value)]
-
-
-@dataclass(frozen=True)
-class KeyFile(Value):
-    """A PEM file's path (relative to the config file), read at load into a :class:`Secret`."""
-
-    def check(self, value: Any, info: ValidationInfo) -> Secret:
-        if isinstance(value, Secret):
-            return value
-        if not isinstance(value, str) or not value.strip():
-            raise wrong("must be a non-empty string")
-        base = info.context.base_dir if isinstance(info.context, FileContext) else Path.cwd()
-        try:
-            return Secret((base / value).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise wrong(f"cannot read: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise wrong("is not UTF-8 text (a PEM key is ASCII)") from None
-
-    def json_schema(self) -> JsonSchemaValue:
-        return {"type": "string", "minLength": 1}
 
 
 @dataclass(frozen=True)
@@ -567,32 +476,6 @@ class Key(Value):
 
     def json_schema(self) -> JsonSchemaValue:
         return {"type": "string"}
-
-
-#: An outage edge: seconds from the trace's start, or an absolute UTC time.
-TimePoint = float | datetime
-
-
-@dataclass(frozen=True)
-class Moment(Value):
-    """A duration from the trace's start (``10h``), or an ISO-8601 UTC time."""
-
-    def check(self, value: Any, info: ValidationInfo) -> TimePoint:
-        if isinstance(value, datetime):
-            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        if isinstance(value, str) and "T" in value:
-            try:
-                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-            except ValueError:
-                raise wrong(f"not an ISO-8601 time: {value!r}") from None
-            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-        return float(Duration().check(value, info))
-
-    def json_schema(self) -> JsonSchemaValue:
-        return {"anyOf": [Duration().json_schema(), {"type": "string", "format": "date-time"}]}
-
-    def dump(self, value: Any) -> Any:
-        return value.isoformat() if isinstance(value, datetime) else format_seconds(value)
 
 
 @dataclass(frozen=True)
