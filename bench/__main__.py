@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 from bench import (
+    config_load,
     failover,
     github_budget,
     github_poll,
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "index_requests": index_requests.run,
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
+    "config_load": config_load.run,
 }
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from autoscaler.config import load_config, parse_config
+from autoscaler.config import ReceiverConfig, load_config, parse_config
 from autoscaler.errors import ConfigError
 
 GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
@@ -391,6 +392,15 @@ def test_repr_of_a_config_shows_no_receiver_url_path() -> None:
     assert "SecretUrl('https://hooks.example.com/...')" in text
 
 
+def test_a_config_built_in_code_never_shows_a_bad_secret_in_its_error() -> None:
+    """pydantic's own error text quotes the value it refused; these models hide it."""
+    with pytest.raises(ValidationError) as info:
+        ReceiverConfig(name="hook", type="webhook", url=f"gopher://{GHP}@x", token=[GHP])
+    text = str(info.value)
+    assert "must be an http(s) URL" in text and "the value is not shown" in text
+    assert GHP not in text
+
+
 # --- item 13: duplicate keys; item 14: not UTF-8 ------------------------------------------
 
 
@@ -474,6 +484,21 @@ def test_duplicate_keys_in_a_rule_file_are_refused(tmp_path: Path) -> None:
     )
     found = load_problems(tmp_path, text)
     assert found == [f"{tmp_path / 'rules.yaml'}: line 4: rules[0].team: {DUP.format(3)}"]
+
+
+def test_a_problem_in_a_rule_file_has_its_line_in_that_file(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(
+        "rules:\n  - name: r\n    team: t\n    description: d\n    receivers: [hook]\n"
+        "    max_queue_size: 1\n    for: 5\n"
+    )
+    text = (
+        GOOD
+        + "alerts:\n  rule_files: [rules.yaml]\n  receivers:\n    hook: {type: webhook, url: 'https://h'}\n"
+    )
+    assert load_problems(tmp_path, text) == [
+        f"{tmp_path / 'rules.yaml'}: line 7: rules[0].for: must be a duration like 30s, 5m or "
+        "4h, got 5: a bare number has no unit (write 5s for seconds, 5m for minutes)"
+    ]
 
 
 def test_a_config_file_that_is_not_utf8_is_one_message(tmp_path: Path) -> None:
