@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -87,8 +88,8 @@ def run() -> bool:
         print(f"  {'file':22} {'load':>8} {'yaml only':>10} {'ratio':>6}")
         for name, path in files.items():
             text = path.read_text()
-            load = median_ms(lambda path=path: load_config(path, env=ENV), 20)
-            floor = median_ms(lambda text=text: yaml.safe_load(text), 20)
+            load = median_ms(partial(load_config, path, env=ENV), 20)
+            floor = median_ms(partial(yaml.safe_load, text), 20)
             print(f"  {name:22} {load:8.1f} {floor:10.1f} {load / floor:6.2f}")
         print("a fresh process (median ms of 5)")
         nothing = process_ms("-c", "pass")

@@ -3,7 +3,7 @@
 One entry point, :func:`load_config` (:func:`read_config` with warnings,
 :func:`parse_config` for a parsed document); :func:`json_schema` is what ``ci-autoscaler
 config schema`` prints. The names below load on first use: importing the package, or its
-pure modules (``durations``, ``secrets``), does not import pydantic, so a command that
+pure modules (``durations``, ``yamlfile``), does not import pydantic, so a command that
 reads no configuration (``--help``) never pays for it.
 """
 
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
         StateConfig,
         WebhookConfig,
     )
-    from autoscaler.config.secrets import Secret, SecretUrl, redact_url
 
 __all__ = [
     "DEFAULT_HOSTED_LABELS",
@@ -65,15 +64,12 @@ __all__ = [
     "RetryConfig",
     "RunnerTypeConfig",
     "ScalingConfig",
-    "Secret",
-    "SecretUrl",
     "StateConfig",
     "WebhookConfig",
     "json_schema",
     "load_config",
     "parse_config",
     "read_config",
-    "redact_url",
 ]
 
 #: The module each name lives in (the rest: ``schema``).
@@ -90,9 +86,6 @@ _HOME = {
     "load_config": "load",
     "parse_config": "load",
     "read_config": "load",
-    "Secret": "secrets",
-    "SecretUrl": "secrets",
-    "redact_url": "secrets",
 }
 
 

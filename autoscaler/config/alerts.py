@@ -14,7 +14,6 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from autoscaler.config.secrets import Secret, SecretUrl
 from autoscaler.config.values import (
     ByName,
     Choice,
@@ -34,6 +33,7 @@ from autoscaler.config.values import (
     from_file,
     wrong,
 )
+from autoscaler.secrets import Secret, SecretUrl
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
 RECEIVER_TYPES = (

@@ -6,7 +6,7 @@ line, in the order of the file (:func:`in_file_order`). Our own checks already s
 plainly (:func:`autoscaler.config.values.wrong`); pydantic's structural errors (a
 missing or unknown key, a list where a mapping goes) are translated here, an unknown key
 with a did-you-mean from the keys its mapping knows. No message ever echoes a credential
-(:func:`autoscaler.config.secrets.scrub`).
+(:func:`autoscaler.secrets.scrub`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from autoscaler.config.secrets import scrub
 from autoscaler.config.values import Key, Required, type_name
+from autoscaler.secrets import scrub
 
 
 @dataclass(frozen=True)

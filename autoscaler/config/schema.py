@@ -25,7 +25,6 @@ from autoscaler.config.durations import format_seconds
 from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, EPHEMERAL, MODES, JitConfig
 from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.config.schedule import CountOrMinIdle, MinIdle
-from autoscaler.config.secrets import Secret, SecretUrl, shown
 from autoscaler.config.simulation import SimulationConfig
 from autoscaler.config.values import (
     Address,
@@ -53,6 +52,7 @@ from autoscaler.config.values import (
     wrong,
 )
 from autoscaler.domain import RunnerType
+from autoscaler.secrets import Secret, SecretUrl, shown
 
 #: The alert state file when the config names none (the image's working directory is its
 #: state volume, /var/lib/ci-autoscaler).

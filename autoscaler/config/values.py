@@ -48,8 +48,8 @@ from autoscaler.config.durations import (
     parse_duration,
     why_not_a_duration,
 )
-from autoscaler.config.secrets import Secret, SecretUrl, shown
 from autoscaler.domain import normalize_labels
+from autoscaler.secrets import Secret, SecretUrl, shown
 
 #: The type of every problem our checks raise (pydantic's own types are translated by
 #: :mod:`autoscaler.config.problems`).

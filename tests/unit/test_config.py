@@ -9,8 +9,8 @@ import pytest
 
 from autoscaler.config import load_config, parse_config
 from autoscaler.config.durations import parse_duration
-from autoscaler.config.secrets import Secret
 from autoscaler.errors import ConfigError
+from autoscaler.secrets import Secret
 
 REPO = Path(__file__).resolve().parents[2]
 
