@@ -112,6 +112,9 @@ class _Reading:
         self.allow_unset_env = allow_unset_env
         self.found: list[Problem] = []
         self.warnings: list[str] = []
+        self.unjudged: list[Problem] = []
+        """Problems with values that named an unset variable: not told, unless the
+        configuration cannot be made without them (``allow_unset_env``)."""
 
     def config(self, doc: YamlDocument, base: Path, *, lines: bool) -> LoadedConfig:
         self.found += [
@@ -121,6 +124,8 @@ class _Reading:
         data = self.expand(doc.data, unset)
         context = FileContext(base, self.rule_files(data, base), _pools(data))
         config = self.checked(Config, {} if data is None else data, context, unset)
+        if config is None and not self.found:  # an unset variable where no text can go
+            self.found = self.unjudged
         if self.found or config is None:
             raise ConfigError(in_file_order(self.found, doc.lines, lines=lines))
         return LoadedConfig(config, tuple(self.warnings))
@@ -141,12 +146,11 @@ class _Reading:
             return model.model_validate(data, context=context)
         except ValidationError as exc:
             for found in problems_of(exc, model):
-                if any(within(found.path, u) for u in unset):
-                    continue
                 if file is not None:
                     line = nearest(lines or {}, found.path)
                     found = Problem(found.path, found.message, line, file)  # noqa: PLW2901
-                self.found.append(found)
+                judged = not any(within(found.path, u) for u in unset)
+                (self.found if judged else self.unjudged).append(found)
             return None
 
     def expand(

@@ -144,14 +144,10 @@ def together(value: Any, handler: Callable[[Any], Any], problems: list[tuple[Whe
 
 
 def type_name(value: Any) -> str:
-    return {
-        dict: "a mapping",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-    }.get(type(value), type(value).__name__)
+    names = {dict: "a mapping", list: "a list", bool: "a boolean", int: "an integer"}
+    if isinstance(value, str):
+        return "a string"
+    return names.get(type(value), "a number" if isinstance(value, float) else type(value).__name__)
 
 
 def written(pattern: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from autoscaler.config import ReceiverConfig, load_config, parse_config
+from autoscaler.config import ReceiverConfig, load_config, parse_config, read_config
 from autoscaler.errors import ConfigError
 
 GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
@@ -628,3 +628,34 @@ def test_missing_sections_come_first() -> None:
         "runner_types: is required (at least one runner type)",
         "poll_interval: must be a duration like 30s, 5m or 4h, got 'soon'",
     ]
+
+
+def test_allowed_unset_variables_leave_a_config_whatever_the_key_holds(tmp_path: Path) -> None:
+    """``check-config --allow-unset-env`` on a machine without the deployment's secrets:
+    text keeps what was written, anything else its default, and nothing more is said."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "github:\n  owner: x\n  token: ${T}\n  api_url: ${U}\n"
+        "runner_types:\n  a:\n    labels: [x]\n    max: ${M}\n"
+        "log_level: ${L}\npoll_interval: ${P}\n"
+        "alerts:\n  receivers:\n    s:\n      type: slack\n      url: ${S}\n"
+    )
+    loaded = read_config(path, env={}, allow_unset_env=True)
+    assert [w.split(":")[0] for w in loaded.warnings] == [
+        "github.token",
+        "github.api_url",
+        "runner_types.a.max",
+        "log_level",
+        "poll_interval",
+        "alerts.receivers.s.url",
+    ]
+    config = loaded.config
+    assert (config.poll_interval, config.log_level, config.runner_types[0].max) == (
+        30.0,
+        "info",
+        None,
+    )
+    path.write_text("github: {owner: x, token: t}\nrunner_types: ${TYPES}\n")
+    with pytest.raises(ConfigError) as info:  # no config without its runner types: said
+        read_config(path, env={}, allow_unset_env=True)
+    assert info.value.problems == ["line 2: runner_types: must be a mapping, got a string"]
