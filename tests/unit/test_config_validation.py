@@ -537,8 +537,11 @@ def test_a_utf8_byte_order_mark_is_fine(tmp_path: Path) -> None:
 
 
 def test_deep_nesting_is_one_message(tmp_path: Path) -> None:
-    found = load_problems(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n")
-    assert found == [f"{tmp_path / 'c.yaml'}: not valid YAML: nested too deeply"]
+    """libyaml says where it gave up (``line 1, column 1003: exceeded maximum nesting
+    depth``); PyYAML's own parser, where libyaml is missing, that it did."""
+    [found] = load_problems(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert found.startswith(f"{tmp_path / 'c.yaml'}: not valid YAML: ")
+    assert "nesting depth" in found or "nested too deeply" in found
 
 
 # --- item 16: one message per mistake, in file order, with lines --------------------------
