@@ -26,7 +26,6 @@ every day. :meth:`MinIdle.at` is pure: the policy passes ``now``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
@@ -59,11 +58,11 @@ _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
 _DAY_MINUTES = 24 * 60
 
 
-@dataclass(frozen=True)
 class Clock(Value):
     """A UTC time of day ``"HH:MM"`` as minutes since midnight; ``end``: ``"24:00"`` too."""
 
-    end: bool = False
+    def __init__(self, *, end: bool = False) -> None:
+        self.end = end
 
     def check(self, value: Any, info: ValidationInfo) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -85,7 +84,6 @@ class Clock(Value):
         return {"type": "string", "pattern": written(f"^(([01][0-9]|2[0-3]):[0-5][0-9]{last})$")}
 
 
-@dataclass(frozen=True)
 class Days(Value):
     """Weekday names (``mon`` ... ``sun``) as numbers, 0 for Monday."""
 
@@ -186,7 +184,6 @@ class MinIdle(Section):
         return max([self.default, predicted, *(w.min_idle for w in self.schedule)])
 
 
-@dataclass(frozen=True)
 class CountOrMinIdle:
     """``min_idle``'s two forms: a plain count, or the mapping it abbreviates."""
 

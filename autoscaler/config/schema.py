@@ -12,7 +12,6 @@ The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -83,7 +82,6 @@ and launch times it compares."""
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
 
 
-@dataclass(frozen=True)
 class KeyFile(Value):
     """A PEM file's path (relative to the config file), read at load into a :class:`Secret`."""
 

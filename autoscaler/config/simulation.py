@@ -21,7 +21,6 @@ policy is replayed against (:mod:`autoscaler.sim`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
@@ -62,7 +61,6 @@ __all__ = [
 TimePoint = float | datetime
 
 
-@dataclass(frozen=True)
 class Moment(Value):
     """A duration from the trace's start (``10h``), or an ISO-8601 UTC time."""
 

@@ -191,20 +191,19 @@ class Value:
         return self.json_schema()
 
 
-@dataclass(frozen=True)
 class Required:
     """What to add to ``is required`` when the key is missing (``at least one ...``)."""
 
-    hint: str
+    def __init__(self, hint: str) -> None:
+        self.hint = hint
 
 
-@dataclass(frozen=True)
 class Text(Value):
     """A non-empty string; ``pattern`` (a regular expression it must match) with ``says``,
     what the value must be (``must be an http(s) URL, got 'ftp://x'``)."""
 
-    pattern: str | None = None
-    says: str = ""
+    def __init__(self, pattern: str | None = None, says: str = "") -> None:
+        self.pattern, self.says = pattern, says
 
     def check(self, value: Any, info: ValidationInfo) -> str:
         if not isinstance(value, str) or not value.strip():
@@ -235,7 +234,6 @@ class Choice(Value):
         return {"enum": list(self.options)}
 
 
-@dataclass(frozen=True)
 class Flag(Value):
     """``true`` or ``false`` (not ``yes``, not ``1``)."""
 
@@ -248,12 +246,11 @@ class Flag(Value):
         return {"type": "boolean"}
 
 
-@dataclass(frozen=True)
 class Integer(Value):
     """A whole number from ``minimum`` (to ``maximum``); digits in a string are fine."""
 
-    minimum: int = 0
-    maximum: int | None = None
+    def __init__(self, minimum: int = 0, maximum: int | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
 
     def check(self, value: Any, info: ValidationInfo) -> int:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
@@ -273,11 +270,11 @@ class Integer(Value):
         return schema
 
 
-@dataclass(frozen=True)
 class Fraction(Value):
     """A number above 0 and below 1 (``up_to_one``: 1 included)."""
 
-    up_to_one: bool = False
+    def __init__(self, *, up_to_one: bool = False) -> None:
+        self.up_to_one = up_to_one
 
     def check(self, value: Any, info: ValidationInfo) -> float:
         if isinstance(value, str):
@@ -299,7 +296,6 @@ class Fraction(Value):
         return {"type": "number", "exclusiveMinimum": 0, high: 1}
 
 
-@dataclass(frozen=True)
 class Duration(Value):
     """Seconds, written with units (``30s``, ``5m``, ``1h30m``: :mod:`~.durations`).
 
@@ -307,8 +303,8 @@ class Duration(Value):
     minutes?); built in code it is seconds.
     """
 
-    positive: bool = False
-    maximum: float = MAX_DURATION
+    def __init__(self, *, positive: bool = False, maximum: float = MAX_DURATION) -> None:
+        self.positive, self.maximum = positive, maximum
 
     def check(self, value: Any, info: ValidationInfo) -> float:
         given = value
@@ -346,7 +342,6 @@ class Duration(Value):
         return format_seconds(value) if isinstance(value, int | float) else value
 
 
-@dataclass(frozen=True)
 class SecretText(Value):
     """A credential: any non-empty string, held as a :class:`Secret`, never shown."""
 
@@ -364,7 +359,6 @@ class SecretText(Value):
         return {"type": "string", "minLength": 1}
 
 
-@dataclass(frozen=True)
 class Url(Value):
     """An http(s) URL with a host, held as a :class:`SecretUrl`: a Slack webhook's path is
     its key and a URL may carry ``user:password@``, so no message shows it."""
@@ -403,7 +397,6 @@ class Address(NamedTuple):
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-@dataclass(frozen=True)
 class Listen(Value):
     """``HOST:PORT`` (``[::1]:9464``; an empty host is every interface)."""
 
@@ -423,17 +416,16 @@ class Listen(Value):
         return str(value)
 
 
-@dataclass(frozen=True)
 class Strings(Value):
     """A non-empty list of non-empty strings (``lower``: lower-cased)."""
 
-    lower: bool = False
-    minimum: int = 1
+    def __init__(self, *, lower: bool = False) -> None:
+        self.lower = lower
 
     def check(self, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, tuple | frozenset) and not from_file(info):
             return self.made(tuple(value))
-        if not isinstance(value, list) or len(value) < self.minimum:
+        if not isinstance(value, list) or not value:
             raise wrong("must be a non-empty list")
         bad = [
             ((i,), "must be a non-empty string")
@@ -449,10 +441,9 @@ class Strings(Value):
 
     def json_schema(self) -> JsonSchemaValue:
         item = {"type": "string", "minLength": 1}
-        return {"type": "array", "items": item, "minItems": self.minimum}
+        return {"type": "array", "items": item, "minItems": 1}
 
 
-@dataclass(frozen=True)
 class Labels(Strings):
     """Runner labels: compared the way GitHub does, case-insensitively."""
 
@@ -460,7 +451,6 @@ class Labels(Strings):
         return normalize_labels(items)
 
 
-@dataclass(frozen=True)
 class Key(Value):
     """The key a mapping's item is filed under (``runner_types.<name>``): set by
     :class:`ByName`, never written inside the item itself."""
@@ -474,7 +464,6 @@ class Key(Value):
         return {"type": "string"}
 
 
-@dataclass(frozen=True)
 class ByName:
     """A YAML mapping ``name -> item`` read as the items, each told its ``name``.
 
@@ -483,7 +472,8 @@ class ByName:
     taken as it is.
     """
 
-    minimum: int = 0
+    def __init__(self, *, minimum: int = 0) -> None:
+        self.minimum = minimum
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
