@@ -78,8 +78,8 @@ class Unset(str):
 class Section(BaseModel):
     """A mapping of the configuration: its keys and no others, frozen once read, each key
     documented: a field's docstring is its description in the JSON Schema (read there,
-    by :mod:`autoscaler.config.export`; pydantic's ``use_attribute_docstrings`` would read
-    every model's source at import, a third of the package's import time)."""
+    by :mod:`autoscaler.config.export`: pydantic's ``use_attribute_docstrings`` would read
+    every model's source at each import, for descriptions only the schema shows)."""
 
     model_config = ConfigDict(
         extra="forbid",
