@@ -358,6 +358,9 @@ class SecretText(Value):
     def json_schema(self) -> JsonSchemaValue:
         return {"type": "string", "minLength": 1}
 
+    def dump(self, value: Any) -> Any:
+        return str(value)  # ``***``: a dump (model_dump_json, a log) never holds a secret
+
 
 class Url(Value):
     """An http(s) URL with a host, held as a :class:`SecretUrl`: a Slack webhook's path is
@@ -384,6 +387,9 @@ class Url(Value):
 
     def unset(self, value: Unset) -> SecretUrl:
         return SecretUrl(value)
+
+    def dump(self, value: Any) -> Any:
+        return str(value)  # ``scheme://host/...`` at most
 
     def json_schema(self) -> JsonSchemaValue:
         return {"type": "string", "pattern": written("^[Hh][Tt][Tt][Pp][Ss]?://[^/?#]")}

@@ -392,6 +392,21 @@ def test_repr_of_a_config_shows_no_receiver_url_path() -> None:
     assert "SecretUrl('https://hooks.example.com/...')" in text
 
 
+def test_a_dump_of_a_config_holds_no_secret() -> None:
+    """A config dumped to JSON (what a debug line would print) shows no credential."""
+    config = parse_config(
+        minimal(
+            github={"owner": "x", "token": GHP, "proxy": USERINFO_URL},
+            webhook={"secret": ENTROPY},
+            alerts={"receivers": {"slack": {"type": "slack", "url": SLACK}}},
+        ),
+        env={},
+    )
+    dumped = config.model_dump_json()
+    for secret in (GHP, ENTROPY, "hunter2", "cQk3Nf8s1aWxY7pLmZ2rT9vE"):
+        assert secret not in dumped
+
+
 def test_a_config_built_in_code_never_shows_a_bad_secret_in_its_error() -> None:
     """pydantic's own error text quotes the value it refused; these models hide it."""
     with pytest.raises(ValidationError) as info:
