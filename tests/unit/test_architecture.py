@@ -33,7 +33,6 @@ PURE = [
     "autoscaler.observe.github.reconcile_plan",
     "autoscaler.observe.github.delivery_log",
     "autoscaler.observe.github.answers",
-    "autoscaler.observe.github.wire",
     "autoscaler.scale.policy",
     "autoscaler.scale.plan",
     "autoscaler.scale.capacity",

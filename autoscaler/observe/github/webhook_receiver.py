@@ -50,13 +50,12 @@ from datetime import UTC, datetime
 
 from autoscaler.config import WebhookConfig
 from autoscaler.errors import StateError
+from autoscaler.observe.github.parse import PayloadError, UnknownAction
 from autoscaler.observe.github.webhook_index import event_row
 from autoscaler.observe.github.webhook_rows import JobIndexStore, Outcome
 from autoscaler.observe.github.webhooks import (
     ACTIONS,
     SIGNATURE_HEADER,
-    PayloadError,
-    UnknownAction,
     WorkflowJobEvent,
     parse_workflow_job,
     verify_signature,
