@@ -33,6 +33,7 @@ from typing import Any
 from autoscaler.alerting import render
 from autoscaler.alerting.alertmanager import ALERTMANAGER
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
+from autoscaler.alerting.builtin_rules import UNLISTED_RULE, evaluate_unlisted
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE, evaluate_job_retries
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
@@ -147,6 +148,7 @@ class AlertEngine:
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
         scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
@@ -181,6 +183,10 @@ class AlertEngine:
             evaluations.append(
                 evaluate_unreachable(b, last_successful_poll, started, now, everyone)
             )
+            if unlisted is None:  # no poll this tick: unknown, not fine
+                keep.add(UNLISTED_RULE)
+            else:
+                evaluations.append(evaluate_unlisted(b, unlisted, everyone))
         if b.clock_skew_max > 0:
             if clock_skew is None or (clock_skew.github is None and clock_skew.aws is None):
                 keep.add(CLOCK_SKEW_RULE)
@@ -205,6 +211,7 @@ class AlertEngine:
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
         ``clock_skew`` the peers' clocks as last measured; ``budget`` the CI source's
@@ -223,6 +230,7 @@ class AlertEngine:
             causes=causes,
             objectives=objectives,
             retries=retries,
+            unlisted=unlisted,
         )
         try:
             old = self.store.load_states()

@@ -193,6 +193,7 @@ class RecordingAlerts:
         budget: PollBudget | None = None,
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)

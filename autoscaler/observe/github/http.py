@@ -242,10 +242,7 @@ class GitHubHttp:
         """One request, metered; TransientError when no answer came (timeout, connection)."""
         started = time.perf_counter()
         try:
-            answer = self._request(method, url, headers, body)
-        except BadPage:
-            self.metrics.github_requests.labels(endpoint, "too_large").inc()
-            raise
+            answer = self._request(method, url, endpoint, headers, body)
         except httpx.HTTPError as exc:
             self.metrics.github_requests.labels(endpoint, "error").inc()
             raise TransientError(
@@ -293,26 +290,33 @@ class GitHubHttp:
             )
         raise refusal(answer, where, message)
 
-    def _request(
-        self, method: str, url: str, headers: dict[str, str], body: bytes | None
+    def _request(  # noqa: PLR0917
+        self, method: str, url: str, endpoint: str, headers: dict[str, str], body: bytes | None
     ) -> Answer:
-        """Send and read the body, refusing one over MAX_PAGE_BYTES before parsing it."""
+        """Send and read the body, refusing one over MAX_PAGE_BYTES (counted as
+        ``too_large``) or in an encoding we did not ask for (``bad_encoding``) unparsed."""
+        where = f"{method} {path_of(url)}"
         request = self.client.build_request(method, url, headers=headers, content=body)
         response = self.client.send(request, stream=True)
         try:
-            declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
-                raise BadPage(f"{method} {path_of(url)}: {declared} bytes is over the page limit")
             encoding = response.headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("identity", "gzip"):
-                raise BadPage(f"{method} {path_of(url)}: a {encoding!r} body was not asked for")
+                self.metrics.github_requests.labels(endpoint, "bad_encoding").inc()
+                raise BadPage(f"{where}: a {encoding!r} body was not asked for")
+            declared = response.headers.get("content-length")
+            too_large = declared is not None and declared.isdigit()
+            too_large = too_large and int(declared or 0) > MAX_PAGE_BYTES
             chunks: list[bytes] = []
             size = 0
-            for chunk in response.iter_bytes():
+            for chunk in () if too_large else response.iter_bytes():
                 size += len(chunk)
                 if size > MAX_PAGE_BYTES:
-                    raise BadPage(f"{method} {path_of(url)}: the body is over the page limit")
+                    too_large = True
+                    break
                 chunks.append(chunk)
+            if too_large:
+                self.metrics.github_requests.labels(endpoint, "too_large").inc()
+                raise BadPage(f"{where}: the body is over the page limit")
         finally:
             response.close()
         return Answer(
