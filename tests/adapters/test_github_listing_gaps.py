@@ -3,6 +3,7 @@ on a 5xx is honoured across ticks, never slept inside one."""
 
 from __future__ import annotations
 
+import gzip
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -175,7 +176,10 @@ def test_an_encoding_we_did_not_ask_for_is_refused_unread(encoding: str) -> None
 
     def handler(request: httpx.Request) -> httpx.Response | None:
         if request.url.path.endswith("/actions/runs"):
-            return httpx.Response(200, content=b"xx", headers={"Content-Encoding": encoding})
+            body = b"{}"
+            for _ in encoding.split(","):
+                body = gzip.compress(body) if "gzip" in encoding else body
+            return httpx.Response(200, content=body, headers={"Content-Encoding": encoding})
         return None
 
     world = World(handler)
