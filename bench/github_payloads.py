@@ -325,6 +325,10 @@ def measure(fn: Callable[[], int]) -> tuple[float, float, int]:
     return best
 
 
+def _counting(fn: Callable[[], Iterable[Any]]) -> Callable[[], int]:
+    return lambda: len(list(fn()))
+
+
 def _ways(bodies: list[bytes]) -> dict[str, Callable[[], Iterable[Any]]]:
     kind = _kind(bodies[0]) if bodies else "jobs"
     skips = Skips(Metrics())
@@ -360,11 +364,11 @@ def run() -> bool:
     for size in SIZES:
         for name, bodies in pages(size).items():
             ways = _ways(bodies)
-            results = {}
+            results: dict[str, tuple[float, float, int]] = {}
             values: dict[str, list[Any]] = {}
             for way, fn in ways.items():
                 values[way] = list(fn())
-                results[way] = measure(lambda fn=fn: len(list(fn())))
+                results[way] = measure(_counting(fn))
             print(f"  measured {name} x {size:,}", file=sys.stderr, flush=True)
             same = values["hand-written"] == values["pydantic"] == values["msgspec"]
             ok = ok and same and len(values["pydantic"]) == size
@@ -383,9 +387,9 @@ def run() -> bool:
             count += _hand_job(item, RUN, Interner()) is not None
         return count
 
-    hooks = {
+    hooks: dict[str, Callable[[], int]] = {
         "hand-written": hand_hooks,
-        "pydantic": lambda: sum(1 for b in bodies if parse_workflow_job(b, "d")),
+        "pydantic": lambda: len([parse_workflow_job(b, "d") for b in bodies]),
         "msgspec": lambda: sum(
             1 for b in bodies if _m_job(_m_hook.decode(b).workflow_job, Interner())
         ),

@@ -37,7 +37,6 @@ import httpx
 
 from autoscaler import __version__
 from autoscaler.config import RetryConfig
-from autoscaler.config.secrets import SecretUrl
 from autoscaler.errors import AuthenticationError, RateLimitedError, TransientError
 from autoscaler.observe.github.answers import (
     Answer,
@@ -54,6 +53,7 @@ from autoscaler.observe.github.parse import BadPage
 from autoscaler.observe.github.ratelimit import RateGate, classify
 from autoscaler.observe.github.records import PageRecord
 from autoscaler.retrying import RetryPolicy
+from autoscaler.secrets import SecretUrl
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github")

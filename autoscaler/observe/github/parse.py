@@ -33,7 +33,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -49,9 +49,6 @@ from pydantic import (
 
 from autoscaler.domain import Job, JobStatus, Runner, normalize_labels
 from autoscaler.observe.github.records import Interner, PageRecord, RunRef
-
-if TYPE_CHECKING:  # the models are pure: the webhook core imports them
-    from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github")
 
@@ -124,6 +121,10 @@ class RunnerItem(BaseModel):
     labels: list[LabelItem]
 
 
+class StepItem(BaseModel):
+    conclusion: StrictStr | None = None
+
+
 class JobItem(BaseModel):
     """A job, from a jobs listing or a ``workflow_job`` webhook."""
 
@@ -135,7 +136,7 @@ class JobItem(BaseModel):
     created_at: Timestamp | None = None
     started_at: Timestamp | None = None
     completed_at: Timestamp | None = None
-    steps: list[Any] | None = None
+    steps: list[StepItem] | None = None
     runner_name: StrictStr | None = None
     conclusion: StrictStr | None = None
     run_attempt: Annotated[StrictInt, Field(ge=1)] | None = None
@@ -156,7 +157,7 @@ class JobItem(BaseModel):
         """A step concluded ``failure``; None when no steps are listed."""
         if not self.steps:
             return None
-        return any(isinstance(s, dict) and s.get("conclusion") == "failure" for s in self.steps)
+        return any(step.conclusion == "failure" for step in self.steps)
 
 
 class Repository(BaseModel):
@@ -330,11 +331,18 @@ def merge_runners(
     return runners, where
 
 
+class SkipMetrics(Protocol):
+    """Where skips are counted (``autoscaler.telemetry.Metrics``; the models stay pure)."""
+
+    @property
+    def github_skipped_items(self) -> Any: ...
+
+
 class Skips:
     """Counts skipped items and pages in ``github_skipped_items_total{kind}``; logs the
     first of each kind once per source (later ones are only counted)."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: SkipMetrics) -> None:
         self._metrics = metrics
         self._logged: set[str] = set()
         self._lock = threading.Lock()
