@@ -72,7 +72,7 @@ REQUEST_HEADERS = {
 #: 5xx, timeouts and connection errors: three attempts, full-jitter backoff from 0.5 s.
 RETRY = RetryConfig(max_attempts=3, deadline=CALL_WAIT, initial_backoff=0.5, max_backoff=8.0)
 
-__all__ = ["MAX_PAGE_BYTES", "BadPage", "GitHubHttp", "PageResult", "next_link"]
+__all__ = ["MAX_PAGE_BYTES", "GitHubHttp", "PageResult", "next_link"]
 
 
 @dataclass(frozen=True, slots=True)
