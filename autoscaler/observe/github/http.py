@@ -1,7 +1,7 @@
 """One instrumented HTTP helper for every GitHub call: auth, rate gate, retries, ETag cache.
 
-- Requests go through one ``httpx.Client`` (its connection pool, proxy, per-request
-  timeouts and gzip decoding); ``github.proxy`` is its proxy, and the environment's
+- Requests go below httpx's client, one connection per worker thread (:mod:`.wire`, where
+  ``bench/github_poll.py`` says why); ``github.proxy`` is the proxy, the environment's
   proxy variables are ignored (the config says where GitHub is reached).
 - Every request is counted in ``github_requests_total{endpoint,status}`` and timed.
 - A GET of a listing page is conditional when its URL is cached: a ``304`` reuses the
@@ -23,19 +23,16 @@
 
 from __future__ import annotations
 
-import http.cookiejar
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from autoscaler import __version__
 from autoscaler.config import RetryConfig
 from autoscaler.errors import AuthenticationError, RateLimitedError, TransientError
 from autoscaler.observe.github.answers import (
@@ -52,6 +49,13 @@ from autoscaler.observe.github.cache import EtagCache
 from autoscaler.observe.github.parse import BadPage
 from autoscaler.observe.github.ratelimit import RateGate, classify
 from autoscaler.observe.github.records import PageRecord
+from autoscaler.observe.github.wire import (
+    MAX_PAGE_BYTES,
+    REQUEST_HEADERS,
+    ThreadTransports,
+    read_body,
+    response_headers,
+)
 from autoscaler.retrying import RetryPolicy
 from autoscaler.secrets import SecretUrl
 from autoscaler.telemetry import Metrics
@@ -60,15 +64,6 @@ log = logging.getLogger("autoscaler.observe.github")
 
 #: Time a call outside a poll (a runner DELETE, a token exchange) may wait on a rate limit.
 CALL_WAIT = 10.0
-#: A page larger than this is refused unparsed (100 jobs with their steps are ~100 KB).
-MAX_PAGE_BYTES = 8 * 1024 * 1024
-#: Sent with every request. ``gzip`` only: one layer, inflated within the page limit.
-REQUEST_HEADERS = {
-    "Accept": "application/vnd.github+json",
-    "Accept-Encoding": "gzip",
-    "X-GitHub-Api-Version": "2022-11-28",
-    "User-Agent": f"ci-autoscaler/{__version__}",
-}
 #: 5xx, timeouts and connection errors: three attempts, full-jitter backoff from 0.5 s.
 RETRY = RetryConfig(max_attempts=3, deadline=CALL_WAIT, initial_backoff=0.5, max_backoff=8.0)
 
@@ -96,18 +91,6 @@ def next_link(header: str | None) -> str | None:
     return None
 
 
-class NoCookies(http.cookiejar.CookieJar):
-    """GitHub's REST API keeps no state in cookies: none is stored or sent. (httpx's jar
-    builds an ``email.message.Message`` of every answer's headers to look for one: an
-    eighth of the client's CPU a request, profiled under ``bench/github_poll.py``.)"""
-
-    def extract_cookies(self, response: Any, request: Any) -> None:
-        """Keep none."""
-
-    def add_cookie_header(self, request: Any) -> None:
-        """Send none."""
-
-
 class GitHubHttp:
     def __init__(  # noqa: PLR0917
         self,
@@ -132,14 +115,11 @@ class GitHubHttp:
         self.gate = RateGate(metrics, wall_clock, sleep)
         self.cache = cache if cache is not None else EtagCache()
         self.retry = RetryPolicy(RETRY, sleep=self.gate.sleep, rng=rng, hint=self.gate.hint)
-        self.client = httpx.Client(
-            headers=REQUEST_HEADERS,
-            timeout=timeout,
-            transport=transport,
-            proxy=None if proxy is None or transport is not None else proxy.reveal(),
-            trust_env=False,
-            cookies=NoCookies(),
+        self._transports = ThreadTransports(
+            transport, None if proxy is None else httpx.Proxy(proxy.reveal())
         )
+        self._timeout = httpx.Timeout(timeout).as_dict()
+        self._transports.here()  # httpx's transport imports httpcore: before the first poll
         self._counted_lock = threading.Lock()
         #: Requests answered so far that count against the primary rate limit (not a 304,
         #: not ``GET /rate_limit``): what the poll's budget spends.
@@ -149,7 +129,7 @@ class GitHubHttp:
         self.clock_skew: float | None = None
 
     def close(self) -> None:
-        self.client.close()
+        self._transports.close()
 
     def url(self, path_or_url: str) -> str:
         return path_or_url if "://" in path_or_url else self.base + path_or_url
@@ -311,34 +291,30 @@ class GitHubHttp:
         """Send and read the body, refusing one over MAX_PAGE_BYTES (counted as
         ``too_large``) or in an encoding we did not ask for (``bad_encoding``) unparsed."""
         where = f"{method} {path_of(url)}"
-        request = self.client.build_request(method, url, headers=headers, content=body)
-        response = self.client.send(request, stream=True)
+        request = httpx.Request(
+            method,
+            url,
+            headers={**REQUEST_HEADERS, **headers},
+            content=body,
+            extensions={"timeout": self._timeout},
+        )
+        response = self._transports.here().handle_request(request)
         try:
-            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            found = response_headers(response.headers.raw)
+            encoding = found.get("content-encoding", "identity").strip().lower()
             if encoding not in ("identity", "gzip"):
                 self.metrics.github_requests.labels(endpoint, "bad_encoding").inc()
                 raise BadPage(f"{where}: a {encoding!r} body was not asked for")
-            declared = response.headers.get("content-length")
-            too_large = declared is not None and declared.isdigit()
-            too_large = too_large and int(declared or 0) > MAX_PAGE_BYTES
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in () if too_large else response.iter_bytes():
-                size += len(chunk)
-                if size > MAX_PAGE_BYTES:
-                    too_large = True
-                    break
-                chunks.append(chunk)
-            if too_large:
+            declared = found.get("content-length")
+            content = None
+            if not (declared and declared.isdigit() and int(declared) > MAX_PAGE_BYTES):
+                content = read_body(response.stream, encoding)
+            if content is None:
                 self.metrics.github_requests.labels(endpoint, "too_large").inc()
                 raise BadPage(f"{where}: the body is over the page limit")
         finally:
             response.close()
-        # A plain dict, read once: an answer is looked up a dozen times, and each lookup
-        # of httpx.Headers scans every header (a repeated one's values joined by ", ").
-        headers = dict(response.headers.items())
-        content = b"".join(chunks)
-        return Answer(response.status_code, headers, content, response.reason_phrase)
+        return Answer(response.status_code, found, content, response.reason_phrase)
 
     def _observe(self, headers: Mapping[str, str]) -> None:
         """What every answer tells: the rate-limit headers (to the gate and the metrics, by
