@@ -48,9 +48,9 @@ from autoscaler.app.demo_world import (
     burst_then_calm,
     demo_world,
 )
-from autoscaler.app.httpserver import StatusServer
+from autoscaler.app.served import StatusServer
 from autoscaler.app.service import stop_on_signals
-from autoscaler.app.webhook_server import WebhookServer
+from autoscaler.app.served import WebhookServer
 from autoscaler.fakes.github import FakeGitHub
 
 log = logging.getLogger(__name__)
