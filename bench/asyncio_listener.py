@@ -11,24 +11,15 @@ import asyncio
 import logging
 import socket
 import threading
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Protocol
 
-from autoscaler.observe.github.webhook_receiver import PATH, Answer
+from autoscaler.app.served import Receiver
+from autoscaler.observe.github.webhook_receiver import PATH
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
-
-
-class Receiver(Protocol):
-    max_body: int
-
-    def too_large(self, headers: Mapping[str, str]) -> Answer: ...
-
-    def handle(self, headers: Mapping[str, str], body: bytes) -> Answer: ...
 
 
 MAX_HEAD = 8192
@@ -66,7 +57,6 @@ class Response:
         return head if head_only else head + self.body
 
 
-
 def parse_head(head: bytes) -> Request | None:
     """The request in a request head, or None when it is not HTTP/1.x."""
     try:
@@ -84,7 +74,6 @@ def parse_head(head: bytes) -> Request | None:
             headers[name.strip().lower()] = value.strip()
     path, _, query = target.partition("?")
     return Request(method, path, query, headers)
-
 
 
 class AsyncioListener:

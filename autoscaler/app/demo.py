@@ -48,9 +48,8 @@ from autoscaler.app.demo_world import (
     burst_then_calm,
     demo_world,
 )
-from autoscaler.app.served import StatusServer
+from autoscaler.app.served import StatusServer, WebhookServer
 from autoscaler.app.service import stop_on_signals
-from autoscaler.app.served import WebhookServer
 from autoscaler.fakes.github import FakeGitHub
 
 log = logging.getLogger(__name__)

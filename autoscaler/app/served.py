@@ -17,8 +17,9 @@ so each connection is guarded by deadlines kept in a protocol subclass
 - a body must arrive within ``body_timeout``; an answer the client does not read within
   ``write_timeout`` closes the connection;
 - at most ``max_connections`` are open: at the limit the connection that has waited
-  longest for its request head is closed to make room, so a flood of idle connections
-  cannot lock out a scraper or GitHub, which send their request at once;
+  longest for its client (a request head or a body) is closed to make room, so a flood
+  of idle or half-sent connections cannot lock out a scraper or GitHub, which send their
+  request at once;
 - handlers run on ``workers`` threads (default 2), never on the event loop.
 
 Threads: per listener one for the loop and ``workers`` for handlers, whatever the
@@ -41,11 +42,11 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
@@ -58,7 +59,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from autoscaler.app import status_page
 from autoscaler.controller import Controller
-from autoscaler.observe.github.webhook_receiver import PATH, WebhookReceiver
+from autoscaler.observe.github.webhook_receiver import PATH, Answer
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ _protocol_log.setLevel(logging.ERROR)
 MAX_HEAD = 8192
 """Bytes a request line and headers may take."""
 TEXT = "text/plain; charset=utf-8"
+#: Connections the kernel holds until the loop accepts them: past it a connection's SYN is
+#: dropped and retried a second later, so a flood must not fill it before a scrape arrives.
+BACKLOG = 1024
 #: Seconds a stop waits for answers in flight before closing their connections.
 GRACE = 2.0
 
@@ -115,8 +119,8 @@ class _HeadTooLarge(Exception):
 
 
 class _Guard:
-    """One listener's connections: those open, those waiting for a request head (oldest
-    first), and the protocol class that keeps their deadlines."""
+    """One listener's connections: those open, those waiting for their client (a request
+    head or a body, oldest first), and the protocol class that keeps their deadlines."""
 
     def __init__(self, limits: Limits, summary: _Summary, gauge: Gauge | None) -> None:
         self.limits = limits
@@ -131,7 +135,8 @@ class _Guard:
             self.gauge.set(len(self.open))
 
     def make_room(self) -> bool:
-        """Close the connection waiting longest for its request head; False when none is."""
+        """Close the connection waiting longest for its client (for a request head or a
+        body); False when none is."""
         for oldest in self.waiting:
             del self.waiting[oldest]
             self.open.discard(oldest)
@@ -199,10 +204,11 @@ class _Guard:
             # --- uvicorn's and httptools' callbacks
 
             def data_received(self, data: bytes) -> None:
-                if self in guard.waiting:
+                head = self in guard.waiting and not self._in_body
+                if head:
                     self._head += len(data)
                 super().data_received(data)
-                if self in guard.waiting and self._head > MAX_HEAD:
+                if head and not self._in_body and self._head > MAX_HEAD:
                     self._refuse_head()
 
             def on_url(self, url: bytes) -> None:
@@ -224,13 +230,13 @@ class _Guard:
                 super().on_message_begin()
 
             def on_headers_complete(self) -> None:
-                guard.waiting.pop(self, None)
-                self._in_body = True
+                self._in_body = True  # still waiting on the client, for its body
                 self._arm(guard.limits.body_timeout, "body_timeout")
                 super().on_headers_complete()
 
             def on_message_complete(self) -> None:
                 self._in_body = False
+                guard.waiting.pop(self, None)
                 self._disarm()
                 super().on_message_complete()
                 if self.cycle.response_complete:  # answered before its body was in
@@ -297,7 +303,7 @@ class Listener:
         gauge: Gauge | None = None,
     ) -> None:
         self.name = name
-        self._sock = socket.create_server((host, port), backlog=128)
+        self._sock = socket.create_server((host, port), backlog=BACKLOG)
         self.pool = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix=name)
         self._guard = _Guard(limits, _Summary(metrics, name, prefix), gauge)
         self._config = uvicorn.Config(
@@ -308,7 +314,7 @@ class Listener:
             access_log=False,
             log_config=None,
             server_header=False,
-            backlog=128,
+            backlog=BACKLOG,
             timeout_graceful_shutdown=GRACE,
         )
         self._server = uvicorn.Server(self._config)
@@ -454,12 +460,24 @@ class StatusServer:
         return Response(page.body, 200, dict(page.headers), page.content_type)
 
 
+class Receiver(Protocol):
+    """What the webhook listener hands deliveries to (a
+    :class:`~autoscaler.observe.github.webhook_receiver.WebhookReceiver`)."""
+
+    @property
+    def max_body(self) -> int: ...
+
+    def too_large(self, headers: Mapping[str, str]) -> Answer: ...
+
+    def handle(self, headers: Mapping[str, str], body: bytes) -> Answer: ...
+
+
 class WebhookServer:
     """``POST /github/webhook`` and nothing else."""
 
     def __init__(
         self,
-        receiver: WebhookReceiver,
+        receiver: Receiver,
         metrics: Metrics,
         host: str,
         port: int,

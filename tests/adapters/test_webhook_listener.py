@@ -10,16 +10,15 @@ import json
 import logging
 import socket
 import time
-from urllib.parse import urlencode
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 
 from autoscaler.app.served import WebhookServer
-from autoscaler.observe.github.webhook_receiver import FORM
-from autoscaler.observe.github.webhook_receiver import WebhookReceiver
+from autoscaler.observe.github.webhook_receiver import FORM, WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.observe.github.webhooks import sign
 from autoscaler.telemetry import Metrics
@@ -41,9 +40,7 @@ MARK = "octo-org/pytorch"
 def listener() -> Iterator[tuple[WebhookServer, WebhookReceiver, Metrics]]:
     metrics = fresh_metrics()
     receiver = WebhookReceiver(hook_config(max_body_bytes=4096, queue_size=3), metrics)
-    server = WebhookServer(
-        receiver, metrics, "127.0.0.1", 0, header_timeout=2.0, body_timeout=2.0
-    )
+    server = WebhookServer(receiver, metrics, "127.0.0.1", 0, header_timeout=2.0, body_timeout=2.0)
     server.start()
     try:
         yield server, receiver, metrics
