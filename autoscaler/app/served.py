@@ -75,7 +75,7 @@ TEXT = "text/plain; charset=utf-8"
 #: dropped and retried a second later, so a flood must not fill it before a scrape arrives.
 BACKLOG = 1024
 #: Seconds a stop waits for answers in flight before closing their connections.
-GRACE = 2.0
+GRACE = 2
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,8 @@ class _Guard:
         class Guarded(HttpToolsProtocol):
             """uvicorn's httptools protocol with this listener's deadlines and limits."""
 
-            _timer: asyncio.TimerHandle | None = None
+            _timer: asyncio.TimerHandle | None = None  # waiting on the client to send
+            _write_timer: asyncio.TimerHandle | None = None  # waiting on it to read
             _head = 0  # bytes received while a request head is awaited
             _head_parsed = 0  # bytes of this request's target and headers
             _in_body = False
@@ -174,6 +175,8 @@ class _Guard:
 
             def connection_lost(self, exc: Exception | None) -> None:
                 self._disarm()
+                if self._write_timer is not None:
+                    self._write_timer.cancel()
                 guard.waiting.pop(self, None)
                 guard.open.discard(self)
                 guard.count()
@@ -191,7 +194,6 @@ class _Guard:
                     self._timer = None
 
             def _expire(self, reason: str) -> None:
-                self._timer = None
                 guard.waiting.pop(self, None)
                 guard.summary.dropped(reason)
                 self.transport.abort()
@@ -204,12 +206,14 @@ class _Guard:
             # --- uvicorn's and httptools' callbacks
 
             def data_received(self, data: bytes) -> None:
-                head = self in guard.waiting and not self._in_body
-                if head:
+                if self._awaiting_head():
                     self._head += len(data)
                 super().data_received(data)
-                if head and not self._in_body and self._head > MAX_HEAD:
-                    self._refuse_head()
+                if self._awaiting_head() and self._head > MAX_HEAD:
+                    self._refuse_head()  # a head trickled past the limit, still unfinished
+
+            def _awaiting_head(self) -> bool:
+                return self in guard.waiting and not self._in_body
 
             def on_url(self, url: bytes) -> None:
                 self._grow(len(url))
@@ -275,11 +279,16 @@ class _Guard:
 
             def pause_writing(self) -> None:
                 super().pause_writing()
-                self._arm(guard.limits.write_timeout, "write_timeout")
+                if self._write_timer is None:
+                    self._write_timer = self.loop.call_later(
+                        guard.limits.write_timeout, self._expire, "write_timeout"
+                    )
 
             def resume_writing(self) -> None:
                 super().resume_writing()
-                self._disarm()
+                if self._write_timer is not None:
+                    self._write_timer.cancel()
+                    self._write_timer = None
 
         return Guarded
 
@@ -365,8 +374,9 @@ async def _not_found(_: Request, __: Exception) -> Response:
 
 
 async def _not_allowed(_: Request, exc: Exception) -> Response:
-    headers = exc.headers if isinstance(exc, HTTPException) else None
-    return text(405, "method not allowed\n", dict(headers or {}))
+    allow = exc.headers.get("Allow", "") if isinstance(exc, HTTPException) and exc.headers else ""
+    methods = sorted(m.strip() for m in allow.split(",") if m.strip())
+    return text(405, "method not allowed\n", {"Allow": ", ".join(methods)})
 
 
 def _app(routes: list[Route]) -> Starlette:

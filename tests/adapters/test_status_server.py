@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from prometheus_client import Gauge
 
 from autoscaler.app.served import StatusServer
 from autoscaler.app.service import run_loop
@@ -227,3 +228,54 @@ def test_garbage_and_oversized_heads_are_answered_and_counted(
             sock.sendall(payload)
             assert sock.recv(1024).split(b" ")[1] == status
         assert dropped(metrics, reason) == 1
+
+
+def test_a_kept_alive_connection_trickling_its_next_request_is_closed_at_the_head_deadline(
+    make_server: Callable[..., StatusServer], metrics: Metrics
+) -> None:
+    """The server library keeps connections alive, and its keep-alive timer stops at the
+    first byte of the next request: that request's head has the same deadline."""
+    server = make_server(header_timeout=1.0)
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"ok\n"):
+            answer += sock.recv(1024)
+        assert answer.startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        for byte in b"GET /metrics HTTP/1.1\r\nX-Padding: " + b"a" * 200:
+            if closed_by_server(sock):
+                break
+            sock.setblocking(True)
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                break
+            threading.Event().wait(0.05)
+        else:
+            raise AssertionError("the trickling client was never closed")
+    finally:
+        sock.close()
+    assert time.monotonic() - started < 3.0
+    assert dropped(metrics, "header_timeout") == 1
+
+
+def test_a_client_that_never_reads_its_answer_is_closed_at_the_write_deadline(
+    make_server: Callable[..., StatusServer], metrics: Metrics
+) -> None:
+    """/metrics grown to megabytes, asked for by a client that reads nothing: once the
+    socket buffers are full the answer waits on the client, and the connection is closed
+    when ``write_timeout`` has passed without it reading."""
+    padding = Gauge("padding", "Makes /metrics large.", ["series"], registry=metrics.registry)
+    for n in range(15_000):  # 6 MB: more than both sockets' buffers hold
+        padding.labels(f"{n:0>400}").set(n)
+    server = make_server(write_timeout=1.0)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    try:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: dropped(metrics, "write_timeout") == 1, 30, "the write deadline")
+    finally:
+        sock.close()
