@@ -320,6 +320,8 @@ class Listener:
             http=self._guard.protocol,
             loop="uvloop",
             lifespan="off",
+            ws="none",  # no upgrade to a protocol the deadlines do not cover
+            proxy_headers=False,
             access_log=False,
             log_config=None,
             server_header=False,
