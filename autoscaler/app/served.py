@@ -2,6 +2,12 @@
 ``/healthz``, ``/readyz``) and the webhook listener (``POST /github/webhook``), each a
 Starlette app on uvicorn (httptools' parser, uvloop's loop) in a thread of its own.
 
+Why these: uvicorn takes the HTTP protocol as a class (``Config(http=...)``), so the
+deadlines below are a subclass of its own protocol, on its parser's callbacks; httptools
+(llhttp, in C) parses; Starlette routes and answers 404/405. aiohttp's server documents no way to
+replace its protocol, and the pure-Python parser (h11, hypercorn's) costs more CPU a request
+(``bench/listener.py`` measures the listener).
+
 The webhook has a listener of its own so that the one port exposed to GitHub (through a
 load balancer) serves no /metrics, page or readiness, and a flood of deliveries never
 crowds out a Prometheus scrape. Both listeners share everything else here.
