@@ -15,6 +15,7 @@ from bench import (
     github_poll,
     index_requests,
     job_retry,
+    listener,
     scaling,
     state_requests,
     webhooks,
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "index_requests": index_requests.run,
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
+    "listener": listener.run,
 }
 
 
