@@ -16,6 +16,7 @@ from bench import (
     github_poll,
     index_requests,
     job_retry,
+    listener,
     scaling,
     state_requests,
     webhooks,
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "index_requests": index_requests.run,
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
+    "listener": listener.run,
 }
 
 
