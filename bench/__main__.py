@@ -12,6 +12,7 @@ from collections.abc import Callable
 from bench import (
     failover,
     github_budget,
+    github_payloads,
     github_poll,
     index_requests,
     job_retry,
@@ -24,6 +25,7 @@ from bench import (
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
     "github_budget": github_budget.run,
+    "github_payloads": github_payloads.run,
     "scaling": scaling.run,
     "failover": failover.run,
     "state_requests": state_requests.run,
