@@ -76,3 +76,12 @@ class JitRunner:
 
     runner_id: int
     encoded_jit_config: Secret
+
+
+@dataclass(frozen=True)
+class RegistrationToken:
+    """GitHub's answer to registration-token: a secret that can register runners (and do
+    nothing else) until ``expires_at``, an hour after it was made."""
+
+    token: Secret
+    expires_at: datetime

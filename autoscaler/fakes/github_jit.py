@@ -1,4 +1,5 @@
-"""The fake GitHub's just-in-time runner registration, as GitHub documents it.
+"""The fake GitHub's runner registration, as GitHub documents it: just-in-time configs and
+registration tokens.
 
 ``POST /orgs/{org}/actions/runners/generate-jitconfig`` and
 ``POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig`` with ``{"name",
@@ -9,6 +10,12 @@ is listed ``offline`` (``ephemeral: true``) until a machine connects with the co
 exists, ``422`` for a body GitHub would refuse (missing fields, bad labels, a runner group
 that does not exist), ``404`` for an org path on a user owner, ``403`` when the
 credentials lack "Self-hosted runners: write" (:attr:`JitRegistry.forbidden`).
+
+``POST /orgs/{org}/actions/runners/registration-token`` and
+``POST /repos/{owner}/{repo}/actions/runners/registration-token``: ``201`` with ``{"token",
+"expires_at"}``, an hour from now on the fake's clock. A machine running ``config.sh``
+with the token registers a runner of its choosing (:meth:`GitHubState.register_with_token`)
+until the token expires; the same 403 switch applies.
 """
 
 from __future__ import annotations
@@ -18,21 +25,27 @@ import json
 import re
 import secrets
 import threading
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from autoscaler.fakes.github_shapes import Reply, error_reply, runner_json
+from autoscaler.fakes.github_shapes import Reply, error_reply, iso, runner_json
 
 if TYPE_CHECKING:
     from autoscaler.fakes.github_state import GitHubState
 
 ORG_JIT = re.compile(r"^/orgs/([^/]+)/actions/runners/generate-jitconfig$")
 REPO_JIT = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners/generate-jitconfig$")
+ORG_TOKEN = re.compile(r"^/orgs/([^/]+)/actions/runners/registration-token$")
+REPO_TOKEN = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners/registration-token$")
+#: How long a registration token works, as GitHub documents it.
+TOKEN_LIFETIME = timedelta(hours=1)
 MAX_LABELS = 100
 _FORBIDDEN = "Resource not accessible by integration"
 
 
 class JitRegistry:
-    """JIT configs issued and not yet used, the runner groups that exist, the 403 switch."""
+    """JIT configs issued and not yet used, registration tokens and their expiry, the
+    runner groups that exist, the 403 switch."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -44,6 +57,8 @@ class JitRegistry:
         self.forbidden = False
         #: Configs issued, ever (a test counts them).
         self.issued = 0
+        #: Registration token -> (expiry, the repository it registers at; None: the org).
+        self.tokens: dict[str, tuple[datetime, str | None]] = {}
 
     def issue(self, runner_id: int) -> str:
         with self.lock:
@@ -52,6 +67,22 @@ class JitRegistry:
             self.unused[encoded] = runner_id
             self.issued += 1
             return encoded
+
+    def issue_token(self, now: datetime, repo: str | None) -> tuple[str, datetime]:
+        with self.lock:
+            token = secrets.token_hex(15).upper()
+            expires = now + TOKEN_LIFETIME
+            self.tokens[token] = (expires, repo)
+            return token, expires
+
+    def check_token(self, token: str, now: datetime) -> str | None:
+        """The repository a valid token registers at (None: the org); ValueError when it
+        was never issued or has expired."""
+        with self.lock:
+            found = self.tokens.get(token)
+        if found is None or now >= found[0]:
+            raise ValueError("this registration token expired, or was never issued")
+        return found[1]
 
     def take(self, encoded: str) -> int:
         """The runner a config registers; ValueError when it was used or never issued."""
@@ -107,3 +138,12 @@ def generate(fake: GitHubState, repo: str | None, raw: bytes, headers: dict[str,
         runner.online, runner.ephemeral = False, True
         encoded = registry.issue(runner_id)
         return Reply(201, {"runner": runner_json(runner), "encoded_jit_config": encoded}, headers)
+
+
+def registration_token(fake: GitHubState, repo: str | None, headers: dict[str, str]) -> Reply:
+    """Answer one registration-token request (the owner was checked by the caller)."""
+    registry = fake.jit
+    if registry.forbidden:
+        return error_reply(403, _FORBIDDEN, headers)
+    token, expires = registry.issue_token(fake.clock(), repo)
+    return Reply(201, {"token": token, "expires_at": iso(expires)}, headers)

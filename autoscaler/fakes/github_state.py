@@ -237,6 +237,17 @@ class GitHubState:
             runner.online = True
             return runner_id
 
+    def register_with_token(self, token: str, name: str, labels: Sequence[str]) -> int:
+        """A machine runs ``config.sh --token``: a runner of ``name`` registers (online,
+        idle) where the token was issued (the org, or its repository). Returns its id;
+        ValueError when the token expired or was never issued, or the name is taken
+        (``config.sh --unattended`` without ``--replace`` stops there)."""
+        repo = self.jit.check_token(token, self.clock())
+        with self.lock:
+            if any(r.name == name for r in self._runners.values()):
+                raise ValueError(f"a runner named {name} exists already")
+            return self.register_runner(name, labels, repo)
+
     def remove_runner(self, runner_id: int) -> None:
         """Deregister a runner. KeyError when unknown, ValueError when busy (the 422)."""
         with self.lock:

@@ -4,8 +4,8 @@ Narrow and owned by its users: the alert stage and its delivery workers
 (:class:`AlertStore`), the GitHub poll's ETag cache
 (:class:`~autoscaler.observe.github.cache.PollCacheStore`), the scaler's memory of
 back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`),
-the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`) and ephemeral
-runners' JIT ledger (:class:`~autoscaler.scale.ephemeral.JitLedgerStore`).
+the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`) and the ledger of
+runner credentials handed to instances (:class:`~autoscaler.scale.handover.HandoverStore`).
 A backend implements all of them plus :meth:`StateStore.close`. Every method raises only
 :class:`autoscaler.errors.StateError` (the backend translates its vendor's errors);
 :class:`autoscaler.errors.NotLeaderError` when a write is fenced off because this
@@ -32,7 +32,7 @@ from autoscaler.alerting.lifecycle import AlertState, Notification
 from autoscaler.observe.github.cache import PollCacheStore
 from autoscaler.observe.github.webhook_rows import JobIndexStore
 from autoscaler.retry.ledger import JobRetryStore
-from autoscaler.scale.ephemeral import JitLedgerStore
+from autoscaler.scale.handover import HandoverStore
 from autoscaler.scale.memory import ScalingMemoryStore
 
 
@@ -86,7 +86,7 @@ class StateStore(
     PollCacheStore,
     ScalingMemoryStore,
     JobRetryStore,
-    JitLedgerStore,
+    HandoverStore,
     JobIndexStore,
     Protocol,
 ):

@@ -42,7 +42,7 @@ PURE = [
     "autoscaler.scale.pool_causes",
     "autoscaler.scale.view",
     "autoscaler.scale.provisioning",
-    "autoscaler.scale.ephemeral",
+    "autoscaler.scale.handover",
     "autoscaler.observe.starts",
     "autoscaler.scale.aws.activities",
     "autoscaler.config.schedule",

@@ -1,5 +1,5 @@
-"""SSM Parameter Store behind the :class:`autoscaler.scale.jit.ParameterStore` port: where an
-ephemeral instance finds its just-in-time runner config.
+"""SSM Parameter Store behind the :class:`autoscaler.scale.registration.ParameterStore` port:
+where an instance finds its runner credential (a JIT config, or a registration token).
 
 Narrowed to the three calls the controller makes, each on ``jit.parameter_path`` only (the
 controller's IAM policy allows nothing else):
@@ -9,7 +9,9 @@ controller's IAM policy allows nothing else):
   parameter only when that tag names the instance itself. A parameter is written once
   with its tag; a recovery overwrites the value (``Overwrite`` cannot carry tags, and the
   tag is already there);
-- ``DeleteParameter`` (``ParameterNotFound`` is success: it is gone either way);
+- ``DeleteParameter``: ``ParameterNotFound`` is not an error (it is gone either way), but
+  it is reported: a persistent instance claims its registration token by deleting the
+  parameter, and the controller learns from its own delete whether the machine did;
 - ``GetParametersByPath`` (names only, recursive, paginated) to find parameters left
   behind by a stop.
 
@@ -53,7 +55,7 @@ _NOT_FOUND = "ParameterNotFound"
 
 
 class SsmParameters:
-    """JIT configs in SSM Parameter Store, over one boto3 ``ssm`` client."""
+    """Runner credentials in SSM Parameter Store, over one boto3 ``ssm`` client."""
 
     def __init__(
         self,
@@ -95,11 +97,12 @@ class SsmParameters:
                 Overwrite=True,
             )
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str) -> bool:
         try:
             self._call("delete_parameter", self.ssm.delete_parameter, Name=name)
         except _NotFound:
-            return
+            return False
+        return True
 
     def list_names(self, path: str) -> list[str]:
         names: list[str] = []
@@ -135,6 +138,6 @@ class _Exists(Exception):
 
 
 class _NotFound(Exception):
-    """DeleteParameter found nothing (handled inside the adapter: success)."""
+    """DeleteParameter found nothing (handled inside the adapter: False)."""
 
     code = _NOT_FOUND
