@@ -1,7 +1,7 @@
 """Runner registration end to end (generate-jitconfig, registration-token): GitHubSource
-against the fake GitHub server, which
-answers as GitHub documents (201 with an offline runner and a single-use config; 409 on a
-taken name; 422 on labels or a group GitHub refuses; 403 without the permission)."""
+against the fake GitHub server, which answers as GitHub documents (201 with an offline
+runner and a single-use config, or an hour's token; 409 on a taken name; 422 on labels or
+a group GitHub refuses; 403 without the permission)."""
 
 from __future__ import annotations
 
