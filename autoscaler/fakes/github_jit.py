@@ -55,8 +55,9 @@ class JitRegistry:
         self.groups: set[int] = {1}
         #: True: the credentials lack "Self-hosted runners: write" (403).
         self.forbidden = False
-        #: Configs issued, ever (a test counts them).
+        #: Configs issued, ever (a test counts them, or looks for them in logs).
         self.issued = 0
+        self.configs: list[str] = []
         #: Registration token -> (expiry, the repository it registers at; None: the org).
         self.tokens: dict[str, tuple[datetime, str | None]] = {}
 
@@ -66,6 +67,7 @@ class JitRegistry:
             encoded = base64.b64encode(json.dumps(payload).encode()).decode()
             self.unused[encoded] = runner_id
             self.issued += 1
+            self.configs.append(encoded)
             return encoded
 
     def issue_token(self, now: datetime, repo: str | None) -> tuple[str, datetime]:

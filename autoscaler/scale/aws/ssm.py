@@ -1,7 +1,7 @@
 """SSM Parameter Store behind the :class:`autoscaler.scale.registration.ParameterStore` port:
 where an instance finds its runner credential (a JIT config, or a registration token).
 
-Narrowed to the three calls the controller makes, each on ``jit.parameter_path`` only (the
+Narrowed to the three calls the controller makes, on ``jit.parameter_path`` (the
 controller's IAM policy allows nothing else):
 
 - ``PutParameter`` a ``SecureString`` (the account's default ``aws/ssm`` key), tagged
@@ -12,8 +12,10 @@ controller's IAM policy allows nothing else):
 - ``DeleteParameter``: ``ParameterNotFound`` is not an error (it is gone either way), but
   it is reported: a persistent instance claims its registration token by deleting the
   parameter, and the controller learns from its own delete whether the machine did;
-- ``GetParametersByPath`` (names only, recursive, paginated) to find parameters left
-  behind by a stop.
+- ``DescribeParameters`` filtered on the path (recursive, paginated) to find parameters
+  left behind by a stop: names and metadata only, so no value ever travels back to the
+  controller (``GetParametersByPath`` returns them, as ciphertext at best). AWS does not
+  scope this action to a resource: the role grants it on ``*``, and it shows names only.
 
 Single attempts; the caller's :class:`autoscaler.retrying.RetryPolicy` retries what
 :func:`autoscaler.scale.aws.errors.translate` calls transient (``ThrottlingException``
@@ -38,16 +40,13 @@ from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
-#: The IAM actions these calls need, on ``jit.parameter_path`` only; the terraform task
+#: The IAM actions these calls need on ``jit.parameter_path`` only; the terraform task
 #: role is checked against it (PutParameter with Tags needs AddTagsToResource too).
 IAM_ACTIONS: frozenset[str] = frozenset(
-    {
-        "ssm:PutParameter",
-        "ssm:AddTagsToResource",
-        "ssm:DeleteParameter",
-        "ssm:GetParametersByPath",
-    }
+    {"ssm:PutParameter", "ssm:AddTagsToResource", "ssm:DeleteParameter"}
 )
+#: The one action AWS cannot scope to a resource (granted on ``*``; names only).
+IAM_LIST_ACTION = "ssm:DescribeParameters"
 #: The tag the instance role's policy matches against the reading instance's id.
 INSTANCE_TAG = "ci-autoscaler:instance-id"
 _EXISTS = "ParameterAlreadyExists"
@@ -106,9 +105,12 @@ class SsmParameters:
 
     def list_names(self, path: str) -> list[str]:
         names: list[str] = []
-        kwargs: dict[str, Any] = {"Path": path, "Recursive": True, "WithDecryption": False}
+        kwargs: dict[str, Any] = {
+            "ParameterFilters": [{"Key": "Path", "Option": "Recursive", "Values": [path]}],
+            "MaxResults": 50,
+        }
         while True:
-            page = self._call("get_parameters_by_path", self.ssm.get_parameters_by_path, **kwargs)
+            page = self._call("describe_parameters", self.ssm.describe_parameters, **kwargs)
             names += [str(p["Name"]) for p in page.get("Parameters", []) if "Name" in p]
             token = page.get("NextToken")
             if not token:
