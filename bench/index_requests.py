@@ -26,9 +26,10 @@ from datetime import UTC, datetime, timedelta
 
 from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.app.wiring import build_runtime
-from autoscaler.config import Secret, WebhookConfig
+from autoscaler.config import WebhookConfig
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.scale.aws.ssm import SsmParameters
+from autoscaler.secrets import Secret
 from autoscaler.sim.fleet import aws_clients, ssm_client
 from autoscaler.telemetry import Metrics
 from bench.state_requests import (

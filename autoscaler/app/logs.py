@@ -2,7 +2,7 @@
 
 :class:`Redactor` is a filter on the root logger's handlers. A record reaches it from any
 logger (ours, httpx's, botocore's at DEBUG with its request bodies, any library's), and it
-replaces, by value, whatever a live :class:`~autoscaler.config.secrets.Secret` holds (the
+replaces, by value, whatever a live :class:`~autoscaler.secrets.Secret` holds (the
 GitHub token or App key, installation tokens, receiver URLs and their basic-auth, the
 webhook secret, and the JIT configs and registration tokens this process created) in the
 message, its arguments, the exception text and the stack. Nothing is silenced: loggers keep
@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 
-from autoscaler.config.secrets import REDACTED, live_secret_values
+from autoscaler.secrets import REDACTED, live_secret_values
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -37,7 +37,6 @@ from functools import partial
 from typing import Protocol, TypeVar
 
 from autoscaler.config import Config
-from autoscaler.config.secrets import Secret
 from autoscaler.domain import Runner, ScalingProblem
 from autoscaler.errors import (
     AuthenticationError,
@@ -52,6 +51,7 @@ from autoscaler.ports import JitRunner, JobSource, RegistrationToken, RunnerPool
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.handover import JIT, TOKEN, HandoverRecord, Register
 from autoscaler.scale.handover_ledger import HandoverLedger
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

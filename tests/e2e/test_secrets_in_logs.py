@@ -26,9 +26,9 @@ from urllib.parse import quote
 import pytest
 import yaml
 
-from autoscaler.app.demo import WebhookSink
-from autoscaler.config.secrets import REDACTED
+from autoscaler.app.demo_world import WebhookSink
 from autoscaler.fakes.github import FakeGitHub
+from autoscaler.secrets import REDACTED
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, reset_moto_server
 from tests.e2e.harness import CPU, GPU, free_port, wait_for
 

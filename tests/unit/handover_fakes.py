@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from autoscaler.config.secrets import Secret
 from autoscaler.domain import Runner
 from autoscaler.errors import AutoscalerError, ConflictError
 from autoscaler.ports import JitRunner, RegistrationToken
+from autoscaler.secrets import Secret
 from tests.unit.scaling_fakes import T0, FakeSource
 
 

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 
 from autoscaler.app.logs import Redactor, redact
-from autoscaler.config.secrets import REDACTED, Secret, SecretUrl, live_secret_values
+from autoscaler.secrets import REDACTED, Secret, SecretUrl, live_secret_values
 
 JIT = base64.b64encode(b'{"runner_id": 42, "nonce": "b3f1"}').decode()
 

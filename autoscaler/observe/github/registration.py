@@ -27,11 +27,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from autoscaler.config.secrets import Secret
 from autoscaler.errors import TransientError
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.parse import BadItem, parse_time
 from autoscaler.ports import JitRunner, RegistrationToken
+from autoscaler.secrets import Secret
 
 
 def generate_jit_config(  # noqa: PLR0917 (GitHub's request, field by field)

@@ -43,7 +43,7 @@ from urllib.parse import quote
 import httpx
 
 from autoscaler.config import GitHubConfig
-from autoscaler.domain import Observation, Runner
+from autoscaler.domain import CompletedJob, Observation, Runner, RunProgress
 from autoscaler.errors import (
     AutoscalerError,
     ConfigError,
@@ -64,7 +64,6 @@ from autoscaler.observe.github.registration import create_registration_token, ge
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
 from autoscaler.ports import JitRunner, RegistrationToken
-from autoscaler.retry.model import CompletedJob, RunProgress
 from autoscaler.telemetry import Metrics
 
 __all__ = ["RUN_STATUSES", "GitHubSource"]
@@ -273,7 +272,7 @@ class GitHubSource:
             path = f"/repos/{self._owner}/{repo}/actions/runners/registration-token"
         return create_registration_token(self._http, path)
 
-    # --- job retry (autoscaler.retry.stage's CompletedJobSource and JobRerunner)
+    # --- job retry (autoscaler.job_retry.stage's CompletedJobSource and JobRerunner)
     def completed_jobs(self, now: datetime) -> list[CompletedJob]:
         """Jobs of runs the poll saw complete, failed ones with their annotations."""
         return self.completed.completed_jobs(now)
