@@ -300,10 +300,15 @@ class PlanExecution:
             self.outcome.note(key, f"lowering desired to {r.desired} failed")
 
     def _out_of_capacity(self, runner_type: str) -> None:
+        """Every pool of the type failed for capacity and none delivered since (its
+        back-off memory is reset only then): one problem per type and tick."""
         rt = self.config.runner_type(runner_type)
         pools = list(rt.pools)
-        now_out = [p for p in pools if p in self.state.backoff_until]
-        if pools and len(now_out) == len(pools):
+        said = any(
+            p.kind == "out_of_capacity" and p.runner_type == runner_type for p in self.problems
+        )
+        now_out = [p for p in pools if self.state.capacity_failing(p)]
+        if pools and len(now_out) == len(pools) and not said:
             msg = f"every pool of {runner_type} is out of capacity: {', '.join(pools)}"
             log.error(msg)
             self.problems.append(ScalingProblem("out_of_capacity", runner_type, "", "", msg))

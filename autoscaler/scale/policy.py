@@ -223,8 +223,11 @@ def _scale_up(t: _Type, state: ScalingState, now: datetime, out: _Builder) -> No
         for p in t.pools
         if not state.in_backoff(p.name, now)
     )
-    if not slots:
+    if not slots or all(state.capacity_failing(p.name) for p in t.pools):
+        # Every pool failed and none delivered since: still out of capacity while a pool
+        # whose back-off ended is retried (a retry that fails is no recovery).
         out.out_of_capacity.append(name)
+    if not slots:
         for p in t.pools:
             out.note(name, p.name, f"need +{t.grant} but every pool is in capacity back-off", HOLD)
         return
