@@ -112,20 +112,27 @@ data "aws_iam_policy_document" "task" {
     }
   }
 
-  # Ephemeral runners: the JIT configs the controller hands to instances, under its own
-  # parameter path only (GetParametersByPath names the path itself).
+  # Every instance's runner credential (a JIT config, or a registration token), under its
+  # own parameter path only (autoscaler/scale/aws/ssm.py IAM_ACTIONS).
   statement {
     sid = "JitParameters"
     actions = [
       "ssm:AddTagsToResource",
       "ssm:DeleteParameter",
-      "ssm:GetParametersByPath",
       "ssm:PutParameter",
     ]
     resources = [
       "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}",
       "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}/*",
     ]
+  }
+
+  # Finding parameters a stop left behind: names and metadata only, never a value. AWS
+  # does not scope DescribeParameters to a resource (IAM_LIST_ACTION).
+  statement {
+    sid       = "ListParameterNames"
+    actions   = ["ssm:DescribeParameters"]
+    resources = ["*"] #checkov:skip=CKV_AWS_356:DescribeParameters supports no resource-level permission; it returns names and metadata, no value
   }
 
   # With interruption_queue: read and delete on that one queue (interruptions.tf), exactly
@@ -291,6 +298,22 @@ resource "aws_vpc_security_group_egress_rule" "https" {
   from_port         = 443
   to_port           = 443
   cidr_ipv4         = "0.0.0.0/0"
+  tags              = local.tags
+}
+
+# Receivers that are not HTTPS on 443 (an Alertmanager in the VPC on http://...:9093, a
+# webhook on another port): one rule per CIDR and port, nothing when none are given.
+resource "aws_vpc_security_group_egress_rule" "receivers" {
+  for_each = {
+    for pair in setproduct(var.receiver_egress_cidrs, var.receiver_egress_ports) :
+    "${pair[0]}:${pair[1]}" => { cidr = pair[0], port = pair[1] }
+  }
+  security_group_id = aws_security_group.this.id
+  description       = "alert receivers (receiver_egress_cidrs)"
+  ip_protocol       = "tcp"
+  from_port         = each.value.port
+  to_port           = each.value.port
+  cidr_ipv4         = each.value.cidr
   tags              = local.tags
 }
 
