@@ -106,7 +106,7 @@ locals {
           runner_types    = ["*"]
           per_runner_type = true
           max_queue_time  = "30m"
-          for             = "5m"
+          "for"           = "5m" # quoted: checkov's HCL parser reads a bare for as a loop
           receivers       = keys(local.receivers)
         },
       ]

@@ -8,6 +8,11 @@ locals {
   config_dir  = "/etc/ci-autoscaler"
   state_dir   = "/var/lib/ci-autoscaler"
 
+  # An image in ECR (ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO[:tag|@digest]): its
+  # repository's ARN, the only one the execution role may pull from.
+  ecr_image          = try(regex("^([0-9]{12})\\.dkr\\.ecr\\.([a-z0-9-]+)\\.amazonaws\\.com(?:\\.cn)?/([^:@]+)", var.image), null)
+  ecr_repository_arn = local.ecr_image == null ? null : "arn:${data.aws_partition.current.partition}:ecr:${local.ecr_image[1]}:${local.ecr_image[0]}:repository/${local.ecr_image[2]}"
+
   # Environment variable name => secret ARN, for the controller and for the init step.
   controller_secrets = merge(
     var.github_token_secret_arn == null ? {} : { GITHUB_TOKEN = var.github_token_secret_arn },
@@ -52,6 +57,8 @@ locals {
 # ------------------------------------------------------------------ config and logs
 
 resource "aws_ssm_parameter" "config" {
+  #checkov:skip=CKV2_AWS_34:config.yaml holds no secret: credentials reach the task as secrets and the config names them (${GITHUB_TOKEN})
+  #checkov:skip=CKV_AWS_337:no secret in it (see CKV2_AWS_34)
   name        = "/${var.name}/config.yaml"
   description = "ci-autoscaler configuration (no secrets; they come from the task's secrets)"
   type        = "String"
@@ -61,6 +68,8 @@ resource "aws_ssm_parameter" "config" {
 }
 
 resource "aws_cloudwatch_log_group" "this" {
+  #checkov:skip=CKV_AWS_158:the controller's logs carry no secret (a filter redacts every credential's value) and CloudWatch Logs encrypts them at rest by default
+  #checkov:skip=CKV_AWS_338:operational logs: log_retention_days (default 30) is the operator's choice, not a compliance archive
   name              = "/ecs/${var.name}"
   retention_in_days = var.log_retention_days
   tags              = local.tags
@@ -173,6 +182,7 @@ data "aws_iam_policy_document" "task" {
 # leader lease. Exactly the schema `ci-autoscaler state create-table` creates
 # (autoscaler/state/dynamodb_table.py; tests/e2e/test_terraform.py compares the two).
 resource "aws_dynamodb_table" "state" {
+  #checkov:skip=CKV_AWS_119:holds alert states, ledgers and ETags, no credential (the handover ledger keeps no credential value); DynamoDB encrypts at rest by default
   count        = local.high_availability ? 1 : 0
   name         = var.state_table_name
   billing_mode = "PAY_PER_REQUEST"
@@ -217,9 +227,20 @@ resource "aws_iam_role_policy" "task" {
 # rather than AmazonECSTaskExecutionRolePolicy, so logs are scoped to this log group.
 data "aws_iam_policy_document" "execution" {
   statement {
-    sid       = "PullImage"
-    actions   = ["ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
-    resources = ["*"]
+    sid       = "EcrLogin"
+    actions   = ["ecr:GetAuthorizationToken"]
+    resources = ["*"] #checkov:skip=CKV_AWS_356:GetAuthorizationToken supports no resource-level permission
+  }
+
+  # Pulling the image: its own ECR repository only (none for an image from another
+  # registry, which ECS pulls without IAM).
+  dynamic "statement" {
+    for_each = local.ecr_repository_arn == null ? [] : [local.ecr_repository_arn]
+    content {
+      sid       = "PullImage"
+      actions   = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
+      resources = [statement.value]
+    }
   }
 
   statement {
