@@ -71,7 +71,7 @@ from autoscaler.scale.plan import (
     slot_target,
 )
 
-__all__ = ["Decision", "Plan", "ScalingState", "decide", "pool_of_runner", "without_removed"]
+__all__ = ["decide", "pool_of_runner", "without_removed"]
 
 _LIVE = (InstanceLifecycle.PENDING, InstanceLifecycle.IN_SERVICE)
 
