@@ -13,9 +13,11 @@ from bench import (
     config_load,
     failover,
     github_budget,
+    github_payloads,
     github_poll,
     index_requests,
     job_retry,
+    listener,
     scaling,
     state_requests,
     webhooks,
@@ -24,12 +26,14 @@ from bench import (
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
     "github_budget": github_budget.run,
+    "github_payloads": github_payloads.run,
     "scaling": scaling.run,
     "failover": failover.run,
     "state_requests": state_requests.run,
     "index_requests": index_requests.run,
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
+    "listener": listener.run,
     "config_load": config_load.run,
 }
 

@@ -19,12 +19,13 @@ from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github.webhook_completions import WebhookCompletedJobs
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
-from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
+from tests.unit.handover_fakes import FakeParameters, RegisteringSource
+from tests.unit.scaling_fakes import FakePool, config, pool, rtype
 
 POOL = "gpu-spot"
 
 
-class RetryingSource(FakeSource):
+class RetryingSource(RegisteringSource):
     """A source that also finds completed jobs and re-runs them, as GitHubSource does."""
 
     def completed_jobs(self, now: datetime) -> Sequence[CompletedJob]:
@@ -59,6 +60,7 @@ def runtime(source: RetryingSource, *, webhook: bool, fake_pool: FakePool | None
         Metrics(CollectorRegistry()),
         source=source,
         pool=fake_pool or FakePool({POOL: pool(POOL)}),
+        parameters=FakeParameters(),
         webhooks=webhook,
     )
 
