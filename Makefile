@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DURATION ?= 60
 
-.PHONY: demo test lint bench clean references
+.PHONY: demo test test-fast lint bench clean references
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,17 @@ demo: $(STAMP)
 TF_MIRROR_ROOTS := /opt /usr/local/share /usr/share $(HOME)/.terraform.d $(HOME)/.local/share
 TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
 
+# The whole suite, one pytest-xdist worker per core (PYTEST_WORKERS=0: in this process).
+PYTEST_WORKERS ?= auto
+
 test: $(STAMP) references
 	TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 -path '$(TF_PROVIDER)' \
-	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" $(BIN)/python -m pytest
+	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS)
+
+# The unit tier: pure code, fakes at the ports; no moto server, no network, no tools.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -n $(PYTEST_WORKERS) -q
 
 # GitHub's OpenAPI description and webhook examples/schemas (pinned in
 # tests/conformance/references.txt), fetched once with npm into .cache/octokit.

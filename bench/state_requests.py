@@ -45,6 +45,7 @@ from autoscaler.sim.fleet import (
     PoolSpec,
     aws_clients,
     create_pools,
+    moto_session,
     reset_moto_server,
     start_moto_server,
 )
@@ -71,11 +72,7 @@ USD_PER_MILLION_RRU = 0.125
 
 
 def session() -> boto3.session.Session:
-    return boto3.session.Session(
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",  # moto accepts any
-        region_name="us-east-1",
-    )
+    return moto_session()
 
 
 @dataclass

@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 
 from autoscaler.app.service import run_loop
@@ -65,7 +64,7 @@ from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.ports import JobSource
 from autoscaler.scale.aws.asg import AwsAsgPool
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
 from bench.org import T0, Org, Size
 
@@ -166,11 +165,7 @@ def start(
     github.add_repo("app")
     config = _config(github.url, aws_url, name, poll, reconcile, hook_id)
     metrics = Metrics()
-    session = boto3.session.Session(
-        aws_access_key_id="bench",
-        aws_secret_access_key="bench",
-        region_name="us-east-1",
-    )
+    session = moto_session()
     pool = RecordingPool(AwsAsgPool(config.aws, metrics, session=session))
     runtime = build_runtime(config, metrics, pool=pool, webhooks=True)
     hooks = runtime.webhooks

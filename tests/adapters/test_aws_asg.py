@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 from moto import mock_aws
 from prometheus_client import CollectorRegistry
@@ -39,7 +38,7 @@ from autoscaler.sim.aws_faults import (
     Fault,
     inject,
 )
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import GPU, FakeSource, config, observation, rtype, snapshot
 
@@ -63,9 +62,7 @@ def make_pool(
     metrics: Metrics | None = None,
     clock: list[float] | None = None,
 ) -> AwsAsgPool:
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    session = moto_session()
     cfg = AwsConfig(botocore_max_attempts=botocore_attempts)
     kwargs: dict[str, Any] = {} if clock is None else {"monotonic": lambda: clock[0]}
     return AwsAsgPool(cfg, metrics or Metrics(CollectorRegistry()), session=session, **kwargs)

@@ -25,15 +25,14 @@ from autoscaler.errors import TransientError
 from autoscaler.retry.model import InstanceEnd
 from autoscaler.retry.stage import InstanceFates
 from autoscaler.scale.aws.asg import AwsAsgPool
+from autoscaler.sim.fleet import moto_session
 from autoscaler.telemetry import Metrics
 
 IID = "i-0abc123def4567890"
 
 
 def make_pool() -> AwsAsgPool:
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    session = moto_session()
     return AwsAsgPool(
         AwsConfig(botocore_max_attempts=1), Metrics(CollectorRegistry()), session=session
     )

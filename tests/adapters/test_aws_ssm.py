@@ -9,7 +9,6 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from moto import mock_aws
@@ -20,6 +19,7 @@ from autoscaler.config.secrets import Secret
 from autoscaler.errors import AuthenticationError, RateLimitedError
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.aws.ssm import INSTANCE_TAG, SsmParameters
+from autoscaler.sim.fleet import moto_session
 from autoscaler.telemetry import Metrics
 
 PATH = "/ci-autoscaler/jit"
@@ -56,9 +56,7 @@ class JsonFault:
 @pytest.fixture
 def ssm() -> Iterator[SsmParameters]:
     with mock_aws():
-        session = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )
+        session = moto_session()
         yield SsmParameters(AwsConfig(), Metrics(CollectorRegistry()), session=session)
 
 

@@ -11,13 +11,7 @@ import pytest
 
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_jit import generate
-from autoscaler.sim.fleet import (
-    Fleet,
-    PoolSpec,
-    aws_clients,
-    create_pools,
-    reset_moto_server,
-)
+from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, moto_session
 
 LABELS = ("self-hosted", "linux.4xlarge")
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -25,8 +19,7 @@ T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
 @pytest.fixture
 def asg(moto_endpoint: str) -> Iterator[Any]:
-    """A fresh group "cpu" in the module's moto server (state reset per test)."""
-    reset_moto_server(moto_endpoint)
+    """A fresh group "cpu" in the worker's moto server (emptied per test)."""
     autoscaling, ec2 = aws_clients(moto_endpoint)
     create_pools(autoscaling, ec2, [PoolSpec("cpu", "linux.4xlarge", LABELS, max_size=4)])
     yield autoscaling
@@ -115,11 +108,7 @@ def test_an_ephemeral_instance_takes_one_job_and_never_another(
     handed the next queued job, and the fake raised KeyError for the runner it no longer
     had. An ephemeral instance reads its JIT config from SSM, connects once, runs one job,
     and takes no other; the next job waits for another machine."""
-    import boto3  # noqa: PLC0415
-
-    ssm = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    ).client("ssm", endpoint_url=moto_endpoint)
+    ssm = moto_session().client("ssm", endpoint_url=moto_endpoint)
     gh = FakeGitHub()
     spec = PoolSpec("cpu", "linux.4xlarge", LABELS, ephemeral=True)
     fleet = Fleet(gh, asg, [spec], boot_delay=0, job_duration=10, ssm=ssm)

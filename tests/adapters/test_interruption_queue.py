@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 from moto import mock_aws
 from prometheus_client import CollectorRegistry
@@ -20,7 +19,7 @@ from autoscaler.retry.model import REBALANCE, SPOT_INTERRUPTION, TERMINATED, Ins
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.scale.aws.sqs import SqsInterruptionQueue
 from autoscaler.scale.scaler import Scaler
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
 from tests.adapters.aws_events import (
     asg_terminated,
@@ -73,9 +72,7 @@ def world() -> Iterator[World]:
     with mock_aws():
         asg, ec2 = aws_clients(None)
         create_pools(asg, ec2, SPECS)
-        session = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )
+        session = moto_session()
         metrics = Metrics(CollectorRegistry())
         pool = AwsAsgPool(AwsConfig(), metrics, session=session)
         pool.set_desired_capacity("gpu-spot", 2)

@@ -14,6 +14,7 @@ Used by tests/e2e/test_two_controllers.py and by ``make bench`` (bench/failover.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -30,12 +31,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import yaml
 
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, moto_session
 from tests.conftest import free_port
 
 CPU = ["self-hosted", "linux.4xlarge"]
@@ -239,11 +239,14 @@ class Pair:
             self.stopped.append(self.controllers.pop(name))
         return at
 
+    @functools.cached_property
+    def dynamodb(self) -> Any:
+        """One client for the test's reads of the table (they poll every 50 ms: a client
+        per read cost the test process a core on a two-core machine)."""
+        return moto_session().client("dynamodb", endpoint_url=self.moto)
+
     def lease(self) -> dict[str, Any] | None:
-        client = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        ).client("dynamodb", endpoint_url=self.moto)
-        item = client.get_item(
+        item = self.dynamodb.get_item(
             TableName=TABLE, Key={"pk": {"S": "lease"}, "sk": {"S": "lease"}}, ConsistentRead=True
         ).get("Item")
         if item is None:
@@ -251,10 +254,7 @@ class Pair:
         return {k: next(iter(v.values())) for k, v in item.items()}
 
     def items(self, pk: str) -> list[dict[str, Any]]:
-        client = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        ).client("dynamodb", endpoint_url=self.moto)
-        out = client.query(
+        out = self.dynamodb.query(
             TableName=TABLE,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": pk}},

@@ -14,7 +14,6 @@ from autoscaler.sim.fleet import (
     PoolSpec,
     aws_clients,
     create_pools,
-    reset_moto_server,
 )
 from tests.e2e.harness import CPU, GPU, cli, free_port, seeded_github, write_config
 
@@ -31,7 +30,6 @@ def sink() -> Iterator[WebhookSink]:
 @pytest.fixture
 def moto_url(moto_endpoint: str) -> str:
     url = moto_endpoint
-    reset_moto_server(url)  # moto's backends are process-global: start each test afresh
     autoscaling, ec2 = aws_clients(url)
     create_pools(
         autoscaling,

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,19 +96,60 @@ SHARED = [
 ]
 
 
-@pytest.mark.parametrize("module", PURE)
-def test_pure_module_imports_no_io_library_nor_the_app(module: str) -> None:
-    code = (
-        f"import sys, {module}\n"
-        f"forbidden = {FORBIDDEN!r}\n"
-        "bad = sorted(m for m in sys.modules if any(m == f or m.startswith(f + '.') "
-        "for f in forbidden))\n"
-        "print(','.join(bad))\n"
+#: Run in one clean interpreter, which forks a child per module: the child imports the
+#: module and reports the forbidden modules it finds loaded. A module found clean is then
+#: imported by the parent too, so later children start from it: what a child finds loaded
+#: beyond clean modules came from its own module (one start-up and one import of each
+#: module in all, not one interpreter per module).
+_PROBE = """
+import json, os, sys
+forbidden = tuple(sys.argv[1].split(","))
+out = {}
+for module in sys.argv[2:]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            __import__(module)
+            bad = sorted(m for m in sys.modules
+                         if any(m == f or m.startswith(f + ".") for f in forbidden))
+            text = ",".join(bad)
+        except BaseException as exc:
+            text = f"cannot be imported: {exc!r}"
+        os.write(w, text.encode())
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    out[module] = b"".join(chunks).decode()
+    if not out[module]:
+        __import__(module)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def pulled_in() -> dict[str, str]:
+    """Pure module -> the forbidden modules importing it pulls in (comma-separated)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, ",".join(FORBIDDEN), *PURE],
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert out == "", f"{module} pulls in {out}"
+    result: dict[str, str] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_module_imports_no_io_library_nor_the_app(
+    module: str, pulled_in: dict[str, str]
+) -> None:
+    assert pulled_in[module] == "", f"{module} pulls in {pulled_in[module]}"
 
 
 def _imports(path: Path) -> set[str]:
