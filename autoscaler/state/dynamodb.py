@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
+from autoscaler.alerting.store import OutboxItem
 from autoscaler.observe.github.webhook_rows import IndexRow, Outcome
 from autoscaler.scale.memory import PoolMemory
 from autoscaler.state.dynamodb_jobs import DynamoJobIndex
@@ -68,7 +69,6 @@ from autoscaler.state.dynamodb_table import (
     key,
 )
 from autoscaler.state.lease import Lease
-from autoscaler.state.port import OutboxItem
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ class DynamoStore:
         groups += [Group([self._fence.delete(JIT, iid)]) for iid in drop]
         self._fence.write("save_jit_records", groups)
 
-    # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
+    # --- the job-retry ledger (autoscaler.job_retry.ledger.JobRetryStore)
 
     def load_job_retries(self) -> dict[str, str]:
         self._fence.check_open("load_job_retries")

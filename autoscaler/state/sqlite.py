@@ -36,13 +36,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
-from autoscaler.alerting.rules import Evaluation
+from autoscaler.alerting.store import OutboxItem
 from autoscaler.config import StateConfig
 from autoscaler.errors import StateUnusableError
 from autoscaler.observe.github.webhook_rows import IndexRow, Outcome, decide, poll_may_write
 from autoscaler.scale.memory import PoolMemory
-from autoscaler.state.port import OutboxItem
 from autoscaler.state.sqlite_errors import translate
 
 MEMORY = ":memory:"
@@ -336,7 +336,7 @@ class SqliteStore:
                 list(put.items()),
             )
 
-    # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
+    # --- the job-retry ledger (autoscaler.job_retry.ledger.JobRetryStore)
     @_operation("load_job_retries")
     def load_job_retries(self) -> dict[str, str]:
         return dict(self._db.execute("SELECT key, value FROM job_retries").fetchall())

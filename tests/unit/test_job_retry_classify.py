@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.retry.classify import (
+from autoscaler.domain import Annotation, CompletedJob
+from autoscaler.job_retry.classify import (
     CANCELLED_REASON,
     EXIT_CODE,
     INSTANCE_TERMINATED,
@@ -22,13 +23,11 @@ from autoscaler.retry.classify import (
     exit_codes,
     settled,
 )
-from autoscaler.retry.model import (
+from autoscaler.job_retry.model import (
     REBALANCE,
     SPOT_INTERRUPTION,
     SPOT_TERMINATED,
     TERMINATED,
-    Annotation,
-    CompletedJob,
     InstanceEvent,
 )
 

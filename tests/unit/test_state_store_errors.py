@@ -33,20 +33,20 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import Notification
-from autoscaler.alerting.rules import FLEET, Evaluation
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
     BuiltinAlertsConfig,
     ReceiverConfig,
-    SecretUrl,
     parse_config,
 )
 from autoscaler.controller import Controller
 from autoscaler.domain import Observation
 from autoscaler.errors import StateError, StateLockedError, StateUnusableError
 from autoscaler.health import Health
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.state.sqlite_errors import translate
 from autoscaler.telemetry import Metrics

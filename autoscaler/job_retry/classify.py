@@ -36,14 +36,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.domain import CANCELLED, CompletedJob
+from autoscaler.job_retry.model import BY_AWS, TERMINATED, InstanceEvent
 from autoscaler.ports import instance_id_of
-from autoscaler.retry.model import (
-    BY_AWS,
-    CANCELLED,
-    TERMINATED,
-    CompletedJob,
-    InstanceEvent,
-)
 
 SPOT = "spot_interruption"
 INSTANCE_TERMINATED = "instance_terminated"
