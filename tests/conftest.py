@@ -9,8 +9,9 @@
   profile sets it, so the same properties run quick locally and thorough in CI.
 - moto, one family (every test is safe under pytest-xdist: state is per worker process):
 
-  - in-process, no server: ``with mock_aws():`` around the test's boto3 calls (moto's
-    decorator; nothing to share);
+  - in-process, no server: ``moto_in_process`` (a boto3 session; every boto3 call of the
+    test goes to moto's backends, emptied first). Class- and module-scoped worlds use
+    ``with mock_aws():`` themselves;
   - ``moto_endpoint``: this worker's moto server on 127.0.0.1, emptied before the test;
   - ``moto_module_endpoint``: the same server, emptied once for a module whose fixtures
     build a world on it (terraform applies);
@@ -34,10 +35,13 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 from hypothesis import settings
+
+if TYPE_CHECKING:
+    import boto3
 
 #: Hypothesis: the same properties, only the number of examples changes.
 settings.register_profile("quick", max_examples=40)
@@ -95,6 +99,18 @@ def _reset(endpoint: str) -> None:
     from autoscaler.sim.fleet import reset_moto_server  # noqa: PLC0415
 
     reset_moto_server(endpoint)
+
+
+@pytest.fixture
+def moto_in_process() -> Iterator[boto3.session.Session]:
+    """moto without a server, for the test: a boto3 session with dummy credentials (any
+    boto3 client made during the test reaches moto, emptied before it)."""
+    from moto import mock_aws  # noqa: PLC0415
+
+    from autoscaler.sim.fleet import moto_session  # noqa: PLC0415
+
+    with mock_aws():
+        yield moto_session()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
 import pytest
 from moto import mock_aws
 from prometheus_client import CollectorRegistry
@@ -69,13 +70,12 @@ def make_pool(
 
 
 @pytest.fixture
-def world() -> Iterator[World]:
-    with mock_aws():
-        asg, ec2 = aws_clients(None)
-        create_pools(asg, ec2, SPECS)
-        clock = [1000.0]
-        pool = make_pool(clock=clock)
-        yield World(pool, pool.metrics, asg, clock)
+def world(moto_in_process: boto3.session.Session) -> World:
+    asg, ec2 = aws_clients(None)
+    create_pools(asg, ec2, SPECS)
+    clock = [1000.0]
+    pool = make_pool(clock=clock)
+    return World(pool, pool.metrics, asg, clock)
 
 
 @pytest.fixture(scope="class")

@@ -9,9 +9,9 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
-from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, RetryConfig
@@ -19,7 +19,6 @@ from autoscaler.errors import AuthenticationError, RateLimitedError
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.aws.ssm import INSTANCE_TAG, SsmParameters
 from autoscaler.secrets import Secret
-from autoscaler.sim.fleet import moto_session
 from autoscaler.telemetry import Metrics
 
 PATH = "/ci-autoscaler/jit"
@@ -54,10 +53,8 @@ class JsonFault:
 
 
 @pytest.fixture
-def ssm() -> Iterator[SsmParameters]:
-    with mock_aws():
-        session = moto_session()
-        yield SsmParameters(AwsConfig(), Metrics(CollectorRegistry()), session=session)
+def ssm(moto_in_process: boto3.session.Session) -> SsmParameters:
+    return SsmParameters(AwsConfig(), Metrics(CollectorRegistry()), session=moto_in_process)
 
 
 def test_put_stores_a_secure_string_tagged_with_its_instance(ssm: SsmParameters) -> None:

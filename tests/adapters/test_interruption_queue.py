@@ -3,13 +3,12 @@ moto, the real Scaler's back-off, and a hand-written JobSource for the runners."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
 import pytest
-from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig
@@ -19,7 +18,7 @@ from autoscaler.job_retry.model import REBALANCE, SPOT_INTERRUPTION, TERMINATED,
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.scale.aws.sqs import SqsInterruptionQueue
 from autoscaler.scale.scaler import Scaler
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
 from tests.adapters.aws_events import (
     asg_terminated,
@@ -68,33 +67,32 @@ class World:
 
 
 @pytest.fixture
-def world() -> Iterator[World]:
-    with mock_aws():
-        asg, ec2 = aws_clients(None)
-        create_pools(asg, ec2, SPECS)
-        session = moto_session()
-        metrics = Metrics(CollectorRegistry())
-        pool = AwsAsgPool(AwsConfig(), metrics, session=session)
-        pool.set_desired_capacity("gpu-spot", 2)
-        queue = SqsInterruptionQueue("", AwsConfig(), metrics, session=session)
-        url = queue.sqs.create_queue(QueueName="ci-autoscaler-interruptions")["QueueUrl"]
-        queue.queue_url = url
-        source = FakeSource()
-        cfg = config(rtype(pools=("gpu-spot", "gpu-od")))
-        events = InstanceEvents()
-        scaler = Scaler(RecordingPool(pool, events, lambda: NOW), source, cfg, metrics)
-        handler = InterruptionHandler(
-            queue,
-            pool,
-            ["gpu-spot", "gpu-od"],
-            source,
-            events,
-            interruptions=metrics.interruptions,
-            errors=metrics.interruption_queue_errors,
-            observed=lambda: Observation(NOW, (), tuple(source.runners.values())),
-            backoff=scaler,
-        )
-        yield World(queue.sqs, url, pool, source, scaler, handler, events, metrics)
+def world(moto_in_process: boto3.session.Session) -> World:
+    asg, ec2 = aws_clients(None)
+    create_pools(asg, ec2, SPECS)
+    session = moto_in_process
+    metrics = Metrics(CollectorRegistry())
+    pool = AwsAsgPool(AwsConfig(), metrics, session=session)
+    pool.set_desired_capacity("gpu-spot", 2)
+    queue = SqsInterruptionQueue("", AwsConfig(), metrics, session=session)
+    url = queue.sqs.create_queue(QueueName="ci-autoscaler-interruptions")["QueueUrl"]
+    queue.queue_url = url
+    source = FakeSource()
+    cfg = config(rtype(pools=("gpu-spot", "gpu-od")))
+    events = InstanceEvents()
+    scaler = Scaler(RecordingPool(pool, events, lambda: NOW), source, cfg, metrics)
+    handler = InterruptionHandler(
+        queue,
+        pool,
+        ["gpu-spot", "gpu-od"],
+        source,
+        events,
+        interruptions=metrics.interruptions,
+        errors=metrics.interruption_queue_errors,
+        observed=lambda: Observation(NOW, (), tuple(source.runners.values())),
+        backoff=scaler,
+    )
+    return World(queue.sqs, url, pool, source, scaler, handler, events, metrics)
 
 
 def add_runner(w: World, instance: str, *, busy: bool, name: str = "gpu-spot") -> int:
