@@ -3,16 +3,26 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs the package and moto only (.[demo]); the development tools (.[dev], which
+# includes moto) are installed by the first test, lint or bench.
+DEMO_STAMP := $(VENV)/.installed-demo
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 DEMO_DURATION ?= 60
 
 .PHONY: demo test test-fast lint bench clean references
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) -e '.[dev]'
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	@echo "installing ci-autoscaler and moto into $(VENV) (first run only) ..."
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/ci-autoscaler demo --duration $(DEMO_DURATION)
 
 # terraform's AWS provider mirror: where the machine keeps it (terraform's implied mirror
