@@ -19,6 +19,7 @@ from bench import (
     github_poll,
     index_requests,
     job_retry,
+    listener,
     scaling,
     state_requests,
     webhooks,
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "index_requests": index_requests.run,
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
+    "listener": listener.run,
 }
 
 
