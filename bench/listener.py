@@ -38,9 +38,9 @@ from autoscaler.fakes.github_webhooks import workflow_job_payload
 from autoscaler.observe.github.webhook_receiver import Answer
 from autoscaler.observe.github.webhooks import sign
 from autoscaler.telemetry import Metrics
+from bench import aims
 from bench.asyncio_listener import AsyncioListener
 from bench.load import Result, offer, saturate
-from bench import aims
 
 SECRET = b"bench-listener-secret"
 SATURATE = 1500
