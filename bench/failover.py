@@ -33,7 +33,8 @@ from pathlib import Path
 
 from autoscaler.sim.fleet import aws_clients, reset_moto_server
 from bench import aims
-from tests.e2e.pair import Controller, Pair, atomic_moto_process, pair, wait_until
+from tests.conftest import moto_process
+from tests.e2e.pair import Controller, Pair, pair, wait_until
 
 #: (lease_duration, poll_interval) in seconds, and kills at each.
 SIZES = ((2.0, 2.0, 20), (4.0, 4.0, 10))
@@ -121,7 +122,7 @@ def run() -> bool:
         f" {'p95-lease':>9} {'bound':>6}"
     )
     ok = True
-    with atomic_moto_process() as moto:
+    with moto_process(atomic=True) as moto:
         for lease, interval, kills in SIZES:
             r = measure(moto, lease, interval, kills)
             p95 = percentile(r.first_action, 0.95)

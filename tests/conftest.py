@@ -12,11 +12,13 @@
   - in-process, no server: ``moto_in_process`` (a boto3 session; every boto3 call of the
     test goes to moto's backends, emptied first). Class- and module-scoped worlds use
     ``with mock_aws():`` themselves;
-  - ``moto_endpoint``: this worker's moto server on 127.0.0.1, emptied before the test;
+  - ``moto_endpoint``: this worker's moto server on 127.0.0.1 (in a process of its own,
+    :func:`moto_process`), emptied before the test;
   - ``moto_module_endpoint``: the same server, emptied once for a module whose fixtures
     build a world on it (terraform applies);
-  - ``tests/e2e/conftest.py``: ``moto`` is a server in a process of its own that runs one
-    request at a time (DynamoDB's atomic conditional writes), for several controllers.
+  - ``tests/e2e/conftest.py``: ``moto``, a server that runs one request at a time
+    (DynamoDB's atomic conditional writes), emptied before the test, for several
+    controllers on one table.
 
   moto's EC2 loads its catalogue of images on every reset (about 1,300 for us-east-1, two
   seconds of CPU per reset here). The tests use moto's 44 default images only
@@ -32,8 +34,11 @@ import importlib.util
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -95,6 +100,45 @@ def _moto_default_images() -> None:
 _moto_default_images()  # at import: this file is imported before any test module or conftest
 
 
+_MOTO_MAIN = (
+    "import sys\n"
+    "from autoscaler.sim.fleet import start_moto_server\n"
+    "server, endpoint = start_moto_server(atomic=sys.argv[1] == 'atomic')\n"
+    "print(endpoint, flush=True)\n"
+    "sys.stdin.read()\n"  # until the parent closes stdin (or dies)
+    "server.stop()\n"
+)
+
+
+@contextmanager
+def moto_process(*, atomic: bool = False) -> Iterator[str]:
+    """moto's server in a process of its own (its endpoint URL): a server in the test's
+    process shares one interpreter lock with the test, the fake GitHub and the fleet, and
+    on a loaded machine its answers came later than the clients' timeouts. ``atomic``:
+    one request at a time (DynamoDB's conditional writes are atomic, moto's threaded ones
+    are not: see :func:`autoscaler.sim.fleet.start_moto_server`)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _MOTO_MAIN, "atomic" if atomic else "threaded"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().strip()
+        assert endpoint.startswith("http://127.0.0.1:"), endpoint
+        yield endpoint
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _reset(endpoint: str) -> None:
     from autoscaler.sim.fleet import reset_moto_server  # noqa: PLC0415
 
@@ -117,13 +161,8 @@ def moto_in_process() -> Iterator[boto3.session.Session]:
 def moto_server() -> Iterator[str]:
     """This worker's moto server on 127.0.0.1 (its endpoint URL), as it is: not emptied.
     Use :func:`moto_endpoint` or :func:`moto_module_endpoint`."""
-    from autoscaler.sim.fleet import start_moto_server  # noqa: PLC0415
-
-    server, endpoint = start_moto_server()
-    try:
+    with moto_process() as endpoint:
         yield endpoint
-    finally:
-        server.stop()
 
 
 @pytest.fixture

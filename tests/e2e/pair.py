@@ -338,43 +338,6 @@ class Pair:
         self.controllers.clear()
 
 
-_MOTO_MAIN = (
-    "import sys, time\n"
-    "from autoscaler.sim.fleet import start_moto_server\n"
-    "server, endpoint = start_moto_server(atomic=True)\n"
-    "print(endpoint, flush=True)\n"
-    "sys.stdin.read()\n"  # until the parent closes stdin (or dies)
-    "server.stop()\n"
-)
-
-
-@contextmanager
-def atomic_moto_process() -> Iterator[str]:
-    """moto's server, one request at a time, in a process of its own: the test process
-    also runs the fake GitHub, the fleet emulator and the receiver, and on a loaded machine
-    sharing one interpreter's lock with them made DynamoDB calls time out."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _MOTO_MAIN],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        endpoint = proc.stdout.readline().strip()
-        assert endpoint.startswith("http://127.0.0.1:"), endpoint
-        yield endpoint
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def create_table(moto: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     """``ci-autoscaler state create-table`` against moto (a config naming the table)."""
     path = tmp / "create-table.yaml"
