@@ -362,7 +362,13 @@ def _pending(
     )
     now = [pt for pt in keep if pt.pool in pools][:limit]
     for pt in now:
-        text = f"runner {pt.runner_name} deregistered earlier: terminate its instance now"
+        if pt.deregistered:
+            text = f"runner {pt.runner_name} deregistered earlier: terminate its instance now"
+        else:
+            text = (
+                f"scale-in of runner {pt.runner_name} not finished: terminate its instance"
+                " unless GitHub still has the runner"
+            )
         out.note(pt.runner_type, pt.pool, text, SCALE_IN, -1)
     state = replace(state, pending_terminations={pt.instance_id: pt for pt in keep})
     return state, now

@@ -25,8 +25,8 @@ from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 A, B = "http://am-0.example:9093", "http://am-1.example:9093"
@@ -128,7 +128,7 @@ def setup(
     deliverer = Deliverer(
         config.receivers, metrics, transport=httpx.MockTransport(hook), sleep=lambda _: None
     )
-    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
+    engine = alert_engine(config, metrics=metrics, deliverer=deliverer, alertmanager=sync)
     return Setup(engine, sync, metrics, hooks)
 
 

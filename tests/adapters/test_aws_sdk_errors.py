@@ -19,7 +19,6 @@ import random
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
-import boto3
 import botocore.exceptions
 import pytest
 from botocore.parsers import ResponseParserError
@@ -31,7 +30,7 @@ from autoscaler.errors import AuthenticationError, AutoscalerError, PermanentErr
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.scale.scaler import Scaler
 from autoscaler.sim.aws_faults import PROXY_BAD_GATEWAY, Fault, inject, remove
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
 from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import CPU, GPU, FakeSource, config, observation, rtype, snapshot
@@ -49,9 +48,7 @@ NGINX_BAD_GATEWAY = (
 
 
 def make_pool() -> AwsAsgPool:
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    session = moto_session()
     return AwsAsgPool(AwsConfig(), Metrics(CollectorRegistry()), session=session)
 
 

@@ -26,8 +26,8 @@ from autoscaler.alerting.engine import AlertEngine
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 SECRETS = ("alice", "s3cr3t-pa55", "T0SECRETTEAM", "B0SECRETHOOK", "pathKey9x", "q-t0ken")
@@ -118,7 +118,7 @@ def _engine(
     )
     deliverer = Deliverer(config.receivers, metrics, sleep=lambda _: None, deadline=20.0)
     sync = AlertmanagerSync(config.receivers, metrics)
-    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
+    engine = alert_engine(config, metrics=metrics, deliverer=deliverer, alertmanager=sync)
     return engine, deliverer, sync
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import parse_config
 from autoscaler.config.schedule import MinIdle, Prediction
 from autoscaler.domain import Runner
 from autoscaler.errors import ConfigError
@@ -22,19 +21,16 @@ from autoscaler.scale.forecast import (
 from autoscaler.scale.plan import ScalingState
 from autoscaler.sim.simulate import simulate
 from autoscaler.sim.trace import parse_trace
+from tests.factories import load_config
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 CPU = ["self-hosted", "cpu"]
 
 
 def config(min_idle: Any = 0, **extra: Any) -> Any:
-    return parse_config(
-        {
-            "github": {"owner": "o", "token": "t"},
-            "runner_types": {"cpu": {"labels": CPU, "pools": ["p"], "min_idle": min_idle, **extra}},
-            "simulation": {"boot_time": {"p50": "60s", "p95": "60s"}},
-        },
-        env={},
+    return load_config(
+        runner_types={"cpu": {"labels": CPU, "pools": ["p"], "min_idle": min_idle, **extra}},
+        simulation={"boot_time": {"p50": "60s", "p95": "60s"}},
     )
 
 

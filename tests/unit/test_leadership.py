@@ -13,7 +13,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.delivery import Deliverer
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.config import (
     DYNAMODB,
     SQLITE,
@@ -32,6 +31,7 @@ from autoscaler.secrets import SecretUrl
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, config_doc
 from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
@@ -52,14 +52,6 @@ from tests.unit.test_controller import config as controller_config
 from tests.unit.test_controller import observation as controller_observation
 
 # --- the state section ---------------------------------------------------------------
-
-
-def minimal(state: Any) -> dict[str, Any]:
-    return {
-        "github": {"owner": "my-org", "token": "t"},
-        "runner_types": {"cpu": {"labels": ["self-hosted", "linux.4xlarge"]}},
-        "state": state,
-    }
 
 
 @pytest.mark.parametrize(
@@ -84,7 +76,7 @@ def minimal(state: Any) -> dict[str, Any]:
     ],
 )
 def test_state_section_accepted(state: Any, expected: StateConfig) -> None:
-    assert parse_config(minimal(state), env={}).state == expected
+    assert parse_config(config_doc(state=state), env={}).state == expected
 
 
 @pytest.mark.parametrize(
@@ -130,7 +122,7 @@ def test_state_section_accepted(state: Any, expected: StateConfig) -> None:
 )
 def test_state_section_refused(state: Any, expected: list[str]) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(minimal(state), env={})
+        parse_config(config_doc(state=state), env={})
     assert info.value.problems == expected
 
 
@@ -319,7 +311,7 @@ def test_the_deliverer_sends_nothing_without_the_lease(tmp_path: Any) -> None:
         gate=fence,
     )
     store = SqliteStore(None)
-    engine = AlertEngine(alerts, store, deliverer, metrics)
+    engine = alert_engine(alerts, store=store, metrics=metrics, deliverer=deliverer)
     engine.step(snapshot({GPU: 3}), T0, T0)
     assert deliverer.flush(5.0)
     assert sent == [] and refused == ["notify"]

@@ -165,7 +165,7 @@ def check_bounds(world: World) -> None:
     assert sum(p.live_instances for p in pools.values()) <= 8
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ROUNDS)
 @example(REGISTERED_AFTER_THE_POLL)
 def test_never_terminates_a_busy_runner_and_never_exceeds_bounds(rounds: list[Round]) -> None:

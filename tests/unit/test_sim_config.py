@@ -10,17 +10,17 @@ import pytest
 from autoscaler.config import parse_config
 from autoscaler.config.simulation import BootTime, Outage, SimPoolConfig
 from autoscaler.errors import ConfigError
+from tests.factories import config_doc
 
 
 def raw(simulation: Any) -> dict[str, Any]:
-    return {
-        "github": {"owner": "o", "token": "t"},
-        "runner_types": {
+    return config_doc(
+        runner_types={
             "cpu": {"labels": ["self-hosted", "cpu"], "pools": ["ci-cpu"], "max": 50},
             "gpu": {"labels": ["self-hosted", "gpu"], "pools": ["gpu-spot", "gpu-od"]},
         },
-        "simulation": simulation,
-    }
+        simulation=simulation,
+    )
 
 
 def test_defaults_when_the_section_is_absent() -> None:

@@ -11,27 +11,24 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import Config, parse_config
+from autoscaler.config import Config
 from autoscaler.config.simulation import BootTime
 from autoscaler.sim.emulator import Emulator, lognormal
 from autoscaler.sim.metrics import percentile
 from autoscaler.sim.simulate import simulate
 from autoscaler.sim.trace import Trace, parse_trace
+from tests.factories import load_config
 
 CPU = ["self-hosted", "cpu"]
 
 
 def config(simulation: dict[str, Any] | None = None, **runner_type: Any) -> Config:
-    return parse_config(
-        {
-            "github": {"owner": "o", "token": "t"},
-            "poll_interval": "30s",
-            "runner_types": {
-                "cpu": {"labels": CPU, "pools": ["p1", "p2"], "idle_timeout": "2m", **runner_type}
-            },
-            "simulation": {"boot_time": {"p50": "60s", "p95": "60s"}, **(simulation or {})},
+    return load_config(
+        poll_interval="30s",
+        runner_types={
+            "cpu": {"labels": CPU, "pools": ["p1", "p2"], "idle_timeout": "2m", **runner_type}
         },
-        env={},
+        simulation={"boot_time": {"p50": "60s", "p95": "60s"}, **(simulation or {})},
     )
 
 
