@@ -151,7 +151,9 @@ def applied(moto_module_endpoint: str, tmp_path_factory: pytest.TempPathFactory)
     outputs = {k: v["value"] for k, v in json.loads(done.stdout).items()}
     stored = client("ssm", moto_module_endpoint).get_parameter(Name=CONFIG_PARAMETER)["Parameter"]
     default, planned = planned_config(terraform, root, env, ["-var-file=moto.tfvars.json"])
-    return Applied(moto_module_endpoint, {"full": stored["Value"], "default": default}, outputs, planned)
+    return Applied(
+        moto_module_endpoint, {"full": stored["Value"], "default": default}, outputs, planned
+    )
 
 
 def write_config(applied: Applied, variant: str, tmp_path: Path) -> Path:

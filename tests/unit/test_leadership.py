@@ -31,8 +31,8 @@ from autoscaler.secrets import SecretUrl
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
-from tests.unit.handover_fakes import handover_ports
 from tests.factories import alert_engine, config_doc
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,

@@ -28,8 +28,8 @@ from autoscaler.domain import Job, JobStatus, Observation, Runner, normalize_lab
 from autoscaler.errors import CapacityError
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
-from tests.unit.handover_fakes import handover_ports
 from tests.factories import alert_engine, oncall
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import GPU, T0, FakePool, config, pool, rtype
 
 EVIL = '<script>alert("x")</script>'
