@@ -282,7 +282,7 @@ def two_instances_one_idle() -> tuple[FakePool, FakeSource]:
 
 def leader(fake: FakePool, source: FakeSource, store: ScalingMemoryStore) -> Scaler:
     return Scaler(fake, source, ONE_POOL, Metrics(CollectorRegistry()), sleep=lambda _: None,
-                  rng=random.Random(0), memory=store)  # fmt: skip
+                  rng=random.Random(0), memory=store, **handover_ports(source))  # fmt: skip
 
 
 def test_a_leader_killed_between_deregistering_and_terminating_leaves_no_ghost() -> None:
