@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from bench import (
     aims,
+    config_load,
     failover,
     github_budget,
     github_payloads,
@@ -37,6 +38,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
     "listener": listener.run,
+    "config_load": config_load.run,
 }
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import random
 from collections import Counter
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from autoscaler.app.served import WebhookServer
@@ -72,12 +71,12 @@ def measure(seed: int = 13) -> tuple[dict[str, Controller], Counter[str], int, i
         def wall() -> float:
             return clock["now"].timestamp()
 
-        hook = WebhookConfig(secret=Secret(SECRET), listen_host="127.0.0.1", listen_port=0)
+        hook = WebhookConfig(secret=Secret(SECRET), listen="127.0.0.1:0")
         try:
             for name in ("leader", "follower"):
                 metrics, s, meter = Metrics(), session(), Meter()
                 meter.attach(s)
-                cfg = replace(config(github, moto, receiver, name), webhook=hook)
+                cfg = config(github, moto, receiver, name).model_copy(update={"webhook": hook})
                 pool = AwsAsgPool(cfg.aws, metrics, session=session())
                 runtime = build_runtime(
                     cfg,

@@ -28,7 +28,6 @@ import platform
 import shutil
 import sys
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -58,10 +57,10 @@ def slowest_boot_p95(config: Config) -> float:
 def predicting(config: Config) -> Config:
     """The same fleet with ``min_idle.predict`` (its defaults) on every runner type."""
     types = tuple(
-        replace(rt, min_idle=replace(rt.min_idle, predict=Prediction()))
+        rt.model_copy(update={"min_idle": rt.min_idle.model_copy(update={"predict": Prediction()})})
         for rt in config.runner_types
     )
-    return replace(config, runner_types=types)
+    return config.model_copy(update={"runner_types": types})
 
 
 def judge(config: Config, results: list[PolicyResult]) -> list[str]:

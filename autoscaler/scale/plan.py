@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import ScalingConfig
+if TYPE_CHECKING:
+    from autoscaler.config import ScalingConfig
+
 
 PROTECT_PER_POOL = 50  # instance ids protected per pool per tick (one API call)
 

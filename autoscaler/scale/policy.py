@@ -37,8 +37,8 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 from autoscaler.domain import ClockSkew, InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.capacity import launch_failures, track_short
@@ -70,6 +70,9 @@ from autoscaler.scale.plan import (
     TerminateOrphan,
     slot_target,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 
 __all__ = ["decide", "pool_of_runner", "without_removed"]
 

@@ -112,8 +112,10 @@ def setup(
         return httpx.Response(200)
 
     secret_urls = tuple(SecretUrl(u) for u in urls)
-    am = ReceiverConfig("am", "alertmanager", url=secret_urls[0], urls=secret_urls, timeout=1.0)
-    web = ReceiverConfig("hook", "webhook", url=SecretUrl("http://hook.example/x"))
+    am = ReceiverConfig(
+        name="am", type="alertmanager", url=secret_urls[0], urls=secret_urls, timeout=1.0
+    )
+    web = ReceiverConfig(name="hook", type="webhook", url=SecretUrl("http://hook.example/x"))
     config = AlertsConfig(
         rules=(rule(("am", "hook")),),
         receivers={"am": am, "hook": web},
@@ -239,7 +241,9 @@ def test_dry_run_posts_nothing() -> None:
 
 def test_alerts_test_posts_a_firing_then_a_resolved_postable_alert() -> None:
     fake = FakeAlertmanagers()
-    rc = ReceiverConfig("am", "alertmanager", url=SecretUrl(A), urls=(SecretUrl(A), SecretUrl(B)))
+    rc = ReceiverConfig(
+        name="am", type="alertmanager", url=SecretUrl(A), urls=(SecretUrl(A), SecretUrl(B))
+    )
     deliverer = Deliverer(
         {"am": rc}, Metrics(CollectorRegistry()), transport=fake.transport(), sleep=lambda _: None
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import botocore.exceptions
@@ -204,7 +203,7 @@ def test_a_proxy_error_page_does_not_abort_the_scaling_stage(
         rtype(GPU, pools=("gpu-spot",), boot_timeout=86400.0),
         rtype(CPU, pools=("cpu",), boot_timeout=86400.0),
     )
-    cfg = replace(cfg, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = cfg.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
     source = FakeSource()
     scaler = Scaler(
         pool,

@@ -77,15 +77,23 @@ def _receivers(server: str, refused: str) -> list[ReceiverConfig]:
     auth = "alice:s3cr3t-pa55@"
     secret_path = "/services/T0SECRETTEAM/B0SECRETHOOK/pathKey9x?token=q-t0ken"
     return [
-        ReceiverConfig("hook", "webhook", url=SecretUrl(f"http://{auth}{server}/ok{secret_path}")),
-        ReceiverConfig("slack", "slack", url=SecretUrl(f"http://{server}/down{secret_path}")),
-        ReceiverConfig("gone", "webhook", url=SecretUrl(f"http://{auth}{refused}{secret_path}")),
         ReceiverConfig(
-            "bad", "alertmanager_webhook", url=SecretUrl(f"http://{auth}{server}/bad{secret_path}")
+            name="hook", type="webhook", url=SecretUrl(f"http://{auth}{server}/ok{secret_path}")
+        ),
+        ReceiverConfig(
+            name="slack", type="slack", url=SecretUrl(f"http://{server}/down{secret_path}")
+        ),
+        ReceiverConfig(
+            name="gone", type="webhook", url=SecretUrl(f"http://{auth}{refused}{secret_path}")
+        ),
+        ReceiverConfig(
+            name="bad",
+            type="alertmanager_webhook",
+            url=SecretUrl(f"http://{auth}{server}/bad{secret_path}"),
         ),
         ReceiverConfig(  # Alertmanager's API, posted beside the outbox
-            "am",
-            "alertmanager",
+            name="am",
+            type="alertmanager",
             url=SecretUrl(f"http://{auth}{server}/ok/am{secret_path}"),
             urls=(SecretUrl(f"http://{auth}{server}/ok/am{secret_path}"),),
         ),

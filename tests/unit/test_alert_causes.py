@@ -58,7 +58,7 @@ def rule(**kw: object) -> AlertRuleConfig:
         "dashboard_url": "https://dash.example/d",
     }
     base.update(kw)
-    return AlertRuleConfig(**base)  # type: ignore[arg-type]
+    return AlertRuleConfig(**base)
 
 
 def snapshot(**queues: tuple[int, float]) -> QueueSnapshot:
@@ -170,7 +170,7 @@ def test_unmatched_alert_names_the_label_sets() -> None:
 
 def _status(good_bad: dict[float, tuple[int, int]], objective: float = 0.95) -> ObjectiveStatus:
     counts = {w: (good, good + bad) for w, (good, bad) in good_bad.items()}
-    return ObjectiveStatus(GPU, QueueObjective(300.0, objective), counts)
+    return ObjectiveStatus(GPU, QueueObjective(queue_time=300.0, objective=objective), counts)
 
 
 @pytest.mark.parametrize(

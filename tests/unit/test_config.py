@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autoscaler.config import load_config, parse_config
-from autoscaler.config.reader import parse_duration
+from autoscaler.config.durations import parse_duration
 from autoscaler.errors import ConfigError
 from autoscaler.secrets import Secret
 from tests.factories import config_doc, config_problems

@@ -31,7 +31,13 @@ def test_every_key_is_read() -> None:
         },
         aws={"interruption_queue_url": "https://sqs.us-east-1.amazonaws.com/1/q"},
     )
-    assert c.job_retry == JobRetryConfig(True, 3, 2, 10, frozenset({137, 143}))
+    assert c.job_retry == JobRetryConfig(
+        enabled=True,
+        max_attempts=3,
+        max_failed_jobs_per_run=2,
+        max_per_hour=10,
+        retry_exit_codes=frozenset({137, 143}),
+    )
     assert c.aws.interruption_queue_url == "https://sqs.us-east-1.amazonaws.com/1/q"
 
 

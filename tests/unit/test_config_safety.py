@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from autoscaler.config import parse_config
-from autoscaler.config.scaling import MIN_BOOT_TIMEOUT
+from autoscaler.config.schema import MIN_BOOT_TIMEOUT
 from autoscaler.errors import ConfigError
 from tests.factories import config_doc
 

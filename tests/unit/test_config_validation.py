@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from autoscaler.config import load_config, parse_config
+from autoscaler.config import ReceiverConfig, load_config, parse_config, read_config
 from autoscaler.errors import ConfigError
 from tests.factories import config_doc, config_problems
 
@@ -379,6 +380,30 @@ def test_repr_of_a_config_shows_no_receiver_url_path() -> None:
     assert "SecretUrl('https://hooks.example.com/...')" in text
 
 
+def test_a_dump_of_a_config_holds_no_secret() -> None:
+    """A config dumped to JSON (what a debug line would print) shows no credential."""
+    config = parse_config(
+        config_doc(
+            github={"owner": "x", "token": GHP, "proxy": USERINFO_URL},
+            webhook={"secret": ENTROPY},
+            alerts={"receivers": {"slack": {"type": "slack", "url": SLACK}}},
+        ),
+        env={},
+    )
+    dumped = config.model_dump_json()
+    for secret in (GHP, ENTROPY, "hunter2", "cQk3Nf8s1aWxY7pLmZ2rT9vE"):
+        assert secret not in dumped
+
+
+def test_a_config_built_in_code_never_shows_a_bad_secret_in_its_error() -> None:
+    """pydantic's own error text quotes the value it refused; these models hide it."""
+    with pytest.raises(ValidationError) as info:
+        ReceiverConfig(name="hook", type="webhook", url=f"gopher://{GHP}@x", token=[GHP])
+    text = str(info.value)
+    assert "must be an http(s) URL" in text and "the value is not shown" in text
+    assert GHP not in text
+
+
 # --- item 13: duplicate keys; item 14: not UTF-8 ------------------------------------------
 
 
@@ -464,6 +489,21 @@ def test_duplicate_keys_in_a_rule_file_are_refused(tmp_path: Path) -> None:
     assert found == [f"{tmp_path / 'rules.yaml'}: line 4: rules[0].team: {DUP.format(3)}"]
 
 
+def test_a_problem_in_a_rule_file_has_its_line_in_that_file(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(
+        "rules:\n  - name: r\n    team: t\n    description: d\n    receivers: [hook]\n"
+        "    max_queue_size: 1\n    for: 5\n"
+    )
+    text = (
+        GOOD
+        + "alerts:\n  rule_files: [rules.yaml]\n  receivers:\n    hook: {type: webhook, url: 'https://h'}\n"
+    )
+    assert load_problems(tmp_path, text) == [
+        f"{tmp_path / 'rules.yaml'}: line 7: rules[0].for: must be a duration like 30s, 5m or "
+        "4h, got 5: a bare number has no unit (write 5s for seconds, 5m for minutes)"
+    ]
+
+
 def test_a_config_file_that_is_not_utf8_is_one_message(tmp_path: Path) -> None:
     """Story: a Latin-1 file (``team: Équipe``) ended in a UnicodeDecodeError traceback."""
     text = GOOD.encode() + "alerts:\n  builtin:\n    team: \u00c9quipe\n".encode("latin-1")
@@ -500,8 +540,11 @@ def test_a_utf8_byte_order_mark_is_fine(tmp_path: Path) -> None:
 
 
 def test_deep_nesting_is_one_message(tmp_path: Path) -> None:
-    found = load_problems(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n")
-    assert found == [f"{tmp_path / 'c.yaml'}: not valid YAML: nested too deeply"]
+    """libyaml says where it gave up (``line 1, column 1003: exceeded maximum nesting
+    depth``); PyYAML's own parser, where libyaml is missing, that it did."""
+    [found] = load_problems(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert found.startswith(f"{tmp_path / 'c.yaml'}: not valid YAML: ")
+    assert "nesting depth" in found or "nested too deeply" in found
 
 
 # --- item 16: one message per mistake, in file order, with lines --------------------------
@@ -591,3 +634,34 @@ def test_missing_sections_come_first() -> None:
         "runner_types: is required (at least one runner type)",
         "poll_interval: must be a duration like 30s, 5m or 4h, got 'soon'",
     ]
+
+
+def test_allowed_unset_variables_leave_a_config_whatever_the_key_holds(tmp_path: Path) -> None:
+    """``check-config --allow-unset-env`` on a machine without the deployment's secrets:
+    text keeps what was written, anything else its default, and nothing more is said."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "github:\n  owner: x\n  token: ${T}\n  api_url: ${U}\n"
+        "runner_types:\n  a:\n    labels: [x]\n    max: ${M}\n"
+        "log_level: ${L}\npoll_interval: ${P}\n"
+        "alerts:\n  receivers:\n    s:\n      type: slack\n      url: ${S}\n"
+    )
+    loaded = read_config(path, env={}, allow_unset_env=True)
+    assert [w.split(":")[0] for w in loaded.warnings] == [
+        "github.token",
+        "github.api_url",
+        "runner_types.a.max",
+        "log_level",
+        "poll_interval",
+        "alerts.receivers.s.url",
+    ]
+    config = loaded.config
+    assert (config.poll_interval, config.log_level, config.runner_types[0].max) == (
+        30.0,
+        "info",
+        None,
+    )
+    path.write_text("github: {owner: x, token: t}\nrunner_types: ${TYPES}\n")
+    with pytest.raises(ConfigError) as info:  # no config without its runner types: said
+        read_config(path, env={}, allow_unset_env=True)
+    assert info.value.problems == ["line 2: runner_types: must be a mapping, got a string"]

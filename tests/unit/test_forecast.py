@@ -123,14 +123,16 @@ def test_predicted_warm_runners_cut_the_queue_time_of_a_steady_stream() -> None:
 
 def test_predict_reads_from_yaml_and_counts_in_the_max_check() -> None:
     rt = config(PREDICT).runner_types[0]
-    assert rt.min_idle == MinIdle(0, (), Prediction(600.0, 60.0, 0.9, 6))
+    assert rt.min_idle == MinIdle(
+        default=0, predict=Prediction(window=600.0, lead=60.0, quantile=0.9, max=6)
+    )
     assert config({"predict": {}}).runner_types[0].min_idle.predict == Prediction()
     with pytest.raises(ConfigError) as err:
         config({"predict": {"quantile": 1.5, "window": "0s", "max": 50}}, max=10)
     # In file order, and an already-invalid min_idle is not blamed again against max.
     assert err.value.problems == [
-        "runner_types.cpu.min_idle.predict: window and lead must be greater than zero",
-        "runner_types.cpu.min_idle.predict.quantile: must be a number between 0 and 1, got 1.5",
+        "runner_types.cpu.min_idle.predict.quantile: must be between 0 and 1 (exclusive), got 1.5",
+        "runner_types.cpu.min_idle.predict.window: must be greater than zero",
     ]
     with pytest.raises(ConfigError) as err:
         config({"predict": {"max": 50}}, max=10)

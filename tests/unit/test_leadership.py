@@ -4,7 +4,7 @@ dry run), and the fence every leader-only action passes right before it happens.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -59,16 +59,18 @@ from tests.unit.test_controller import observation as controller_observation
     [
         pytest.param(None, StateConfig(), id="default-sqlite"),
         pytest.param(
-            {"path": "/var/lib/x.db"}, StateConfig(SQLITE, "/var/lib/x.db"), id="sqlite-path"
+            {"path": "/var/lib/x.db"},
+            StateConfig(backend=SQLITE, path="/var/lib/x.db"),
+            id="sqlite-path",
         ),
         pytest.param(
             {"backend": "dynamodb", "table": "ci-autoscaler"},
-            StateConfig(DYNAMODB, table="ci-autoscaler", lease_duration=30.0),
+            StateConfig(backend=DYNAMODB, table="ci-autoscaler", lease_duration=30.0),
             id="dynamodb",
         ),
         pytest.param(
             {"backend": "dynamodb", "table": "ci.autoscaler_1", "lease_duration": "10s"},
-            StateConfig(DYNAMODB, table="ci.autoscaler_1", lease_duration=10.0),
+            StateConfig(backend=DYNAMODB, table="ci.autoscaler_1", lease_duration=10.0),
             id="dynamodb-lease",
         ),
     ],
@@ -253,9 +255,8 @@ def test_a_lease_lost_mid_tick_stops_the_rest_of_the_ticks_actions() -> None:
             lead.leading = False
 
     losing = Losing(fake.pools)
-    cfg = replace(
-        config(rtype(pools=("gpu-spot", "gpu-od"))),
-        aws=AwsConfig(retry=RetryConfig(max_attempts=3)),
+    cfg = config(rtype(pools=("gpu-spot", "gpu-od"))).model_copy(
+        update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))}
     )
     s = Scaler(
         FencedPool(losing, fence),
@@ -290,7 +291,11 @@ def test_the_deliverer_sends_nothing_without_the_lease(tmp_path: Any) -> None:
                 max_queue_size=0,
             ),
         ),
-        receivers={"hook": ReceiverConfig("hook", "webhook", url=SecretUrl("https://h.example/x"))},
+        receivers={
+            "hook": ReceiverConfig(
+                name="hook", type="webhook", url=SecretUrl("https://h.example/x")
+            )
+        },
     )
     metrics = Metrics(CollectorRegistry())
 

@@ -52,9 +52,8 @@ from tests.unit.scaling_fakes import (
     snapshot,
 )
 
-CFG = replace(
-    config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400)),
-    aws=AwsConfig(retry=RetryConfig(max_attempts=3)),
+CFG = config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400)).model_copy(
+    update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))}
 )
 PENDING = PendingTermination(GPU, "gpu-spot", iid(7), f"gpu-spot-{iid(7)}", T0)
 

@@ -29,7 +29,7 @@ GPU, CPU = "x.gpu", "x.cpu"
 CFG = config(
     rtype(GPU, ("gpu-spot", "gpu-od"), max=6, priority=10, idle_timeout=300, boot_timeout=600),
     rtype(CPU, ("cpu",), min_idle=1, idle_timeout=300, boot_timeout=600),
-    budgets=[BudgetConfig("all", 8, ("*",))],
+    budgets=[BudgetConfig(name="all", max_instances=8, runner_types=("*",))],
 )
 POOL_OF = {"gpu-spot": GPU, "gpu-od": GPU, "cpu": CPU}
 

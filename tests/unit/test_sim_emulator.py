@@ -128,7 +128,7 @@ def test_boot_times_follow_the_fitted_lognormal_and_repeat_per_pool() -> None:
     assert percentile(samples, 95) == pytest.approx(240, rel=0.05)
     again = Emulator(c, trace((0, 1))).pools["p1"]
     assert [again.boot_time() for _ in range(5)] == samples[:5]
-    mu, sigma = lognormal(BootTime(90, 90))
+    mu, sigma = lognormal(BootTime(p50=90, p95=90))
     assert sigma == 0.0 and mu == pytest.approx(4.49980967)
 
 

@@ -22,7 +22,6 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -281,7 +280,12 @@ def test_a_failed_save_sends_nothing_and_decides_again(tmp_path: Path) -> None:
         return httpx.Response(200)
 
     hook = ReceiverConfig(name="hook", type="webhook", url=SecretUrl("http://127.0.0.1:9/hook"))
-    alerts = replace(ALERTS, rules=(replace(RULE, receivers=("hook",)),), receivers={"hook": hook})
+    alerts = ALERTS.model_copy(
+        update={
+            "rules": (RULE.model_copy(update={"receivers": ("hook",)}),),
+            "receivers": {"hook": hook},
+        }
+    )
     health = Health()
     store = ReadOnlyStore(tmp_path / "state.db")
     quiet = {"sleep": lambda _: None}

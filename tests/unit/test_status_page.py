@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html.parser import HTMLParser
 
@@ -67,7 +67,9 @@ def cfg() -> Config:
     )
     alerts = oncall(BuiltinAlertsConfig(github_unreachable_after=0), rules=(rule,))
     base = config(rtype(), rtype(EVIL, pools=("evil-pool",)))
-    return replace(base, alerts=alerts, aws=AwsConfig(retry=RetryConfig(max_attempts=1)))
+    return base.model_copy(
+        update={"alerts": alerts, "aws": AwsConfig(retry=RetryConfig(max_attempts=1))}
+    )
 
 
 def controller() -> Controller:
