@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from autoscaler import __version__
-from autoscaler.domain import QueueSnapshot
-from autoscaler.observe.starts import JobStart, ObjectiveStatus
+from autoscaler.domain import JobStart, QueueSnapshot
 
 #: Every metric's name starts with this (Prometheus convention: one namespace per exporter).
 P = "ci_autoscaler_"
@@ -29,6 +29,24 @@ FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _QUEUE = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
 #: Capacity asked -> runner online: an instance boots in one to a few minutes.
 _PROVISION = (30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1800.0, 3600.0)
+
+
+class _Objective(Protocol):
+    @property
+    def queue_time(self) -> float: ...
+
+    @property
+    def objective(self) -> float: ...
+
+
+class ObjectiveShare(Protocol):
+    """What the metrics read of a runner type's queue-time objective
+    (:class:`autoscaler.observe.starts.ObjectiveStatus`)."""
+
+    @property
+    def objective(self) -> _Objective: ...
+
+    def share(self, window: float) -> float | None: ...
 
 
 class Metrics:
@@ -117,17 +135,18 @@ class Metrics:
             registry=r,
         )
 
-        # --- the status server (/metrics, /healthz, /readyz)
+        # --- the served application (the status and webhook listeners)
         self.http_connections_open = Gauge(
             P + "http_connections_open",
-            "Connections open to the status server.",
+            "Connections open to the status listener (/metrics, /healthz, /readyz, /).",
             registry=r,
         )
         self.http_connections_dropped = Counter(
             P + "http_connections_dropped_total",
-            "Status server connections closed early, by reason: header_timeout (no whole "
-            "request in time), evicted (closed at the connection limit to make room), "
-            "over_limit, too_large, bad_request, write_timeout (the client did not read).",
+            "Connections closed early, by reason: header_timeout (no whole request head "
+            "in time), body_timeout, evicted (closed at the connection limit to make "
+            "room), over_limit, too_large, bad_request, write_timeout (the client did not "
+            "read); the webhook listener's reasons start with webhook_.",
             ["reason"],
             registry=r,
         )
@@ -346,7 +365,9 @@ class Metrics:
         self.orphans_kept = Counter(
             P + "orphans_kept_total",
             "Orphan instances not terminated: their runner registered after the poll"
-            " (registered), GitHub could not be asked (lookup_failed), or the clocks"
+            " (registered) or took a job (busy), GitHub could not be asked (lookup_failed),"
+            " their credential or runner could not be withdrawn (withdraw_failed), the"
+            " registration token they took has not expired yet (token_live), or the clocks"
             " disagree too much to judge an instance's age (clock_skew).",
             ["runner_type", "pool", "reason"],
             registry=r,
@@ -395,6 +416,13 @@ class Metrics:
             "Just-in-time runner configs asked of GitHub for ephemeral instances, by result"
             " (created, adopted, conflict, rejected, forbidden, rate_limited, failed,"
             " handover_failed).",
+            ["runner_type", "result"],
+            registry=r,
+        )
+        self.registration_tokens = Counter(
+            P + "registration_tokens_total",
+            "Runner registration tokens asked of GitHub for persistent instances, by result"
+            " (created, forbidden, rate_limited, failed, handover_failed).",
             ["runner_type", "result"],
             registry=r,
         )
@@ -516,7 +544,7 @@ class Metrics:
         report_queue(self, snapshot, now)
 
     def jobs_started(
-        self, starts: Sequence[JobStart], objectives: Mapping[str, ObjectiveStatus]
+        self, starts: Sequence[JobStart], objectives: Mapping[str, ObjectiveShare]
     ) -> None:
         """Each newly started job's queue time; each objective's share over the last hour."""
         for start in starts:

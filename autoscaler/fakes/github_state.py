@@ -6,14 +6,16 @@ Thread-safe: the emulator drives the state while the server answers requests.
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import secrets
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
-from autoscaler.fakes.github_jit import JitRegistry
 from autoscaler.fakes.github_records import (
     FakeJob,
     FakeRepo,
@@ -23,10 +25,7 @@ from autoscaler.fakes.github_records import (
     Fault,
 )
 
-if TYPE_CHECKING:
-    from autoscaler.fakes.github_webhooks import Faults, WebhookSender
-
-__all__ = ["GitHubState"]
+__all__ = ["GitHubState", "JitRegistry", "JobEventSink"]
 
 
 #: Job statuses a job can be created in (``waiting``: an environment approval).
@@ -45,6 +44,68 @@ RUN_CONCLUSIONS = frozenset(
         "timed_out",
     }
 )
+
+
+#: How long a registration token works, as GitHub documents it.
+TOKEN_LIFETIME = timedelta(hours=1)
+
+
+class JitRegistry:
+    """JIT configs issued and not yet used, registration tokens and their expiry, the
+    runner groups that exist, the 403 switch."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        #: encoded config -> runner id, while unused.
+        self.unused: dict[str, int] = {}
+        #: Runner group ids that exist (1 is "Default").
+        self.groups: set[int] = {1}
+        #: True: the credentials lack "Self-hosted runners: write" (403).
+        self.forbidden = False
+        #: Configs issued, ever (a test counts them, or looks for them in logs).
+        self.issued = 0
+        self.configs: list[str] = []
+        #: Registration token -> (expiry, the repository it registers at; None: the org).
+        self.tokens: dict[str, tuple[datetime, str | None]] = {}
+
+    def issue(self, runner_id: int) -> str:
+        with self.lock:
+            payload = {"runner_id": runner_id, "nonce": secrets.token_hex(8)}
+            encoded = base64.b64encode(json.dumps(payload).encode()).decode()
+            self.unused[encoded] = runner_id
+            self.issued += 1
+            self.configs.append(encoded)
+            return encoded
+
+    def issue_token(self, now: datetime, repo: str | None) -> tuple[str, datetime]:
+        with self.lock:
+            token = secrets.token_hex(15).upper()
+            expires = now + TOKEN_LIFETIME
+            self.tokens[token] = (expires, repo)
+            return token, expires
+
+    def check_token(self, token: str, now: datetime) -> str | None:
+        """The repository a valid token registers at (None: the org); ValueError when it
+        was never issued or has expired."""
+        with self.lock:
+            found = self.tokens.get(token)
+        if found is None or now >= found[0]:
+            raise ValueError("this registration token expired, or was never issued")
+        return found[1]
+
+    def take(self, encoded: str) -> int:
+        """The runner a config registers; ValueError when it was used or never issued."""
+        with self.lock:
+            runner_id = self.unused.pop(encoded, None)
+        if runner_id is None:
+            raise ValueError("this JIT config was used already, or never issued")
+        return runner_id
+
+
+class JobEventSink(Protocol):
+    """Where ``workflow_job`` events go (the fake's webhook sender)."""
+
+    def job_event(self, job_id: int, action: str) -> None: ...
 
 
 class GitHubState:
@@ -99,8 +160,8 @@ class GitHubState:
         #: done the work and the client has not heard back (kill the client, say). A true
         #: return drops the connection unanswered: the response is lost.
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
-        #: Where ``workflow_job`` events go (:meth:`send_webhooks`); None: no webhooks.
-        self.webhooks: WebhookSender | None = None
+        #: Where ``workflow_job`` events go (``FakeGitHub.send_webhooks``); None: none.
+        self.webhooks: JobEventSink | None = None
         #: Job re-runs: every re-run answers this status (403, 422) when set
         #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted.
         self.rerun_refusal: int | None = None
@@ -119,16 +180,6 @@ class GitHubState:
             return self._jit
 
     # --- webhooks
-    def send_webhooks(
-        self, url: str, secret: bytes, *, faults: Faults | None = None
-    ) -> WebhookSender:
-        """Deliver every job's ``workflow_job`` events from now on, signed, to ``url``
-        (:mod:`autoscaler.fakes.github_webhooks`; ``faults`` drop, duplicate, reorder)."""
-        from autoscaler.fakes.github_webhooks import WebhookSender  # noqa: PLC0415
-
-        self.webhooks = WebhookSender(self, url, secret, faults=faults)
-        return self.webhooks
-
     def _emit(self, job_id: int, action: str) -> None:
         if self.webhooks is not None:
             self.webhooks.job_event(job_id, action)
@@ -236,6 +287,17 @@ class GitHubState:
                 raise ValueError("the runner of this JIT config was deleted")
             runner.online = True
             return runner_id
+
+    def register_with_token(self, token: str, name: str, labels: Sequence[str]) -> int:
+        """A machine runs ``config.sh --token``: a runner of ``name`` registers (online,
+        idle) where the token was issued (the org, or its repository). Returns its id;
+        ValueError when the token expired or was never issued, or the name is taken
+        (``config.sh --unattended`` without ``--replace`` stops there)."""
+        repo = self.jit.check_token(token, self.clock())
+        with self.lock:
+            if any(r.name == name for r in self._runners.values()):
+                raise ValueError(f"a runner named {name} exists already")
+            return self.register_runner(name, labels, repo)
 
     def remove_runner(self, runner_id: int) -> None:
         """Deregister a runner. KeyError when unknown, ValueError when busy (the 422)."""

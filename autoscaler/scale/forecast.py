@@ -28,12 +28,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config, RunnerTypeConfig
 from autoscaler.domain import QueueSnapshot, Runner
 from autoscaler.observe.queue import match_runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.plan import ScalingState
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, RunnerTypeConfig
 
 #: Seconds of arrivals the rate is measured over for a type without ``min_idle.predict``.
 RATE_WINDOW = 900.0

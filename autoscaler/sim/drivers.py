@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autoscaler.config import Config
-from autoscaler.config.simulation import DEFAULT_MAX_SIZE
-from autoscaler.sim.emulator import Emulator
+from autoscaler.sim.emulator import DEFAULT_MAX_SIZE, Emulator
 from autoscaler.sim.entities import SimInstance, SimJob
 from autoscaler.sim.peers import (
     JobsPerAgentMemory,
@@ -46,6 +44,9 @@ from autoscaler.sim.peers import (
     scale_set,
 )
 from autoscaler.sim.project import reaction_of
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 
 @dataclass(frozen=True)

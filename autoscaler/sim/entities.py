@@ -20,8 +20,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config.simulation import BootTime
 from autoscaler.domain import (
     ActivityStatus,
     Instance,
@@ -35,13 +35,16 @@ from autoscaler.domain import (
 from autoscaler.sim.clock import VirtualClock
 from autoscaler.sim.trace import Trace
 
+if TYPE_CHECKING:
+    from autoscaler.config.simulation import BootTime, LaunchTime
+
 _Z95 = 1.6448536269514722
 
 BOOT_WINDOW = 300.0
 """Seconds over which the boots of a pool share their factor (``boot_correlation``)."""
 
 
-def lognormal(boot: BootTime) -> tuple[float, float]:
+def lognormal(boot: BootTime | LaunchTime) -> tuple[float, float]:
     """(mu, sigma) of the lognormal whose median is p50 and 95th percentile p95."""
     return math.log(boot.p50), math.log(boot.p95 / boot.p50) / _Z95
 
@@ -152,7 +155,7 @@ class SimPool:
     type_index: int
     max_size: int
     boot: BootTime
-    launch: BootTime
+    launch: LaunchTime
     correlation: float
     outages: list[tuple[float, float]]
     rng: random.Random
@@ -197,7 +200,7 @@ class SimPool:
         return _draw(self.launch, self.launch_rng.gauss(0.0, 1.0)), _draw(self.boot, shared + own)
 
 
-def _draw(latency: BootTime, z: float) -> float:
+def _draw(latency: BootTime | LaunchTime, z: float) -> float:
     mu, sigma = lognormal(latency)
     return math.exp(mu + sigma * z) if sigma > 0 else latency.p50
 

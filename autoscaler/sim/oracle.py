@@ -37,11 +37,14 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config
-from autoscaler.config.simulation import BootTime
 from autoscaler.observe.queue import match_job
 from autoscaler.sim.trace import Trace
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
+    from autoscaler.config.simulation import BootTime, LaunchTime
 
 #: The waits (seconds) the frontier is reported at, besides zero.
 FRONTIER_WAITS = (30.0, 60.0, 120.0, 300.0)
@@ -112,7 +115,7 @@ class Floor:
         )
 
 
-def _draw(rng: random.Random, boot: BootTime) -> float:
+def _draw(rng: random.Random, boot: BootTime | LaunchTime) -> float:
     if boot.p95 <= boot.p50:
         return boot.p50
     sigma = math.log(boot.p95 / boot.p50) / _Z95

@@ -13,7 +13,8 @@ outage shows up later, as a Failed scaling activity, exactly what the policy mus
 
 from __future__ import annotations
 
-from autoscaler.config import Config
+from typing import TYPE_CHECKING
+
 from autoscaler.observe.queue import compute_queue
 from autoscaler.scale.plan import Plan, ScalingState, slot_target
 from autoscaler.scale.policy import decide
@@ -33,6 +34,10 @@ def reaction_of(config: Config) -> float | None:
     if config.webhook is not None:
         return config.webhook.debounce + WEBHOOK_DELIVERY
     return None
+
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 
 class ProjectDriver:

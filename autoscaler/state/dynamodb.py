@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
+from autoscaler.alerting.store import OutboxItem
 from autoscaler.observe.github.webhook_rows import IndexRow, Outcome
 from autoscaler.scale.memory import PoolMemory
 from autoscaler.state.dynamodb_jobs import DynamoJobIndex
@@ -68,12 +69,11 @@ from autoscaler.state.dynamodb_table import (
     key,
 )
 from autoscaler.state.lease import Lease
-from autoscaler.state.port import OutboxItem
 
 log = logging.getLogger(__name__)
 
 ALERT, OUTBOX, ISSUE, POOL, CACHE = "alert", "outbox", "issue", "pool", "cache"
-#: Ephemeral runners' JIT ledger: one item per instance (autoscaler.scale.ephemeral).
+#: The handover ledger: one item per instance (autoscaler.scale.handover).
 JIT = "jit"
 #: The job-retry ledger's partition (issue 14): re-runs asked, retries exhausted, 403s.
 RETRY = "retry"
@@ -272,7 +272,7 @@ class DynamoStore:
         groups += [Group([self._fence.delete(POOL, p)]) for p in drop]
         self._fence.write("save_pools", groups)
 
-    # --- ephemeral runners' JIT ledger (JitLedgerStore): fenced like the pools' memory, so
+    # --- the handover ledger (HandoverStore): fenced like the pools' memory, so
     # a controller that lost the lease cannot record an intent, and so never asks GitHub.
     def load_jit_records(self) -> dict[str, str]:
         self._fence.check_open("load_jit_records")

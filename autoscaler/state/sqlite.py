@@ -38,11 +38,11 @@ from typing import Any, TypeVar
 
 from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
+from autoscaler.alerting.store import OutboxItem
 from autoscaler.config import StateConfig
 from autoscaler.errors import StateUnusableError
 from autoscaler.observe.github.webhook_rows import IndexRow, Outcome, decide, poll_may_write
 from autoscaler.scale.memory import PoolMemory
-from autoscaler.state.port import OutboxItem
 from autoscaler.state.sqlite_errors import translate
 
 MEMORY = ":memory:"
@@ -318,7 +318,7 @@ class SqliteStore:
                 [(p, json.dumps(m.to_dict())) for p, m in put.items()],
             )
 
-    # --- ephemeral runners' JIT ledger (autoscaler.scale.ephemeral.JitLedgerStore)
+    # --- the handover ledger (autoscaler.scale.handover.HandoverStore)
     @_operation("load_jit_records")
     def load_jit_records(self) -> dict[str, str]:
         """Instance id -> its JIT record (JSON written by the scaler), saved before GitHub

@@ -26,11 +26,11 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
-from autoscaler.config.reader import Secret, SecretUrl
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.state.sqlite import SqliteStore
+from autoscaler.secrets import Secret, SecretUrl
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 
@@ -174,7 +174,7 @@ def setup(receivers: list[ReceiverConfig], **deliverer_kw: Any) -> tuple[AlertEn
     metrics = Metrics(CollectorRegistry())
     deliverer_kw.setdefault("sleep", lambda _: None)
     deliverer = Deliverer(config.receivers, metrics, **deliverer_kw)
-    return AlertEngine(config, SqliteStore(None), deliverer, metrics), metrics
+    return alert_engine(config, metrics=metrics, deliverer=deliverer), metrics
 
 
 def snap(minutes: float) -> QueueSnapshot:

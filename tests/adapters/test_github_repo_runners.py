@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -31,7 +31,7 @@ class World:
             owner=self.fake.owner,
             api_url=self.fake.url,
             token=Secret("fake-token"),
-            **config,  # type: ignore[arg-type]
+            **config,
         )
         return GitHubSource(cfg, self.metrics, sleep=lambda _: None)
 

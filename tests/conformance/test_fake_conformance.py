@@ -33,10 +33,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.fakes.github_reruns import fail_job, refuse_reruns
 from autoscaler.fakes.github_webhooks import HOOK_ID
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.conformance.openapi import FORMATS, Description, errors
 from tests.conformance.scenario import (
@@ -440,7 +440,11 @@ def test_every_request_the_client_makes_is_covered(
         config = GitHubConfig(
             owner=str(s.ids["owner"]),
             api_url=s.fake.url,
-            app=GitHubAppConfig(APP_ID, INSTALLATION_ID, Secret(private_key_pem())),
+            app=GitHubAppConfig(
+                app_id=APP_ID,
+                installation_id=INSTALLATION_ID,
+                private_key=Secret(private_key_pem()),
+            ),
         )
         source = GitHubSource(config, Metrics(), wall_clock=T0.timestamp)
         try:

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import Config, parse_config
+from autoscaler.config import Config
 from autoscaler.config.simulation import BootTime
 from autoscaler.sim.emulator import Emulator
 from autoscaler.sim.entities import lognormal
 from autoscaler.sim.metrics import percentile
 from autoscaler.sim.simulate import simulate
 from autoscaler.sim.trace import Trace, parse_trace
+from tests.factories import load_config
 
 CPU = ["self-hosted", "cpu"]
 EXACT = {
@@ -31,16 +32,12 @@ EXACT = {
 
 
 def config(simulation: dict[str, Any] | None = None, **runner_type: Any) -> Config:
-    return parse_config(
-        {
-            "github": {"owner": "o", "token": "t"},
-            "poll_interval": "30s",
-            "runner_types": {
-                "cpu": {"labels": CPU, "pools": ["p1", "p2"], "idle_timeout": "2m", **runner_type}
-            },
-            "simulation": {**EXACT, **(simulation or {})},
+    return load_config(
+        poll_interval="30s",
+        runner_types={
+            "cpu": {"labels": CPU, "pools": ["p1", "p2"], "idle_timeout": "2m", **runner_type}
         },
-        env={},
+        simulation={**EXACT, **(simulation or {})},
     )
 
 
@@ -71,14 +68,10 @@ def test_reaction_decides_a_second_after_the_job_is_queued() -> None:
 
 
 def test_a_configured_webhook_reacts_after_its_debounce_and_the_delivery() -> None:
-    c = parse_config(
-        {
-            "github": {"owner": "o", "token": "t"},
-            "runner_types": {"cpu": {"labels": CPU, "pools": ["p1"]}},
-            "webhook": {"secret": "s", "debounce": "0.5s"},
-            "simulation": EXACT,
-        },
-        env={},
+    c = load_config(
+        runner_types={"cpu": {"labels": CPU, "pools": ["p1"]}},
+        webhook={"secret": "s", "debounce": "0.5s"},
+        simulation=EXACT,
     )
     assert simulate(c, trace((10, 100))).p95_queue_seconds == 71.5
 
@@ -194,7 +187,7 @@ def test_boot_times_follow_the_fitted_lognormal_and_repeat_per_pool() -> None:
     assert percentile(samples, 95) == pytest.approx(240, rel=0.05)
     again = Emulator(c, trace((0, 1))).pools["p1"]
     assert [again.cold_start()[1] for _ in range(5)] == samples[:5]
-    mu, sigma = lognormal(BootTime(90, 90))
+    mu, sigma = lognormal(BootTime(p50=90, p95=90))
     assert sigma == 0.0 and mu == pytest.approx(4.49980967)
 
 
