@@ -216,6 +216,34 @@ def release_day(seed: int = 104) -> Trace:
     return generate([mix], bursts, days=0.25, seed=seed, from_hour=12.0)
 
 
+def drawn(seed: int) -> Trace:
+    """Six hours whose shape is drawn from ``seed`` too: the start hour, a CPU mix's rate,
+    run sizes and durations, a GPU mix half the time, and up to three matrices. For a
+    seed picked after the defaults were frozen, so that
+    neither the seed nor the shape could be chosen to suit them."""
+    rng = random.Random(f"drawn:{seed}")  # noqa: S311 (a simulation)
+    from_hour = rng.uniform(6.0, 12.0)
+    cpu_p50 = rng.uniform(120.0, 900.0)
+    sizes = tuple(sorted(rng.choice((1, 1, 2, 3, 4, 6, 8, 12, 20)) for _ in range(8)))
+    mixes = [
+        JobMix(CPU, rng.uniform(1.5, 6.0), 0.2, cpu_p50, cpu_p50 * rng.uniform(3.0, 5.0), sizes)
+    ]
+    if rng.random() < 0.5:
+        gpu_p50 = rng.uniform(900.0, 2700.0)
+        mixes.append(JobMix(GPU, rng.uniform(0.2, 1.0), 0.05, gpu_p50, gpu_p50 * 3.0, (1, 1, 2, 4)))
+    bursts = [
+        Burst(
+            (from_hour + rng.uniform(0.5, 5.5)) * 3600.0,
+            rng.randint(30, 300),
+            CPU,
+            cpu_p50,
+            cpu_p50 * 3.0,
+        )
+        for _ in range(rng.randint(0, 3))
+    ]
+    return generate(mixes, bursts, days=0.25, seed=seed, from_hour=from_hour)
+
+
 TEST = {
     "held-out": held_out,
     "short-jobs": short_jobs,

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from autoscaler.scale import forecast
 from autoscaler.sim import shapes
 from autoscaler.sim.trace import read_trace
+from tests.factories import load_config
 
 TEST_DIR = Path(__file__).resolve().parents[2] / "bench" / "traces" / "test"
 
@@ -45,3 +47,53 @@ def test_bursts_add_a_matrix_of_the_commonest_labels_every_ten_minutes() -> None
     windows = int((base.span - base.jobs[0].created_at) // 600)
     assert added == 30 * windows
     assert {j.labels for j in bursty.jobs} == {j.labels for j in base.jobs}
+
+
+def _defaults() -> dict[str, object]:
+    config = load_config(runner_types={"cpu": {"labels": ["self-hosted"], "pools": ["p"]}})
+    rt, sim = config.runner_types[0], config.simulation
+    return {
+        "poll_interval": config.poll_interval,
+        "idle_timeout": rt.idle_timeout,
+        "min_idle": rt.min_idle.default,
+        "max_scale_in_per_tick": config.scaling.max_scale_in_per_tick,
+        "rate_window": forecast.RATE_WINDOW,
+        "boots_kept": forecast.BOOTS_KEPT,
+        "boot_time": (sim.boot_time.p50, sim.boot_time.p95),
+        "launch_time": (sim.launch_time.p50, sim.launch_time.p95),
+        "boot_correlation": sim.boot_correlation,
+        "billing_minimum": sim.billing_minimum,
+        "poll_latency": sim.poll_latency,
+        "launches": (
+            sim.launches.per_activity,
+            sim.launches.retry,
+            sim.launches.bucket,
+            sim.launches.refill,
+        ),
+    }
+
+
+#: The policy's knobs and the emulated world as they were when the post-freeze seed was
+#: drawn. Changing one unfreezes them: the post-freeze trace then proves nothing until a
+#: new seed is drawn the same way (a commit's hash, after the change).
+FROZEN = [
+    ("poll_interval", 30.0),
+    ("idle_timeout", 120.0),
+    ("min_idle", 0),
+    ("max_scale_in_per_tick", 20),
+    ("rate_window", 900.0),
+    ("boots_kept", 20),
+    ("boot_time", (90.0, 240.0)),
+    ("launch_time", (10.0, 30.0)),
+    ("boot_correlation", 0.5),
+    ("billing_minimum", 60.0),
+    ("poll_latency", 5.0),
+    ("launches", (100, 10.0, 1000, 2.0)),
+]
+
+
+@pytest.mark.parametrize(("knob", "frozen"), FROZEN, ids=[k for k, _ in FROZEN])
+def test_the_defaults_are_those_frozen_before_the_post_freeze_seed(
+    knob: str, frozen: object
+) -> None:
+    assert _defaults()[knob] == frozen
