@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from autoscaler.config import load_config as load_config_file
 from autoscaler.scale import forecast
 from autoscaler.sim import shapes
 from autoscaler.sim.trace import read_trace
@@ -97,3 +98,12 @@ def test_the_defaults_are_those_frozen_before_the_post_freeze_seed(
     knob: str, frozen: object
 ) -> None:
     assert _defaults()[knob] == frozen
+
+
+def test_the_post_freeze_seed_is_the_freezing_commits_hash() -> None:
+    """The seed is read off a commit that already held these defaults, so it was not
+    picked; the committed trace is :func:`shapes.drawn` at it (the test above)."""
+    assert len(shapes.FROZEN_AT) == 40
+    assert int(shapes.FROZEN_AT[:8], 16) == shapes.POST_FREEZE_SEED
+    fleet = load_config_file(TEST_DIR / "post-freeze.yaml", env={})
+    assert fleet.simulation.seed == shapes.POST_FREEZE_SEED
