@@ -91,6 +91,40 @@ def test_the_oracle_is_reported_per_runner_type_with_its_frontier(
     assert hours[0] == oracle["runner_hours"] and hours == sorted(hours, reverse=True)
 
 
+@pytest.mark.parametrize("policy", ["ci-autoscaler", "queue-length"], ids=["ours", "a-peer"])
+def test_two_runner_types_each_have_their_oracle_and_ratio(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "github: {owner: o, token: t}\n"
+        "runner_types:\n"
+        "  cpu: {labels: [self-hosted, cpu], pools: [ci-cpu]}\n"
+        "  gpu: {labels: [self-hosted, gpu], pools: [ci-gpu]}\n"
+    )
+    trace = tmp_path / "t.jsonl"
+    lines = [
+        json.dumps({"created_at": i * 60.0, "labels": ["self-hosted", kind], "duration": d})
+        for i in range(40)
+        for kind, d in (("cpu", 300), ("gpu", 1800))
+    ]
+    trace.write_text("\n".join(lines) + "\n")
+    args = ("--config", str(config), "--trace", str(trace), "--policy", policy)
+    code, out, _ = run(capsys, *args, "--output", "json")
+    assert code == 0
+    body = json.loads(out)
+    floors = {t["runner_type"]: t["oracle_runner_hours"] for t in body["oracle"]["runner_types"]}
+    assert set(floors) == {"cpu", "gpu"} and floors["gpu"] > floors["cpu"] > 0
+    assert sum(floors.values()) == pytest.approx(body["oracle"]["runner_hours"], abs=0.02)
+    (result,) = body["policies"]
+    for t in result["runner_types"]:
+        ratio = t["runner_hours"] / floors[t["runner_type"]]
+        assert t["oracle_ratio"] == pytest.approx(ratio, abs=5e-3) and ratio >= 1.0
+    assert result["oracle_ratio"] == pytest.approx(
+        result["runner_hours"] / body["oracle"]["runner_hours"], abs=5e-3
+    )
+
+
 def test_equal_knobs_replay_the_peers_with_this_projects_settings(
     files: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
