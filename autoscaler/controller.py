@@ -176,7 +176,7 @@ class Controller:
         leadership: Leadership | None = None,
     ) -> None:
         self.config = config
-        #: Jobs lost to infrastructure (issue 14): re-run after scaling, before alerting.
+        #: Jobs lost to infrastructure: re-run after scaling, before alerting.
         self.retries = retries
         #: EC2 interruption warnings: read before scaling, so a warned pool is backed off.
         self.interruptions = interruptions

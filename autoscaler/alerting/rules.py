@@ -3,7 +3,7 @@
 Conventions (documented once, here):
 
 - ``max_queue_size`` and ``max_queue_time_mins`` are the observed *maxima* over the runner
-  types a rule covers (design.md, "Alert text"); a fleet-wide rule does not sum queues.
+  types a rule covers (the on-call text, docs/alerts.md); a fleet-wide rule does not sum.
 - Minutes are **floored** for display (62.9 min reads ``62``), as the seed alert implies.
   The checks compare the raw seconds: a time check with ``max_queue_time: 60m`` trips at
   60 min 1 s, which reads ``max_queue_time_mins=60, queue_time_threshold=1``.

@@ -1,4 +1,4 @@
-"""Metrics of jobs lost to infrastructure: re-runs and EC2 interruptions (issue 14).
+"""Metrics of jobs lost to infrastructure: re-runs and EC2 interruptions.
 
 Set by autoscaler/retry (the job-retry stage) and the interruption queue reader.
 Split out of telemetry.py unchanged (names, help, labels, order).
@@ -12,7 +12,7 @@ from autoscaler.metric_groups.common import P
 
 
 class JobRetryMetrics:
-    """Jobs lost to infrastructure (issue 14): re-runs and EC2 interruptions."""
+    """Jobs lost to infrastructure: re-runs and EC2 interruptions."""
 
     def _register_job_retry(self, r: CollectorRegistry) -> None:
         """Job retries, interruption events and the interruption queue's errors."""

@@ -21,7 +21,7 @@ class LoopMetrics:
     """The queue picture, job start objectives, polls, ticks and the status server."""
 
     def _register_loop(self, r: CollectorRegistry) -> None:
-        """The queue (issue: see the queue), then the status server (/metrics, /readyz)."""
+        """The queue, then the status server (/metrics, /readyz)."""
         self.queue_size = Gauge(
             P + "queue_size", "Fresh queued jobs per runner type.", ["runner_type"], registry=r
         )

@@ -20,7 +20,7 @@ class ScalingMetrics:
     """Pools, scaling actions, provisioning, budgets, ephemeral runners, AWS calls."""
 
     def _register_scaling(self, r: CollectorRegistry) -> None:
-        """Pools and scaling, then ephemeral runners (issue 17), then AWS API calls."""
+        """Pools and scaling, then ephemeral runners, then AWS API calls."""
         self.pool_desired_capacity = Gauge(
             P + "pool_desired_capacity",
             "Desired capacity of a pool.",
@@ -119,7 +119,7 @@ class ScalingMetrics:
         self.budget_max_instances = Gauge(
             P + "budget_max_instances", "A budget's limit.", ["budget"], registry=r
         )
-        # --- ephemeral runners (issue 17): JIT configs and spent machines
+        # --- ephemeral runners: JIT configs and spent machines
         self.jit_configs = Counter(
             P + "jit_configs_total",
             "Just-in-time runner configs asked of GitHub for ephemeral instances, by result"

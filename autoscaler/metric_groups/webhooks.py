@@ -1,6 +1,6 @@
 """The GitHub webhooks' metrics: deliveries, reconciles, redeliveries, reaction time.
 
-Set by observe/github's webhook receiver and its reconcile (issue 10); exported only
+Set by observe/github's webhook receiver and its reconcile; exported only
 when webhooks are configured. Split out of telemetry.py unchanged.
 """
 
@@ -12,10 +12,10 @@ from autoscaler.metric_groups.common import P
 
 
 class WebhookMetrics:
-    """GitHub ``workflow_job`` webhooks (issue 10)."""
+    """GitHub ``workflow_job`` webhooks."""
 
     def _register_webhooks(self, r: CollectorRegistry) -> None:
-        """GitHub ``workflow_job`` webhooks (issue 10); exported only when configured."""
+        """GitHub ``workflow_job`` webhooks; exported only when configured."""
         self.webhook_events = Counter(
             P + "webhook_events_total",
             "Webhook deliveries by event, action and result (accepted, duplicate, stale, "

@@ -1,4 +1,4 @@
-"""Jobs lost to infrastructure, re-run once and only those (issue 14).
+"""Jobs lost to infrastructure, re-run once and only those.
 
 ``model`` holds the values (a completed job as GitHub reports it, what happened to an
 instance), ``classify`` the pure verdict (infrastructure or the user's failure, with the

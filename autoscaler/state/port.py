@@ -11,7 +11,7 @@ A backend implements all of them plus :meth:`StateStore.close`. Every method rai
 :class:`autoscaler.errors.NotLeaderError` when a write is fenced off because this
 controller is not (or no longer) the leader.
 
-The webhook job index (issue 10) is the sixth user: the
+The webhook job index is the sixth user: the
 :class:`~autoscaler.observe.github.webhook_rows.JobIndexStore` port owned by the webhook
 source. Unlike everything here its event writes are not the leader's alone (any replica
 behind the load balancer records the events it receives), so they are unfenced writes made
