@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_DURATION ?= 60
 
-.PHONY: demo test lint bench clean references
+.PHONY: demo test lint bench clean references docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,13 +30,20 @@ references:
 	bash tests/conformance/fetch_references.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check autoscaler tests bench
-	$(BIN)/ruff format --check autoscaler tests bench
+	$(BIN)/ruff check autoscaler tests bench docgen
+	$(BIN)/ruff format --check autoscaler tests bench docgen
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
+	$(BIN)/python -m docgen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The docs site: regenerate docs/reference/ from the code, then build it into site/.
+docs: $(STAMP)
+	$(BIN)/python -m docgen
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache site

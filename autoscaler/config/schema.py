@@ -99,7 +99,7 @@ class RunnerTypeConfig:
     """Higher gets capacity first under a shared budget."""
     idle_timeout: float = 120.0
     """An idle runner older than this may be scaled in. Two minutes, about one boot: the
-    replays of ``make bench`` (README "How good is the scaling?") show 10 minutes costing
+    replays of ``make bench`` (docs/simulator.md) show 10 minutes costing
     15-35% more runner-hours for a few seconds of p95 queue time."""
     boot_timeout: float = 900.0
     """An instance with no registered runner after this long is an orphan."""
