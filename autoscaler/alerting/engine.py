@@ -54,6 +54,7 @@ from autoscaler.alerting.rules import (
     evaluate_unreachable,
     reason_values,
 )
+from autoscaler.alerting.runbook import with_runbook
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.errors import NotLeaderError, StateError
@@ -190,7 +191,8 @@ class AlertEngine:
             keep |= {EXHAUSTED_RULE, DENIED_RULE}
         else:
             evaluations += evaluate_job_retries(b, retries.exhausted, retries.denied, everyone)
-        return evaluations, keep
+        base = self.config.runbook_base_url
+        return [with_runbook(e, base) for e in evaluations], keep
 
     def step(
         self,

@@ -133,7 +133,6 @@ def demo_config(  # noqa: PLR0917 - the demo world's addresses
     rule = {
         "team": "demo-dev-infra",
         "priority": "P2",
-        "runbook_url": "https://example.com/runbooks/ci-queue",
         "dashboard_url": "https://example.com/d/ci-autoscaler",
         "receivers": ["sink"],
         "repeat_interval": "10m",

@@ -13,6 +13,9 @@ from autoscaler.config.reader import Reader, Secret, SecretUrl, join_path
 from autoscaler.config.yamlfile import YamlFileError, read_yaml
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
+#: The project's runbook page: an alert with no ``runbook_url`` of its own links its
+#: section there, ``<this>#<anchor of the alert's name>``.
+DEFAULT_RUNBOOK_BASE_URL = "https://ci-autoscaler.github.io/ci-autoscaler/runbook/"
 RECEIVER_TYPES = (
     "webhook",
     "slack",
@@ -122,6 +125,9 @@ class AlertsConfig:
     Prometheus's ``--rules.alert.resend-delay``, 1m). Each post says the alert is valid
     for 4 x max(this, poll_interval), so Alertmanager never expires an alert that still
     fires, and does expire it if the controller dies."""
+    runbook_base_url: str = DEFAULT_RUNBOOK_BASE_URL
+    """The runbook page an alert without a ``runbook_url`` links to, at the section named
+    after the alert (``#github-unreachable``); empty: no link."""
 
 
 _RULE_KEYS = (
@@ -271,7 +277,9 @@ def _alertmanager_urls(r: Reader, url: Any, urls: Any, p: str) -> tuple[SecretUr
 def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
     """The ``alerts`` section, rule files included (globs relative to ``base``)."""
     m = r.mapping(
-        value, "alerts", ("rule_files", "rules", "receivers", "builtin", "alertmanager_resend")
+        value,
+        "alerts",
+        ("rule_files", "rules", "receivers", "builtin", "alertmanager_resend", "runbook_base_url"),
     )
     files = r.string_list(m.get("rule_files"), "alerts.rule_files", default=())
     rules = _rule_files(r, files, base) + r.each(
@@ -315,6 +323,13 @@ def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
         dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
     )
     resend = r.duration(m.get("alertmanager_resend"), "alerts.alertmanager_resend", 60.0)
+    runbook = r.string(
+        m.get("runbook_base_url"), "alerts.runbook_base_url", DEFAULT_RUNBOOK_BASE_URL
+    )
     return AlertsConfig(
-        rules=rules, receivers=receivers, builtin=builtin, alertmanager_resend=resend
+        rules=rules,
+        receivers=receivers,
+        builtin=builtin,
+        alertmanager_resend=resend,
+        runbook_base_url=runbook,
     )

@@ -25,6 +25,8 @@ import yaml
 from autoscaler.alerting import render
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.rules import Evaluation
+from autoscaler.alerting.runbook import runbook_url
+from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL
 from tests.conftest import free_port, require_tool
 from tests.e2e.alertmanager_support import (
     ROOT,
@@ -122,6 +124,9 @@ def test_readme_alertmanager_setup_holds_the_alert_through_the_incident(tmp_path
                         assert notes["reason"].endswith("threshold_breached=1")
                         assert notes["runbook_url"] == "https://example.com/runbooks/ci-queue"
                         fleet = by_rule(am)[FLEET_RULE]
+                        assert fleet["annotations"]["runbook_url"] == runbook_url(
+                            DEFAULT_RUNBOOK_BASE_URL, FLEET_RULE
+                        )  # the shipped rule links its section of the docs' runbook
                         assert "runner_type" not in fleet["labels"]
                         assert fleet["labels"]["team"] == "pytorch-dev-infra"
                         assert fleet["generatorURL"] == "https://example.com/d/ci-autoscaler"

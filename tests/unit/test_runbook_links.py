@@ -1,0 +1,151 @@
+"""Every alert links its runbook section: the built-in alerts and the shipped rule files
+through ``alerts.runbook_base_url`` (the project's docs site by default), the shipped
+Prometheus rules in their ``runbook_url`` annotation. Anchors come from the alert's name.
+
+The story: the shipped Prometheus rules linked ``https://example.com/runbooks/ci-queue``,
+and only 3 of 14 alerts had a runbook link at all; the built-in alerts had none unless
+``alerts.builtin.runbook_url`` was set, and then all of them had the same one.
+tests/e2e/test_docs_site.py checks that each anchor exists in the built site.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.evaluation import Evaluation
+from autoscaler.alerting.runbook import BUILTIN_RULES, anchor, runbook_url, with_runbook
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, QueueObjective
+from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL
+from autoscaler.config.load import parse_config
+from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
+from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.retry.decide import RetryReport
+from autoscaler.retry.ledger import Exhausted
+from autoscaler.state.sqlite import SqliteStore
+from autoscaler.telemetry import Metrics
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
+BASE = DEFAULT_RUNBOOK_BASE_URL
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("GitHub unreachable", "github-unreachable", id="words"),
+        pytest.param("Queue-time objective burning", "queue-time-objective-burning", id="dash"),
+        pytest.param("Job re-runs not permitted", "job-re-runs-not-permitted", id="inner-dash"),
+        pytest.param("CIAutoscalerDown", "ciautoscalerdown", id="camel-case"),
+        pytest.param("  Odd: name (x)  ", "odd-name-x", id="punctuation-trimmed"),
+    ],
+)
+def test_the_anchor_is_the_name_in_lower_case_dashed(name: str, expected: str) -> None:
+    assert anchor(name) == expected
+
+
+def _evaluation(runbook: str = "") -> Evaluation:
+    return Evaluation("GitHub unreachable", "fleet", "t", "P2", "d", (), {}, runbook_url=runbook)
+
+
+@pytest.mark.parametrize(
+    ("own", "base", "expected"),
+    [
+        pytest.param("", BASE, f"{BASE}#github-unreachable", id="default-docs"),
+        pytest.param(
+            "",
+            "https://wiki.example/rb",
+            "https://wiki.example/rb#github-unreachable",
+            id="own-base",
+        ),
+        pytest.param("https://rb.example/q", BASE, "https://rb.example/q", id="rule-own-link-wins"),
+        pytest.param("", "", "", id="base-empty-no-link"),
+    ],
+)
+def test_with_runbook(own: str, base: str, expected: str) -> None:
+    assert with_runbook(_evaluation(own), base).runbook_url == expected
+
+
+def test_the_default_base_is_the_docs_sites_runbook_page() -> None:
+    site = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))["site_url"]
+    assert f"{site}runbook/" == BASE
+    assert AlertsConfig().runbook_base_url == BASE
+
+
+def test_the_base_is_configurable() -> None:
+    doc = {
+        "github": {"owner": "o", "token": "x"},
+        "runner_types": {"cpu": {"labels": ["self-hosted"]}},
+        "alerts": {"runbook_base_url": "https://wiki.example/ci-runbook"},
+    }
+    assert parse_config(doc, {}).alerts.runbook_base_url == "https://wiki.example/ci-runbook"
+    del doc["alerts"]
+    assert parse_config(doc, {}).alerts.runbook_base_url == BASE
+
+
+def test_every_builtin_alert_links_its_own_section() -> None:
+    """One tick in which every built-in alert is evaluated (most of them firing)."""
+    engine = AlertEngine(
+        AlertsConfig(builtin=BuiltinAlertsConfig()), SqliteStore(None), None, Metrics()
+    )
+    snapshot = QueueSnapshot(T0, {}, unmatched_jobs=2, ghost_jobs=0, unmatched_ages_seconds=(60.0,))
+    objective = ObjectiveStatus("gpu", QueueObjective(300.0, 0.95), {3600.0: (1, 10)})
+    exhausted = Exhausted("o/r", 1, 2, "build", "pool-i-1", 2, "spot_interruption", "w", T0)
+    evaluations, _ = engine.evaluate(
+        snapshot,
+        None,
+        T0,
+        [ScalingProblem("permanent", "gpu", "gpu-spot", "AccessDenied", "no")],
+        clock_skew=ClockSkew(github=120.0),
+        budget=PollBudget(30.0, 90.0, 900.0, 4000.0, 36000.0, True),
+        objectives={"gpu": objective},
+        retries=RetryReport(exhausted=(exhausted,), denied={"o/r": "forbidden"}),
+    )
+    assert {e.rule for e in evaluations} == set(BUILTIN_RULES)
+    for e in evaluations:
+        assert e.runbook_url == f"{BASE}#{anchor(e.rule)}", e.rule
+
+
+def test_alerts_builtin_runbook_url_still_overrides_every_builtin() -> None:
+    config = AlertsConfig(builtin=BuiltinAlertsConfig(runbook_url="https://rb.example/ours"))
+    engine = AlertEngine(config, SqliteStore(None), None, Metrics())
+    evaluations, _ = engine.evaluate(None, None, T0)
+    assert evaluations and {e.runbook_url for e in evaluations} == {"https://rb.example/ours"}
+
+
+def test_the_shipped_rule_files_link_their_sections() -> None:
+    doc = {
+        "github": {"owner": "o", "token": "x"},
+        "runner_types": {"cpu": {"labels": ["self-hosted"]}},
+        "alerts": {
+            "rule_files": ["alerts/rules/*.yaml"],
+            "receivers": {"oncall": {"type": "webhook", "url": "https://hooks.example/x"}},
+        },
+    }
+    config = parse_config(doc, {}, base_dir=REPO).alerts
+    assert config.rules
+    snapshot = QueueSnapshot(T0, {}, unmatched_jobs=0, ghost_jobs=0)
+    engine = AlertEngine(config, SqliteStore(None), None, Metrics())
+    evaluations, _ = engine.evaluate(snapshot, T0, T0)
+    shipped = [e for e in evaluations if e.rule in {r.name for r in config.rules}]
+    assert {e.rule for e in shipped} == {r.name for r in config.rules}
+    for e in shipped:
+        assert e.runbook_url == f"{BASE}#{anchor(e.rule)}"
+
+
+def _prometheus_alerts() -> list[dict[str, object]]:
+    doc = yaml.safe_load(
+        (REPO / "alerts" / "prometheus" / "ci-autoscaler.rules.yml").read_text(encoding="utf-8")
+    )
+    return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+
+
+@pytest.mark.parametrize("rule", _prometheus_alerts(), ids=lambda r: str(r["alert"]))
+def test_every_prometheus_alert_links_its_section(rule: dict[str, object]) -> None:
+    annotations = rule["annotations"]
+    assert isinstance(annotations, dict)
+    assert annotations.get("runbook_url") == runbook_url(BASE, str(rule["alert"]))
