@@ -40,10 +40,10 @@ from autoscaler.domain import (
 )
 from autoscaler.errors import AutoscalerError
 from autoscaler.health import Health
+from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.queue import compute_queue
 from autoscaler.observe.starts import JobStart, ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
-from autoscaler.retry.decide import RetryReport
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView
 
@@ -88,19 +88,18 @@ class AlertStep(Protocol):
         budget: PollBudget | None = None,
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
-    ) -> Sequence[Any]:
-        """With a retry stage the controller also passes ``retries=`` (its RetryReport)."""
-        ...
+        retries: RetryReport | None = None,
+    ) -> Sequence[Any]: ...
 
 
 class RetryStep(Protocol):
-    """The job-retry stage (autoscaler.retry.stage.RetryStage)."""
+    """The job-retry stage (autoscaler.job_retry.stage.RetryStage)."""
 
     def step(self, now: datetime, *, dry_run: bool = False) -> RetryReport: ...
 
 
 class InterruptionStep(Protocol):
-    """Reads the EC2 interruption queue (autoscaler.retry.interruptions.InterruptionHandler)."""
+    """Reads the EC2 interruption queue (autoscaler.job_retry.interruptions.InterruptionHandler)."""
 
     def step(self, now: datetime, *, dry_run: bool = False) -> Any: ...
 
@@ -255,8 +254,6 @@ class Controller:
                 )
                 retry_report = reports[0] if reports else None
                 result.retries = retry_report
-            # Only a controller with a retry stage passes its report (older AlertSteps).
-            extra: dict[str, Any] = {} if self.retries is None else {"retries": retry_report}
             if alerts is not None:
                 budget = self.last_observation.budget if fresh and self.last_observation else None
                 result.alerts = self._guarded(
@@ -271,7 +268,7 @@ class Controller:
                         budget=budget,
                         causes=result.causes,
                         objectives=self.objectives,
-                        **extra,
+                        retries=retry_report,
                     ),
                 )
         finally:

@@ -1,14 +1,14 @@
 """The metrics reference: every family ``Metrics`` registers, from a fresh registry.
 
-The families are grouped by the metric group (``autoscaler/metric_groups/``) whose
-``_register_*`` method defines them, in the order ``/metrics`` lists them. Label names
-are read from the metric objects, since a family with no samples yet shows none.
+Families are grouped under the ``# --- <section>`` comments of ``Metrics.__init__``, in the
+order ``/metrics`` lists them. Label names are read from the metric objects, since a
+family with no samples yet shows none.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+import re
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -44,40 +44,27 @@ def families() -> list[Family]:
     ]
 
 
-#: Headings that ``str.capitalize`` gets wrong.
-_TITLES = {"github": "GitHub", "job_retry": "Jobs lost to infrastructure"}
-
-
-def _groups() -> list[tuple[str, str, set[str]]]:
-    """(title, summary, family names) per metric group class, each registered on its own."""
-    out = []
-    for cls in Metrics.__mro__:
-        registers: list[Callable[[object, CollectorRegistry], None]] = [
-            fn for name, fn in vars(cls).items() if name.startswith("_register")
-        ]
-        if not registers:
-            continue
-        registry = CollectorRegistry()
-        bare = object.__new__(Metrics)
-        for register in registers:
-            register(bare, registry)
-        module = cls.__module__.rsplit(".", 1)[-1]
-        title = _TITLES.get(module, module.replace("_", " ").capitalize())
-        summary = " ".join((inspect.getdoc(cls) or "").split("\n\n", 1)[0].split())
-        names = {f.name + _SUFFIX.get(f.type, "") for f in registry.collect()}
-        out.append((title, summary, names))
+def sections() -> dict[str, str]:
+    """Family name -> the constructor's section comment it is defined under."""
+    out: dict[str, str] = {}
+    title = "Build"
+    for line in inspect.getsource(Metrics.__init__).splitlines():
+        heading = re.match(r"\s*# --- (.+)", line)
+        if heading:
+            title = heading.group(1).strip()
+            title = title[:1].upper() + title[1:]
+        for name in re.findall(r'P \+ "([a-z0-9_]+)"', line):
+            out["ci_autoscaler_" + name.removesuffix("_total")] = title
     return out
 
 
 def render() -> str:
     found = families()
-    groups = _groups()
-    grouped = set().union(*(names for _, _, names in groups))
-    sections = [(t, s, [f for f in found if f.name in names]) for t, s, names in groups]
-    rest = [f for f in found if f.name not in grouped]
-    if rest:
-        sections.append(("Build", "The running version.", rest))
-    sections.sort(key=lambda s: min(found.index(f) for f in s[2]))
+    titles = sections()
+    grouped: dict[str, list[Family]] = {}
+    for f in found:
+        base = f.name.removesuffix(_SUFFIX.get(f.type, ""))
+        grouped.setdefault(titles.get(base, "Other"), []).append(f)
     parts = [
         "# Metrics reference",
         "",
@@ -92,10 +79,9 @@ def render() -> str:
         " or by the code. Never a job id or a repository list.",
         f"- {len(found)} metrics in all.",
     ]
-    for title, summary, fams in sections:
+    for title, fams in grouped.items():
         rows = [
             [code(f.name), f.type, ", ".join(code(n) for n in f.labels), cell(f.help)] for f in fams
         ]
-        parts += ["", f"## {title}", "", cell(summary), ""]
-        parts.append(table(["Metric", "Type", "Labels", "Help"], rows))
+        parts += ["", f"## {title}", "", table(["Metric", "Type", "Labels", "Help"], rows)]
     return "\n".join(parts) + "\n"

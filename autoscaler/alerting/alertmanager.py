@@ -35,8 +35,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from autoscaler.alerting import render
+from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
-from autoscaler.alerting.rules import FLEET, Evaluation
 from autoscaler.config import ReceiverConfig
 
 #: The receiver type served here.

@@ -33,34 +33,31 @@ from typing import Any
 from autoscaler.alerting import render
 from autoscaler.alerting.alertmanager import ALERTMANAGER
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
-from autoscaler.alerting.delivery import Deliverer
-from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE, evaluate_job_retries
-from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
-from autoscaler.alerting.rules import (
+from autoscaler.alerting.builtin_rules import (
     BUDGET_RULE,
     CLOCK_SKEW_RULE,
-    FLEET,
     OBJECTIVE_RULE,
     PROVISIONING_RULE,
     UNMATCHED_RULE,
-    Causes,
-    Evaluation,
     evaluate_budget,
     evaluate_clock_skew,
     evaluate_objective,
     evaluate_provisioning,
-    evaluate_rules,
     evaluate_unmatched,
     evaluate_unreachable,
-    reason_values,
 )
+from autoscaler.alerting.delivery import Deliverer
+from autoscaler.alerting.evaluation import FLEET, Causes, Evaluation
+from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE, evaluate_job_retries
+from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
+from autoscaler.alerting.rules import evaluate_rules, reason_values
 from autoscaler.alerting.runbook import with_runbook
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.errors import NotLeaderError, StateError
 from autoscaler.health import STATE, Health
+from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.starts import ObjectiveStatus
-from autoscaler.retry.decide import RetryReport
 from autoscaler.state.port import AlertStore
 from autoscaler.telemetry import Metrics
 

@@ -3,7 +3,7 @@
 - **Job retries exhausted**: a job lost to infrastructure again after its automatic
   re-runs (``job_retry.max_attempts``). One alert per job (scope ``repo#job_id``); it fires
   at once, carries the repository, run, job, runner and the evidence in its description,
-  and resolves after :data:`~autoscaler.retry.ledger.ALERT_WINDOW` (it is a notification:
+  and resolves after :data:`~autoscaler.job_retry.ledger.ALERT_WINDOW` (it is a notification:
   nothing clears it but time).
 - **Job re-runs not permitted**: GitHub answered a re-run with 403. One alert per
   repository, firing while re-runs there are paused; it never repeats (one clear error).
@@ -19,7 +19,7 @@ from dataclasses import replace
 from autoscaler.alerting.builtin_rules import _builtin
 from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.config import BuiltinAlertsConfig
-from autoscaler.retry.ledger import Exhausted
+from autoscaler.job_retry.ledger import Exhausted
 
 EXHAUSTED_RULE = "Job retries exhausted"
 DENIED_RULE = "Job re-runs not permitted"

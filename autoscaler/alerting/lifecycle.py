@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from autoscaler.alerting.rules import Evaluation
+from autoscaler.alerting.evaluation import Evaluation
 
 
 class AlertStatus(enum.Enum):

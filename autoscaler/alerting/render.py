@@ -37,8 +37,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import Notification
-from autoscaler.alerting.rules import FLEET, Evaluation
 
 #: PagerDuty severities (critical, error, warning, info) by priority.
 PAGERDUTY_SEVERITY = {

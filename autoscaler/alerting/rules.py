@@ -3,7 +3,7 @@
 Conventions (documented once, here):
 
 - ``max_queue_size`` and ``max_queue_time_mins`` are the observed *maxima* over the runner
-  types a rule covers (the on-call text, docs/alerts.md); a fleet-wide rule does not sum.
+  types a rule covers (the on-call alert format); a fleet-wide rule does not sum queues.
 - Minutes are **floored** for display (62.9 min reads ``62``), as the seed alert implies.
   The checks compare the raw seconds: a time check with ``max_queue_time: 60m`` trips at
   60 min 1 s, which reads ``max_queue_time_mins=60, queue_time_threshold=1``.
@@ -13,8 +13,7 @@ Conventions (documented once, here):
   trips. A check the rule does not configure reads ``0`` and takes no part in ``all``.
 
 The alert instance (:class:`Evaluation`) is in :mod:`autoscaler.alerting.evaluation`, the
-built-in alerts in :mod:`autoscaler.alerting.builtin_rules`; both are re-exported here, so
-importers of this module before the split keep their names.
+built-in alerts in :mod:`autoscaler.alerting.builtin_rules`.
 """
 
 from __future__ import annotations
@@ -22,56 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from fnmatch import fnmatchcase
 
-from autoscaler.alerting.builtin_rules import (
-    BUDGET_RULE,
-    CLOCK_SKEW_RULE,
-    OBJECTIVE_RULE,
-    PROVISIONING_RULE,
-    UNMATCHED_RULE,
-    UNREACHABLE_RULE,
-    evaluate_budget,
-    evaluate_clock_skew,
-    evaluate_objective,
-    evaluate_provisioning,
-    evaluate_unmatched,
-    evaluate_unreachable,
-)
 from autoscaler.alerting.evaluation import (
     FLEET,
     Causes,
     Evaluation,
     TypedCauses,
-    fingerprint,
     typed_causes,
 )
 from autoscaler.config import AlertRuleConfig
 from autoscaler.domain import QueueSnapshot, QueueStats
-
-#: Importers of this module before the split keep their names.
-__all__ = [
-    "BUDGET_RULE",
-    "CLOCK_SKEW_RULE",
-    "FLEET",
-    "OBJECTIVE_RULE",
-    "PROVISIONING_RULE",
-    "UNMATCHED_RULE",
-    "UNREACHABLE_RULE",
-    "Causes",
-    "Evaluation",
-    "TypedCauses",
-    "covered_types",
-    "evaluate_budget",
-    "evaluate_clock_skew",
-    "evaluate_objective",
-    "evaluate_provisioning",
-    "evaluate_rule",
-    "evaluate_rules",
-    "evaluate_unmatched",
-    "evaluate_unreachable",
-    "fingerprint",
-    "reason_values",
-    "typed_causes",
-]
 
 
 def covered_types(rule: AlertRuleConfig, names: Iterable[str]) -> list[str]:

@@ -44,8 +44,6 @@ from autoscaler.app.demo_world import (
     BURST,
     CYCLE,
     WORLD,
-    WebhookSink,
-    burst_then_calm,
     demo_world,
 )
 from autoscaler.app.httpserver import StatusServer
@@ -55,16 +53,6 @@ from autoscaler.fakes.github import FakeGitHub
 
 log = logging.getLogger(__name__)
 
-#: Importers of the demo before the split keep their names (tests use the sink, the shape).
-__all__ = [
-    "BURST",
-    "CYCLE",
-    "WORLD",
-    "WebhookSink",
-    "burst_then_calm",
-    "demo_world",
-    "run_demo",
-]
 
 CANCEL_UNMATCHED_AT = BURST + 6.0
 """Seconds into each cycle when someone cancels the jobs no runner type serves (so the

@@ -18,12 +18,12 @@ from autoscaler.config import Config
 from autoscaler.controller import Controller
 from autoscaler.domain import Observation
 from autoscaler.health import Health
+from autoscaler.job_retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
+from autoscaler.job_retry.ledger import JobRetryStore
+from autoscaler.job_retry.model import InstanceEvents, RunProgress
+from autoscaler.job_retry.stage import CompletedJobSource, InstanceFates, JobRerunner, RetryStage
 from autoscaler.observe.github.webhook_completions import PolledCompletions, WebhookCompletedJobs
 from autoscaler.ports import JobSource, RunnerPool
-from autoscaler.retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
-from autoscaler.retry.ledger import JobRetryStore
-from autoscaler.retry.model import InstanceEvents, RunProgress
-from autoscaler.retry.stage import CompletedJobSource, InstanceFates, JobRerunner, RetryStage
 from autoscaler.scale.jit import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
 from autoscaler.state.fence import Fence, FencedPool, FencedSource

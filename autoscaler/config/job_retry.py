@@ -10,7 +10,7 @@ job_retry:
 ```
 
 Read and validated here (every problem reported with the others); the pure classifier
-(:mod:`autoscaler.retry.classify`) and decision (:mod:`autoscaler.retry.decide`) read the
+(:mod:`autoscaler.job_retry.classify`) and decision (:mod:`autoscaler.job_retry.decide`) read the
 frozen value.
 """
 

@@ -287,7 +287,7 @@ class DynamoStore:
         groups += [Group([self._fence.delete(JIT, iid)]) for iid in drop]
         self._fence.write("save_jit_records", groups)
 
-    # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
+    # --- the job-retry ledger (autoscaler.job_retry.ledger.JobRetryStore)
 
     def load_job_retries(self) -> dict[str, str]:
         self._fence.check_open("load_job_retries")

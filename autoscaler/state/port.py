@@ -4,7 +4,7 @@ Narrow and owned by its users: the alert stage and its delivery workers
 (:class:`AlertStore`), the GitHub poll's ETag cache
 (:class:`~autoscaler.observe.github.cache.PollCacheStore`), the scaler's memory of
 back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`),
-the job-retry ledger (:class:`~autoscaler.retry.ledger.JobRetryStore`) and ephemeral
+the job-retry ledger (:class:`~autoscaler.job_retry.ledger.JobRetryStore`) and ephemeral
 runners' JIT ledger (:class:`~autoscaler.scale.ephemeral.JitLedgerStore`).
 A backend implements all of them plus :meth:`StateStore.close`. Every method raises only
 :class:`autoscaler.errors.StateError` (the backend translates its vendor's errors);
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
+from autoscaler.job_retry.ledger import JobRetryStore
 from autoscaler.observe.github.cache import PollCacheStore
 from autoscaler.observe.github.webhook_rows import JobIndexStore
-from autoscaler.retry.ledger import JobRetryStore
 from autoscaler.scale.ephemeral import JitLedgerStore
 from autoscaler.scale.memory import ScalingMemoryStore
 

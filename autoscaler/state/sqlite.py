@@ -36,8 +36,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
-from autoscaler.alerting.rules import Evaluation
 from autoscaler.config import StateConfig
 from autoscaler.errors import StateUnusableError
 from autoscaler.observe.github.webhook_rows import IndexRow, Outcome, decide, poll_may_write
@@ -336,7 +336,7 @@ class SqliteStore:
                 list(put.items()),
             )
 
-    # --- the job-retry ledger (autoscaler.retry.ledger.JobRetryStore)
+    # --- the job-retry ledger (autoscaler.job_retry.ledger.JobRetryStore)
     @_operation("load_job_retries")
     def load_job_retries(self) -> dict[str, str]:
         return dict(self._db.execute("SELECT key, value FROM job_retries").fetchall())

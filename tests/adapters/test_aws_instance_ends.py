@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig
 from autoscaler.errors import TransientError
-from autoscaler.retry.model import InstanceEnd
-from autoscaler.retry.stage import InstanceFates
+from autoscaler.job_retry.model import InstanceEnd
+from autoscaler.job_retry.stage import InstanceFates
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.telemetry import Metrics
 

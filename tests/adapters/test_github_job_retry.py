@@ -16,11 +16,11 @@ from autoscaler.config.reader import Secret
 from autoscaler.errors import AuthenticationError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns
+from autoscaler.job_retry.decide import ALREADY
+from autoscaler.job_retry.model import CompletedJob, RunProgress
+from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
-from autoscaler.retry.decide import ALREADY
-from autoscaler.retry.model import CompletedJob, RunProgress
-from autoscaler.retry.stage import RetryStage
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -15,8 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig
 from autoscaler.domain import Observation, Runner
-from autoscaler.retry.interruptions import InterruptionHandler, RecordingPool, parse_event
-from autoscaler.retry.model import REBALANCE, SPOT_INTERRUPTION, TERMINATED, InstanceEvents
+from autoscaler.job_retry.interruptions import InterruptionHandler, RecordingPool, parse_event
+from autoscaler.job_retry.model import REBALANCE, SPOT_INTERRUPTION, TERMINATED, InstanceEvents
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.scale.aws.sqs import SqsInterruptionQueue
 from autoscaler.scale.scaler import Scaler

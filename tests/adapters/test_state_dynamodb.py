@@ -17,8 +17,8 @@ import boto3
 import pytest
 from prometheus_client import CollectorRegistry
 
+from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
-from autoscaler.alerting.rules import FLEET, Evaluation
 from autoscaler.config import AwsConfig
 from autoscaler.errors import NotLeaderError, StateUnavailableError, StateUnusableError
 from autoscaler.scale.memory import PoolMemory
@@ -168,7 +168,7 @@ def test_the_jit_ledger_round_trips(store: StateStore) -> None:
 def test_the_job_retry_ledger_round_trips(store: StateStore) -> None:
     """Issue 14: what was re-run survives a restart and a change of leader, on both
     backends, through the ledger's own codec."""
-    from autoscaler.retry.ledger import Ledger, Rerun, decode, diff  # noqa: PLC0415
+    from autoscaler.job_retry.ledger import Ledger, Rerun, decode, diff  # noqa: PLC0415
 
     first = Ledger(reruns={"app#7": Rerun("app", 70, 7, 1, T0, "spot_interruption")})
     second = Ledger(reruns=dict(first.reruns), denied={"web": T0})

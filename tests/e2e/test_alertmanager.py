@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 
 from autoscaler.alerting import render
+from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import Notification
-from autoscaler.alerting.rules import Evaluation
 from autoscaler.alerting.runbook import runbook_url
 from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL
 from tests.conftest import free_port, require_tool

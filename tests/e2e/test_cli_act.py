@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.app.demo import WebhookSink
+from autoscaler.app.demo_world import WebhookSink
 from autoscaler.sim.fleet import (
     PoolSpec,
     aws_clients,

@@ -11,7 +11,7 @@ from typing import Any
 import hcl2
 import pytest
 
-from autoscaler.retry.interruptions import (
+from autoscaler.job_retry.interruptions import (
     ASG_TERMINATED,
     REBALANCE_RECOMMENDATION,
     SPOT_WARNING,

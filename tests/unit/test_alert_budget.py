@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from autoscaler.alerting.builtin_rules import BUDGET_RULE, evaluate_budget
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.rules import BUDGET_RULE, evaluate_budget
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import PollBudget
 from autoscaler.state.sqlite import SqliteStore

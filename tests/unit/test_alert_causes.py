@@ -14,17 +14,11 @@ import pytest
 
 from autoscaler.alerting import render
 from autoscaler.alerting.alertmanager import alert_annotations
+from autoscaler.alerting.builtin_rules import OBJECTIVE_RULE, evaluate_objective, evaluate_unmatched
 from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.evaluation import Evaluation, fingerprint
 from autoscaler.alerting.lifecycle import Notification
-from autoscaler.alerting.rules import (
-    OBJECTIVE_RULE,
-    Evaluation,
-    evaluate_objective,
-    evaluate_rule,
-    evaluate_unmatched,
-    fingerprint,
-)
-from autoscaler.alerting.store import StateStore
+from autoscaler.alerting.rules import evaluate_rule
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,
@@ -36,6 +30,7 @@ from autoscaler.config import (
 from autoscaler.domain import Cause, QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.scale.causes import UNMATCHED
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 NOW = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -238,7 +233,7 @@ def test_objective_reason_numbers() -> None:
 
 
 def test_engine_puts_causes_on_alerts_views_and_the_store() -> None:
-    store = StateStore()
+    store = SqliteStore()
     config = AlertsConfig(
         rules=(rule(per_runner_type=True, max_queue_time=1800.0),),
         receivers={

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from autoscaler.alerting.builtin_rules import CLOCK_SKEW_RULE, evaluate_clock_skew
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.rules import CLOCK_SKEW_RULE, evaluate_clock_skew
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import ClockSkew
 from autoscaler.state.sqlite import SqliteStore

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
-from autoscaler.alerting.rules import Evaluation
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
+from autoscaler.alerting.builtin_rules import PROVISIONING_RULE, evaluate_provisioning
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.rules import PROVISIONING_RULE, evaluate_provisioning
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
 from autoscaler.domain import ScalingProblem
 from autoscaler.state.sqlite import SqliteStore

@@ -6,16 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from autoscaler.alerting.builtin_rules import evaluate_unmatched, evaluate_unreachable
+from autoscaler.alerting.evaluation import FLEET, fingerprint
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.render import text, title
-from autoscaler.alerting.rules import (
-    FLEET,
-    covered_types,
-    evaluate_rule,
-    evaluate_unmatched,
-    evaluate_unreachable,
-    fingerprint,
-)
+from autoscaler.alerting.rules import covered_types, evaluate_rule
 from autoscaler.config import AlertRuleConfig, BuiltinAlertsConfig
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 

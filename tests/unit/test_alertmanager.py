@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from autoscaler.alerting import alertmanager as am
+from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
-from autoscaler.alerting.rules import FLEET, Evaluation
 from autoscaler.config import ReceiverConfig, SecretUrl
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)

@@ -70,10 +70,10 @@ PURE = [
     "autoscaler.sim.simulate",
     "autoscaler.sim.shapes",
     "autoscaler.alerting.alertmanager",
-    "autoscaler.retry.model",
-    "autoscaler.retry.classify",
-    "autoscaler.retry.ledger",
-    "autoscaler.retry.decide",
+    "autoscaler.job_retry.model",
+    "autoscaler.job_retry.classify",
+    "autoscaler.job_retry.ledger",
+    "autoscaler.job_retry.decide",
     "autoscaler.alerting.job_retry_alerts",
     "autoscaler.scale.memory",
     "autoscaler.state.port",
@@ -83,7 +83,7 @@ PURE = [
 FORBIDDEN = ("httpx", "boto3", "botocore", "prometheus_client", "sqlite3", "autoscaler.app")
 
 #: Packages that must never reach into the application shell.
-LAYERED = ["observe", "scale", "alerting", "config", "state", "retry", "metric_groups"]
+LAYERED = ["observe", "scale", "alerting", "config", "state", "job_retry"]
 SHARED = [
     "domain.py",
     "errors.py",

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from autoscaler.alerting.builtin_rules import UNREACHABLE_RULE
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.rules import UNREACHABLE_RULE
 from autoscaler.app.service import run_loop
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
@@ -26,6 +26,7 @@ from autoscaler.domain import (
     normalize_labels,
 )
 from autoscaler.errors import AutoscalerError, TransientError
+from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.scale.view import ScalingView
 from autoscaler.state.sqlite import SqliteStore
@@ -193,6 +194,7 @@ class RecordingAlerts:
         budget: PollBudget | None = None,
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
+        retries: RetryReport | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)

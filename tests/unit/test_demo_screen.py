@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.app.demo import BURST, CYCLE, burst_then_calm
 from autoscaler.app.demo_screen import (
     Notice,
     Story,
@@ -20,6 +19,7 @@ from autoscaler.app.demo_screen import (
     queue_panel,
     screen,
 )
+from autoscaler.app.demo_world import BURST, CYCLE, burst_then_calm
 from autoscaler.controller import TickResult
 from autoscaler.domain import Cause, QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.fakes.github import FakeGitHub

@@ -225,3 +225,18 @@ def test_every_relative_link_and_anchor_resolves(doc: str) -> None:
 def test_the_readme_fits_one_screen_of_bytes() -> None:
     """The README says what it is and how to start; the rest is the docs site."""
     assert len((REPO / "README.md").read_bytes()) <= 12_000
+
+
+def test_the_development_page_maps_every_package_of_the_tree() -> None:
+    """The layout table names each folder of the package as the tree has it now."""
+    page = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
+    packages = sorted(
+        p.parent.relative_to(REPO).as_posix() + "/"
+        for p in (REPO / "autoscaler").rglob("__init__.py")
+        if p.parent != REPO / "autoscaler"
+    )
+    missing = [p for p in packages if f"`{p}`" not in page]
+    assert missing == [], f"packages the layout in docs/development.md does not name: {missing}"
+    named = set(re.findall(r"`(autoscaler/[a-z_/]+/)`", page))
+    gone = sorted(n for n in named if not (REPO / n).is_dir())
+    assert gone == [], f"docs/development.md names folders that do not exist: {gone}"

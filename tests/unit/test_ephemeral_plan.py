@@ -256,15 +256,15 @@ def test_without_instances_takes_terminated_ones_out_of_supply() -> None:
 
 def test_the_sqlite_state_store_keeps_the_ledger_across_a_restart(tmp_path: Any) -> None:
     """The JIT ledger lives in the state store: a new process reads what the last saved."""
-    from autoscaler.alerting.store import StateStore  # noqa: PLC0415 (an adapter, here only)
+    from autoscaler.state.sqlite import SqliteStore  # noqa: PLC0415 (an adapter, here only)
 
     path = tmp_path / "state.db"
-    store = StateStore(path)
+    store = SqliteStore(path)
     r = rec(1)
     store.save_jit_records({r.instance_id: r.to_json(), iid(2): rec(2).to_json()}, ())
     store.save_jit_records({}, [iid(2)])
     store.close()
-    again = StateStore(path)
+    again = SqliteStore(path)
     loaded = again.load_jit_records()
     again.close()
     assert {k: JitRecord.from_json(k, v) for k, v in loaded.items()} == {r.instance_id: r}

@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import AlertStatus, Notification, advance
-from autoscaler.alerting.rules import FLEET, Evaluation
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 EV = Evaluation(

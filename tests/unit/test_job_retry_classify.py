@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.retry.classify import (
+from autoscaler.job_retry.classify import (
     CANCELLED_REASON,
     EXIT_CODE,
     INSTANCE_TERMINATED,
@@ -22,7 +22,7 @@ from autoscaler.retry.classify import (
     exit_codes,
     settled,
 )
-from autoscaler.retry.model import (
+from autoscaler.job_retry.model import (
     REBALANCE,
     SPOT_INTERRUPTION,
     SPOT_TERMINATED,

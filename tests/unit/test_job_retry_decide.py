@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.retry.classify import SPOT, USER, Verdict
-from autoscaler.retry.decide import (
+from autoscaler.job_retry.classify import SPOT, USER, Verdict
+from autoscaler.job_retry.decide import (
     ALREADY,
     DEFERRED,
     DENIED,
@@ -25,7 +25,7 @@ from autoscaler.retry.decide import (
     record_exhausted,
     record_rerun,
 )
-from autoscaler.retry.ledger import (
+from autoscaler.job_retry.ledger import (
     ALERT_WINDOW,
     DENIED_PAUSE,
     RETENTION,
@@ -34,7 +34,7 @@ from autoscaler.retry.ledger import (
     diff,
     encode,
 )
-from autoscaler.retry.model import CompletedJob
+from autoscaler.job_retry.model import CompletedJob
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INFRA = Verdict(True, SPOT, "instance i-0abc: spot_interruption")

@@ -1,6 +1,6 @@
 """Job retry reads how EC2 says an instance ended when no interruption event arrived.
 
-Over hand-written fakes, the port :class:`~autoscaler.retry.stage.InstanceFates` among
+Over hand-written fakes, the port :class:`~autoscaler.job_retry.stage.InstanceFates` among
 them (the adapter's translation of ``StateReason`` is tested against moto and a botocore
 Stubber in ``tests/adapters/test_aws_instance_ends.py``).
 """
@@ -14,10 +14,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.errors import AutoscalerError, TransientError
-from autoscaler.retry.classify import EVENT_GRACE
-from autoscaler.retry.decide import RERUN, SKIP
-from autoscaler.retry.model import CompletedJob, InstanceEnd
-from autoscaler.retry.stage import SETTLE, RetryStage
+from autoscaler.job_retry.classify import EVENT_GRACE
+from autoscaler.job_retry.decide import RERUN, SKIP
+from autoscaler.job_retry.model import CompletedJob, InstanceEnd
+from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.telemetry import Metrics
 from tests.unit.test_job_retry_stage import INSTANCE, NOW, Rerunner, Source, config, count, job
 

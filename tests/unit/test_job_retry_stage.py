@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE
-from autoscaler.alerting.store import StateStore
 from autoscaler.config import Config, parse_config
 from autoscaler.errors import (
     AuthenticationError,
@@ -23,15 +22,16 @@ from autoscaler.errors import (
     StateUnusableError,
     TransientError,
 )
-from autoscaler.retry.decide import ALREADY, DEFERRED, DENIED, EXHAUSTED, FAILED, RERUN, SKIP
-from autoscaler.retry.model import (
+from autoscaler.job_retry.decide import ALREADY, DEFERRED, DENIED, EXHAUSTED, FAILED, RERUN, SKIP
+from autoscaler.job_retry.model import (
     SPOT_INTERRUPTION,
     Annotation,
     CompletedJob,
     InstanceEvent,
     RunProgress,
 )
-from autoscaler.retry.stage import SETTLE, RetryStage
+from autoscaler.job_retry.stage import SETTLE, RetryStage
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -330,7 +330,7 @@ def test_cancelled_and_successful_jobs_are_never_rerun() -> None:
 def test_the_alert_stage_sends_exhausted_and_denied_once() -> None:
     metrics = Metrics(CollectorRegistry())
     cfg = config()
-    store = StateStore(None)
+    store = SqliteStore(None)
     engine = AlertEngine(cfg.alerts, store, None, metrics)
     rerunner = Rerunner(AuthenticationError("403 Forbidden", code="403"))
     s = RetryStage(cfg, Source([job(9, attempt=2), job(1)]), rerunner, metrics)
@@ -351,7 +351,7 @@ def test_the_alert_stage_sends_exhausted_and_denied_once() -> None:
 
 
 def test_instance_events_are_bounded_in_time_and_number() -> None:
-    from autoscaler.retry.model import InstanceEvents  # noqa: PLC0415
+    from autoscaler.job_retry.model import InstanceEvents  # noqa: PLC0415
 
     events = InstanceEvents(keep=timedelta(hours=1), limit=3)
     for i in range(5):
@@ -384,7 +384,7 @@ def test_a_broken_retry_stage_never_ends_the_tick_and_alerts_keep_their_state() 
 
     metrics = Metrics(CollectorRegistry())
     cfg = config()
-    store = StateStore(None)
+    store = SqliteStore(None)
     engine = AlertEngine(cfg.alerts, store, None, metrics)
     s = RetryStage(cfg, Source([job(9, attempt=2)]), Rerunner(), metrics)
     engine.step(None, NOW, NOW, retries=s.step(NOW))

@@ -34,8 +34,8 @@ from slack_sdk.models.attachments import BlockAttachment
 from slack_sdk.models.blocks import Block
 
 from autoscaler.alerting import render
+from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import Notification
-from autoscaler.alerting.rules import Evaluation
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 T1 = datetime(2026, 11, 30, 4, 2, tzinfo=UTC)

@@ -23,9 +23,9 @@ from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, QueueObjective
 from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL
 from autoscaler.config.load import parse_config
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
+from autoscaler.job_retry.decide import RetryReport
+from autoscaler.job_retry.ledger import Exhausted
 from autoscaler.observe.starts import ObjectiveStatus
-from autoscaler.retry.decide import RetryReport
-from autoscaler.retry.ledger import Exhausted
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

@@ -33,8 +33,8 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
+from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import Notification
-from autoscaler.alerting.rules import FLEET, Evaluation
 from autoscaler.config import (
     AlertRuleConfig,
     AlertsConfig,

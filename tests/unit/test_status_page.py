@@ -16,7 +16,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.alerting.store import StateStore
 from autoscaler.app import status_page
 from autoscaler.config import (
     AlertRuleConfig,
@@ -32,6 +31,7 @@ from autoscaler.controller import Controller
 from autoscaler.domain import Job, JobStatus, Observation, Runner, normalize_labels
 from autoscaler.errors import CapacityError
 from autoscaler.scale.scaler import Scaler
+from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import GPU, T0, FakePool, config, pool, rtype
 
@@ -96,7 +96,7 @@ def controller() -> Controller:
     metrics = Metrics(CollectorRegistry())
     source = Source(jobs)
     scaler = Scaler(fake, source, config, metrics, sleep=lambda _: None, rng=random.Random(0))
-    engine = AlertEngine(config.alerts, StateStore(), None, metrics)
+    engine = AlertEngine(config.alerts, SqliteStore(), None, metrics)
     c = Controller(config, source, metrics, alerts=engine, scaler=scaler)
     c.tick(T0)
     return c

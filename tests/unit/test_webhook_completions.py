@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from autoscaler.job_retry.model import Annotation, CompletedJob
 from autoscaler.observe.github.webhook_completions import (
     ANNOTATE_PER_CALL,
     WebhookCompletedJobs,
 )
 from autoscaler.observe.github.webhook_index import JobIndex, event_row
 from autoscaler.observe.github.webhooks import parse_workflow_job
-from autoscaler.retry.model import Annotation, CompletedJob
 from tests.unit.webhook_payloads import payload
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

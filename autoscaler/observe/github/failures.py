@@ -34,10 +34,10 @@ from urllib.parse import quote
 
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import AutoscalerError, NotFoundError
+from autoscaler.job_retry.model import Annotation, CompletedJob
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.parse import BadItem, BadPage, Skips, parse_time
 from autoscaler.observe.github.records import RunRef
-from autoscaler.retry.model import Annotation, CompletedJob
 
 log = logging.getLogger("autoscaler.observe.github")
 
@@ -126,7 +126,7 @@ def _json(content: bytes) -> Any:
 
 
 class CompletedRuns:
-    """:class:`autoscaler.retry.stage.CompletedJobSource` over the poll's finished runs."""
+    """:class:`autoscaler.job_retry.stage.CompletedJobSource` over the poll's finished runs."""
 
     def __init__(self, http: GitHubHttp, owner: str, finished: deque[RunRef], skips: Skips) -> None:
         self.http = http

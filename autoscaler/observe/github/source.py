@@ -48,6 +48,7 @@ from autoscaler.errors import (
     StateError,
     TransientError,
 )
+from autoscaler.job_retry.model import CompletedJob, RunProgress
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
 from autoscaler.observe.github.delivery_reader import DeliveryLog
@@ -61,7 +62,6 @@ from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
 from autoscaler.ports import JitRunner
-from autoscaler.retry.model import CompletedJob, RunProgress
 from autoscaler.telemetry import Metrics
 
 __all__ = ["RUN_STATUSES", "GitHubSource"]
@@ -257,7 +257,7 @@ class GitHubSource:
             self._poll.runner_repos[jit.runner_id] = repo
         return jit
 
-    # --- job retry (autoscaler.retry.stage's CompletedJobSource and JobRerunner)
+    # --- job retry (autoscaler.job_retry.stage's CompletedJobSource and JobRerunner)
     def completed_jobs(self, now: datetime) -> list[CompletedJob]:
         """Jobs of runs the poll saw complete, failed ones with their annotations."""
         return self.completed.completed_jobs(now)

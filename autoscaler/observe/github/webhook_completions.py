@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from autoscaler.job_retry.model import CompletedJob
 from autoscaler.observe.github.webhook_index import Completion, JobIndex
-from autoscaler.retry.model import CompletedJob
 
 #: Failed jobs annotated a call; the rest wait for the next tick.
 ANNOTATE_PER_CALL = 20
@@ -56,7 +56,7 @@ def completed_job(c: Completion) -> CompletedJob:
 
 
 class WebhookCompletedJobs:
-    """:class:`autoscaler.retry.stage.CompletedJobSource` over the webhook index and the
+    """:class:`autoscaler.job_retry.stage.CompletedJobSource` over the webhook index and the
     poll's source."""
 
     def __init__(self, index: JobIndex, polled: PolledCompletions) -> None:

@@ -45,7 +45,7 @@ from autoscaler.domain import (
     PoolState,
     ScalingActivity,
 )
-from autoscaler.retry.model import InstanceEnd
+from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.scale.aws.activities import CAPACITY, classify_activity
 from autoscaler.scale.aws.calls import aws_call
 from autoscaler.telemetry import Metrics

@@ -40,7 +40,7 @@ class QueueMessage:
 
 
 class SqsInterruptionQueue:
-    """:class:`autoscaler.retry.interruptions.InterruptionQueue` over boto3's SQS client."""
+    """:class:`autoscaler.job_retry.interruptions.InterruptionQueue` over boto3's SQS client."""
 
     def __init__(
         self,

@@ -5,8 +5,8 @@ Each tick (when ``job_retry.enabled``):
 1. take the jobs of runs the CI source saw complete (:class:`CompletedJobSource`) into a
    bounded buffer (jobs still waiting for a decision stay there: deferred by the hourly
    bound, a failed call, a refused repository, or too fresh to judge);
-2. judge each with :func:`~autoscaler.retry.classify.classify` against what happened to
-   the instances (:class:`~autoscaler.retry.model.InstanceEvents`). A failure with no
+2. judge each with :func:`~autoscaler.job_retry.classify.classify` against what happened to
+   the instances (:class:`~autoscaler.job_retry.model.InstanceEvents`). A failure with no
    evidence yet waits :data:`SETTLE` after its completion first: a Spot warning's event
    may reach the queue a little after GitHub reports the job failed. One still without
    evidence then is checked with EC2 itself (:class:`InstanceFates`, one call a tick for
@@ -14,13 +14,13 @@ Each tick (when ``job_retry.enabled``):
    interruption warning and the state-change event were both missed (no queue, a lost
    message). Only within ``EVENT_GRACE`` of the job's completion: an instance found
    ended later may have ended after the job;
-3. :func:`~autoscaler.retry.decide.decide` over the ledger, re-read from the store first
+3. :func:`~autoscaler.job_retry.decide.decide` over the ledger, re-read from the store first
    whenever something may be re-run (a new leader, or a restarted one, sees what the
    last one did: idempotent across ticks, restarts and a leader change);
 4. act: ``POST .../actions/jobs/{id}/rerun`` (:class:`JobRerunner`). 422 (GitHub says the
    job was already re-run, or cannot be) is recorded as done, never asked again; 403 (no
    permission) is said once, in one ERROR line and the "Job re-runs not permitted" alert,
-   and the repository is left alone for :data:`~autoscaler.retry.ledger.DENIED_PAUSE`;
+   and the repository is left alone for :data:`~autoscaler.job_retry.ledger.DENIED_PAUSE`;
 5. save what changed in the ledger; report the jobs whose retries are exhausted (the
    "Job retries exhausted" alert) and the refusing repositories.
 
@@ -45,10 +45,8 @@ from autoscaler.errors import (
     RejectedError,
     StateError,
 )
-from autoscaler.observe.queue import match_job
-from autoscaler.ports import instance_id_of
-from autoscaler.retry.classify import EVENT_GRACE, NOT_FAILED, Verdict, classify, settled
-from autoscaler.retry.decide import (
+from autoscaler.job_retry.classify import EVENT_GRACE, NOT_FAILED, Verdict, classify, settled
+from autoscaler.job_retry.decide import (
     ALREADY,
     DEFERRED,
     DENIED,
@@ -63,8 +61,8 @@ from autoscaler.retry.decide import (
     record_exhausted,
     record_rerun,
 )
-from autoscaler.retry.ledger import JobRetryStore, Ledger, decode, diff, encode
-from autoscaler.retry.model import (
+from autoscaler.job_retry.ledger import JobRetryStore, Ledger, decode, diff, encode
+from autoscaler.job_retry.model import (
     SPOT_TERMINATED,
     CompletedJob,
     InstanceEnd,
@@ -72,6 +70,8 @@ from autoscaler.retry.model import (
     InstanceEvents,
     RunProgress,
 )
+from autoscaler.observe.queue import match_job
+from autoscaler.ports import instance_id_of
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Which jobs lost to infrastructure are re-run now, within bounds (pure).
 
-For each completed job with its :class:`~autoscaler.retry.classify.Verdict`, oldest
+For each completed job with its :class:`~autoscaler.job_retry.classify.Verdict`, oldest
 completion first, the first rule that applies decides:
 
 1. not an infrastructure failure (the user's, cancelled, not failed): ``skip``;
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.retry.classify import Verdict
-from autoscaler.retry.ledger import Exhausted, Ledger, Rerun
-from autoscaler.retry.model import CompletedJob
+from autoscaler.job_retry.classify import Verdict
+from autoscaler.job_retry.ledger import Exhausted, Ledger, Rerun
+from autoscaler.job_retry.model import CompletedJob
 
 RERUN = "rerun"
 SKIP = "skip"

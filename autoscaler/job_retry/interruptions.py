@@ -36,14 +36,14 @@ from typing import Any, Protocol
 
 from autoscaler.domain import Observation, PoolState
 from autoscaler.errors import AutoscalerError, NotFoundError, RejectedError
-from autoscaler.ports import JobSource, RunnerPool, instance_id_of
-from autoscaler.retry.model import (
+from autoscaler.job_retry.model import (
     REBALANCE,
     SPOT_INTERRUPTION,
     TERMINATED,
     InstanceEvent,
     InstanceEvents,
 )
+from autoscaler.ports import JobSource, RunnerPool, instance_id_of
 
 log = logging.getLogger(__name__)
 

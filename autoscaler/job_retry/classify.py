@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.ports import instance_id_of
-from autoscaler.retry.model import (
+from autoscaler.job_retry.model import (
     BY_AWS,
     CANCELLED,
     TERMINATED,
     CompletedJob,
     InstanceEvent,
 )
+from autoscaler.ports import instance_id_of
 
 SPOT = "spot_interruption"
 INSTANCE_TERMINATED = "instance_terminated"
