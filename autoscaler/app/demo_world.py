@@ -4,8 +4,7 @@ workload, the alert sink).
 
 Apart from :mod:`autoscaler.app.demo` (the script and its screen loop) because this is
 *what* the demo runs against and that is *how* it tells the story; tests start pieces of
-the world (the sink, the workload's shape) without the loop. Split out of demo.py when
-it passed 450 lines; nothing in it changed.
+the world (the sink, the workload's shape) without the loop.
 """
 
 from __future__ import annotations

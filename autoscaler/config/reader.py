@@ -5,8 +5,8 @@ wrong and returns a safe default so reading can go on: a bad file is reported wh
 once, with every problem and its path, in the order of the file. The bookkeeping of
 problems and ``${VAR}`` expansion is :class:`~autoscaler.config.problems.ProblemLog`
 (:class:`Reader` extends it); durations follow the grammar of
-:mod:`autoscaler.config.durations`. Both modules' public names are re-exported here, so
-importers of this module before the split keep them.
+:mod:`autoscaler.config.durations`. Both modules' public names are also importable from
+here.
 """
 
 from __future__ import annotations

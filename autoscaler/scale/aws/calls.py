@@ -1,10 +1,10 @@
 """One AWS call at the SDK's edge, the same way for every boto3 adapter of the scale stage.
 
-The Auto Scaling, SSM and SQS adapters each wrapped their calls in the same dozen lines:
-time the call, count it by operation and error code, translate whatever the SDK raised
-into our typed errors (:func:`autoscaler.scale.aws.errors.translate`), and log a warning
-when the SDK raised something that is not botocore's own. One function now does it, so a
-change to how AWS calls are measured or translated is made once.
+Every call of the Auto Scaling, SSM and SQS adapters goes through :func:`aws_call`: it
+times the call, counts it by operation and error code, translates whatever the SDK
+raised into our typed errors (:func:`autoscaler.scale.aws.errors.translate`), and logs a
+warning when the SDK raised something that is not botocore's own. One place, so a change
+to how AWS calls are measured or translated is made once.
 """
 
 from __future__ import annotations
