@@ -33,6 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check autoscaler tests bench docgen
 	$(BIN)/ruff format --check autoscaler tests bench docgen
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python -m docgen --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

@@ -272,3 +272,79 @@ class ClockSkew:
     def worst(self) -> float:
         """The largest absolute skew measured (0 when nothing was measured)."""
         return max((abs(s) for s in (self.github, self.aws) if s is not None), default=0.0)
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """One job seen started for the first time."""
+
+    runner_type: str
+    queue_seconds: float
+    within_objective: bool | None = None
+    """Started within the type's ``slo.queue_time``; None when the type has no slo."""
+
+
+# --- completed jobs, for the job-retry stage
+#
+# A CompletedJob is shaped after what both of GitHub's views of a job give: an item of
+# ``GET /repos/{o}/{r}/actions/runs/{run_id}/jobs`` and the ``workflow_job`` object of a
+# ``workflow_job`` ``completed`` webhook (the same fields: ``conclusion``, ``runner_name``,
+# ``run_attempt``, ``steps``). Annotations come from a separate call
+# (``GET /repos/{o}/{r}/check-runs/{job_id}/annotations``; a job's id is its check run's
+# id), so they are optional: ``None`` when they could not be read.
+
+#: Conclusions of a job that failed (``cancelled`` is a person's or a newer push's choice).
+FAILED_CONCLUSIONS = frozenset({"failure", "timed_out"})
+CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """One check-run annotation (GitHub: ``annotation_level``, ``message``, ``title``)."""
+
+    level: str
+    message: str
+    title: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """Where a workflow run is now (``GET /repos/{o}/{r}/actions/runs/{run_id}``): read
+    after GitHub answers a re-run with 403, which it does for three different reasons."""
+
+    status: str
+    """``completed``, ``in_progress``, ``queued``, ``waiting``..."""
+    attempt: int
+    """``run_attempt``: above the failed job's, the run was re-run already."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedJob:
+    """One completed workflow job, as the poll or a webhook saw it."""
+
+    repo: str
+    run_id: int
+    job_id: int
+    name: str
+    conclusion: str
+    """``success``, ``failure``, ``cancelled``, ``timed_out``, ``skipped``, ``neutral``..."""
+    run_attempt: int
+    """GitHub counts from 1; a re-run makes attempt 2 of the same run."""
+    runner_name: str | None = None
+    """None (or empty at GitHub): the job never got a runner, or the runner is unknown."""
+    labels: frozenset[str] = frozenset()
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    failed_step: bool | None = None
+    """A step concluded ``failure``; None: the job reports no steps at all."""
+    annotations: tuple[Annotation, ...] | None = None
+    """The job's annotations; None: not read (no call made, or an unreadable answer)."""
+
+    @property
+    def failed(self) -> bool:
+        return self.conclusion in FAILED_CONCLUSIONS
+
+    @property
+    def key(self) -> str:
+        """Stable id of this job (one attempt of one job): ``repo#job_id``."""
+        return f"{self.repo}#{self.job_id}"

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.domain import CompletedJob
 from autoscaler.job_retry.classify import Verdict
 from autoscaler.job_retry.ledger import Exhausted, Ledger, Rerun
-from autoscaler.job_retry.model import CompletedJob
 
 RERUN = "rerun"
 SKIP = "skip"

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.domain import Annotation, CompletedJob
 from autoscaler.job_retry.classify import (
     CANCELLED_REASON,
     EXIT_CODE,
@@ -27,8 +28,6 @@ from autoscaler.job_retry.model import (
     SPOT_INTERRUPTION,
     SPOT_TERMINATED,
     TERMINATED,
-    Annotation,
-    CompletedJob,
     InstanceEvent,
 )
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.domain import CompletedJob
 from autoscaler.job_retry.classify import SPOT, USER, Verdict
 from autoscaler.job_retry.decide import (
     ALREADY,
@@ -34,7 +35,6 @@ from autoscaler.job_retry.ledger import (
     diff,
     encode,
 )
-from autoscaler.job_retry.model import CompletedJob
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INFRA = Verdict(True, SPOT, "instance i-0abc: spot_interruption")

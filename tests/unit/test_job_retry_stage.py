@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE
 from autoscaler.config import Config, parse_config
+from autoscaler.domain import Annotation, CompletedJob, RunProgress
 from autoscaler.errors import (
     AuthenticationError,
     NotFoundError,
@@ -23,13 +24,7 @@ from autoscaler.errors import (
     TransientError,
 )
 from autoscaler.job_retry.decide import ALREADY, DEFERRED, DENIED, EXHAUSTED, FAILED, RERUN, SKIP
-from autoscaler.job_retry.model import (
-    SPOT_INTERRUPTION,
-    Annotation,
-    CompletedJob,
-    InstanceEvent,
-    RunProgress,
-)
+from autoscaler.job_retry.model import SPOT_INTERRUPTION, InstanceEvent
 from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics

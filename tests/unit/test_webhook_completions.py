@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.job_retry.model import Annotation, CompletedJob
+from autoscaler.domain import Annotation, CompletedJob
 from autoscaler.observe.github.webhook_completions import (
     ANNOTATE_PER_CALL,
     WebhookCompletedJobs,

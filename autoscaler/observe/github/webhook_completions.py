@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from autoscaler.job_retry.model import CompletedJob
+from autoscaler.domain import CompletedJob
 from autoscaler.observe.github.webhook_index import Completion, JobIndex
 
 #: Failed jobs annotated a call; the rest wait for the next tick.
