@@ -135,17 +135,18 @@ class Metrics:
             registry=r,
         )
 
-        # --- the status server (/metrics, /healthz, /readyz)
+        # --- the served application (the status and webhook listeners)
         self.http_connections_open = Gauge(
             P + "http_connections_open",
-            "Connections open to the status server.",
+            "Connections open to the status listener (/metrics, /healthz, /readyz, /).",
             registry=r,
         )
         self.http_connections_dropped = Counter(
             P + "http_connections_dropped_total",
-            "Status server connections closed early, by reason: header_timeout (no whole "
-            "request in time), evicted (closed at the connection limit to make room), "
-            "over_limit, too_large, bad_request, write_timeout (the client did not read).",
+            "Connections closed early, by reason: header_timeout (no whole request head "
+            "in time), body_timeout, evicted (closed at the connection limit to make "
+            "room), over_limit, too_large, bad_request, write_timeout (the client did not "
+            "read); the webhook listener's reasons start with webhook_.",
             ["reason"],
             registry=r,
         )

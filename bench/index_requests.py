@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from autoscaler.app.webhook_server import WebhookServer
+from autoscaler.app.served import WebhookServer
 from autoscaler.app.wiring import build_runtime
 from autoscaler.config import WebhookConfig
 from autoscaler.scale.aws.asg import AwsAsgPool

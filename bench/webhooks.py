@@ -50,8 +50,8 @@ from typing import Any
 import boto3
 import httpx
 
+from autoscaler.app.served import WebhookServer
 from autoscaler.app.service import run_loop
-from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.app.wiring import build_runtime
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller

@@ -135,7 +135,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autoscaler.app.httpserver import StatusServer  # noqa: PLC0415
+    from autoscaler.app.served import StatusServer  # noqa: PLC0415
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
 
     config = _configure(args)
@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     hooks = runtime.webhooks
     listener = None
     if hooks is not None:
-        from autoscaler.app.webhook_server import WebhookServer  # noqa: PLC0415
+        from autoscaler.app.served import WebhookServer  # noqa: PLC0415
 
         try:
             listener = WebhookServer(

@@ -46,9 +46,8 @@ from autoscaler.app.demo_world import (
     WORLD,
     demo_world,
 )
-from autoscaler.app.httpserver import StatusServer
+from autoscaler.app.served import StatusServer, WebhookServer
 from autoscaler.app.service import stop_on_signals
-from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.fakes.github import FakeGitHub
 
 log = logging.getLogger(__name__)
