@@ -74,7 +74,8 @@ def render() -> str:
         "",
         "- Every name starts with `ci_autoscaler_`. Values are in base units (seconds).",
         "- Counters end in `_total`. A histogram also exports `_bucket`, `_sum` and"
-        " `_count` series.",
+        " `_count` series. Counters and histograms also export their creation time as"
+        " `<name>_created`.",
         "- Labels are bounded by the configuration (runner types, pools, receivers, rules)"
         " or by the code. Never a job id or a repository list.",
         f"- {len(found)} metrics in all.",
