@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.runbook import BUILTIN_RULES, anchor, runbook_url, with_runbook
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, QueueObjective
@@ -26,8 +25,7 @@ from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProbl
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.job_retry.ledger import Exhausted
 from autoscaler.observe.starts import ObjectiveStatus
-from autoscaler.state.sqlite import SqliteStore
-from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, config_doc, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
@@ -77,23 +75,16 @@ def test_the_default_base_is_the_docs_sites_runbook_page() -> None:
 
 
 def test_the_base_is_configurable() -> None:
-    doc = {
-        "github": {"owner": "o", "token": "x"},
-        "runner_types": {"cpu": {"labels": ["self-hosted"]}},
-        "alerts": {"runbook_base_url": "https://wiki.example/ci-runbook"},
-    }
-    assert parse_config(doc, {}).alerts.runbook_base_url == "https://wiki.example/ci-runbook"
-    del doc["alerts"]
-    assert parse_config(doc, {}).alerts.runbook_base_url == BASE
+    ours = load_config(alerts={"runbook_base_url": "https://wiki.example/ci-runbook"})
+    assert ours.alerts.runbook_base_url == "https://wiki.example/ci-runbook"
+    assert load_config().alerts.runbook_base_url == BASE
 
 
 def test_every_builtin_alert_links_its_own_section() -> None:
     """One tick in which every built-in alert is evaluated (most of them firing)."""
-    engine = AlertEngine(
-        AlertsConfig(builtin=BuiltinAlertsConfig()), SqliteStore(None), None, Metrics()
-    )
+    engine = alert_engine(AlertsConfig(builtin=BuiltinAlertsConfig()))
     snapshot = QueueSnapshot(T0, {}, unmatched_jobs=2, ghost_jobs=0, unmatched_ages_seconds=(60.0,))
-    objective = ObjectiveStatus("gpu", QueueObjective(300.0, 0.95), {3600.0: (1, 10)})
+    objective = ObjectiveStatus("gpu", QueueObjective(queue_time=300.0, objective=0.95), {3600.0: (1, 10)})
     exhausted = Exhausted("o/r", 1, 2, "build", "pool-i-1", 2, "spot_interruption", "w", T0)
     evaluations, _ = engine.evaluate(
         snapshot,
@@ -112,25 +103,21 @@ def test_every_builtin_alert_links_its_own_section() -> None:
 
 def test_alerts_builtin_runbook_url_still_overrides_every_builtin() -> None:
     config = AlertsConfig(builtin=BuiltinAlertsConfig(runbook_url="https://rb.example/ours"))
-    engine = AlertEngine(config, SqliteStore(None), None, Metrics())
-    evaluations, _ = engine.evaluate(None, None, T0)
+    evaluations, _ = alert_engine(config).evaluate(None, None, T0)
     assert evaluations and {e.runbook_url for e in evaluations} == {"https://rb.example/ours"}
 
 
 def test_the_shipped_rule_files_link_their_sections() -> None:
-    doc = {
-        "github": {"owner": "o", "token": "x"},
-        "runner_types": {"cpu": {"labels": ["self-hosted"]}},
-        "alerts": {
+    doc = config_doc(
+        alerts={
             "rule_files": ["alerts/rules/*.yaml"],
             "receivers": {"oncall": {"type": "webhook", "url": "https://hooks.example/x"}},
-        },
-    }
+        }
+    )
     config = parse_config(doc, {}, base_dir=REPO).alerts
     assert config.rules
     snapshot = QueueSnapshot(T0, {}, unmatched_jobs=0, ghost_jobs=0)
-    engine = AlertEngine(config, SqliteStore(None), None, Metrics())
-    evaluations, _ = engine.evaluate(snapshot, T0, T0)
+    evaluations, _ = alert_engine(config).evaluate(snapshot, T0, T0)
     shipped = [e for e in evaluations if e.rule in {r.name for r in config.rules}]
     assert {e.rule for e in shipped} == {r.name for r in config.rules}
     for e in shipped:

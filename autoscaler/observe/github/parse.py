@@ -172,6 +172,24 @@ class WorkflowJobBody(BaseModel):
     repository: Repository
 
 
+class _JitRunner(BaseModel):
+    id: StrictInt
+
+
+class JitConfigAnswer(BaseModel):
+    """``generate-jitconfig``'s 201: the runner it created and its single-use config."""
+
+    runner: _JitRunner
+    encoded_jit_config: Annotated[StrictStr, Field(min_length=1)]
+
+
+class RegistrationTokenAnswer(BaseModel):
+    """``registration-token``'s 201: a token that can only register runners, and its end."""
+
+    token: Annotated[StrictStr, Field(min_length=1)]
+    expires_at: Timestamp
+
+
 class _Page(BaseModel):
     total_count: StrictInt | None = None
 
