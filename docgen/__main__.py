@@ -10,26 +10,20 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from autoscaler.config import json_schema
 from docgen import alerts, cli, configuration, metrics, modules
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _pages() -> Mapping[str, Callable[[], str]]:
-    pages: dict[str, Callable[[], str]] = {
-        "docs/reference/metrics.md": metrics.render,
-        "docs/reference/alerts.md": alerts.render,
-        "docs/reference/cli.md": cli.render,
-        "docs/reference/modules.md": modules.render,
-    }
-    schema = configuration.schema_source()
-    if schema is not None:  # the config has a JSON Schema: the reference comes from it
-        pages["docs/reference/configuration.md"] = lambda: configuration.render(schema())
-    return pages
-
-
 #: Each generated page (relative to the repository) and what renders it.
-PAGES = _pages()
+PAGES: Mapping[str, Callable[[], str]] = {
+    "docs/reference/configuration.md": lambda: configuration.render(json_schema()),
+    "docs/reference/metrics.md": metrics.render,
+    "docs/reference/alerts.md": alerts.render,
+    "docs/reference/cli.md": cli.render,
+    "docs/reference/modules.md": modules.render,
+}
 
 
 def stale() -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from docgen.markdown import GENERATED, cell, code, table
@@ -126,12 +126,3 @@ def render(schema: Schema) -> str:
         parts += ["", f"## `{key}` {{#{key}}}", ""]
         parts.append(table(["Key", "Type", "Default", "Description"], rows))
     return "\n".join(parts) + "\n"
-
-
-def schema_source() -> Callable[[], Mapping[str, Any]] | None:
-    """The config's JSON Schema function, once the config package has one (the pydantic
-    models' ``json_schema``); None before: the page is then written by hand."""
-    import autoscaler.config  # noqa: PLC0415
-
-    found = getattr(autoscaler.config, "json_schema", None)
-    return found if callable(found) else None

@@ -84,7 +84,9 @@ def test_every_builtin_alert_links_its_own_section() -> None:
     """One tick in which every built-in alert is evaluated (most of them firing)."""
     engine = alert_engine(AlertsConfig(builtin=BuiltinAlertsConfig()))
     snapshot = QueueSnapshot(T0, {}, unmatched_jobs=2, ghost_jobs=0, unmatched_ages_seconds=(60.0,))
-    objective = ObjectiveStatus("gpu", QueueObjective(queue_time=300.0, objective=0.95), {3600.0: (1, 10)})
+    objective = ObjectiveStatus(
+        "gpu", QueueObjective(queue_time=300.0, objective=0.95), {3600.0: (1, 10)}
+    )
     exhausted = Exhausted("o/r", 1, 2, "build", "pool-i-1", 2, "spot_interruption", "w", T0)
     evaluations, _ = engine.evaluate(
         snapshot,
