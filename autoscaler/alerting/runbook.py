@@ -17,6 +17,7 @@ from autoscaler.alerting.builtin_rules import (
     CLOCK_SKEW_RULE,
     OBJECTIVE_RULE,
     PROVISIONING_RULE,
+    UNLISTED_RULE,
     UNMATCHED_RULE,
     UNREACHABLE_RULE,
 )
@@ -27,6 +28,7 @@ from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE
 BUILTIN_RULES: tuple[str, ...] = (
     UNMATCHED_RULE,
     UNREACHABLE_RULE,
+    UNLISTED_RULE,
     PROVISIONING_RULE,
     CLOCK_SKEW_RULE,
     BUDGET_RULE,

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
 
+from autoscaler.alerting import builtin_rules, job_retry_alerts
 from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.runbook import BUILTIN_RULES, anchor, runbook_url, with_runbook
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, QueueObjective
@@ -97,10 +99,20 @@ def test_every_builtin_alert_links_its_own_section() -> None:
         budget=PollBudget(30.0, 90.0, 900.0, 4000.0, 36000.0, True),
         objectives={"gpu": objective},
         retries=RetryReport(exhausted=(exhausted,), denied={"o/r": "forbidden"}),
+        unlisted=["o/r"],
     )
     assert {e.rule for e in evaluations} == set(BUILTIN_RULES)
     for e in evaluations:
         assert e.runbook_url == f"{BASE}#{anchor(e.rule)}", e.rule
+
+
+@pytest.mark.parametrize("module", [builtin_rules, job_retry_alerts], ids=lambda m: m.__name__)
+def test_every_builtin_alert_name_is_in_the_runbooks_list(module: ModuleType) -> None:
+    """The story: "GitHub repositories not listed" was added as a built-in alert, and the
+    list of built-in alerts the runbook, the alerts reference and the anchor check walk
+    did not name it, so its link pointed at a section that did not exist."""
+    names = {v for k, v in vars(module).items() if k.endswith("_RULE") and isinstance(v, str)}
+    assert names and names <= set(BUILTIN_RULES)
 
 
 def test_alerts_builtin_runbook_url_still_overrides_every_builtin() -> None:
