@@ -105,6 +105,38 @@ def test_every_config_key_is_in_the_configuration_reference() -> None:
     assert missing == [], f"accepted by the loader, not in the configuration reference: {missing}"
 
 
+def _reference_paths() -> set[str]:
+    """The key paths the configuration reference has a row for (its first column)."""
+    return set(re.findall(r"^\| `([^`]+)` \|", CONFIG_REFERENCE, re.MULTILINE))
+
+
+def _example_paths(value: Any, path: str, rows: set[str]) -> list[str]:
+    """Each key path of ``value`` as the reference writes it: a name you choose is
+    ``<name>``, a list item ``[]``."""
+    out: list[str] = []
+    if isinstance(value, list):
+        for item in value:
+            out += _example_paths(item, f"{path}[]", rows)
+    elif isinstance(value, dict):
+        by_name = any(r.startswith(f"{path}.<name>") for r in rows)
+        for key, item in value.items():
+            if by_name:  # the name is not a key: its keys are
+                out += _example_paths(item, f"{path}.<name>", rows)
+            else:
+                here = f"{path}.{key}" if path else str(key)
+                out += [here, *_example_paths(item, here, rows)]
+    return out
+
+
+def test_every_key_of_config_example_yaml_has_its_row_in_the_configuration_reference() -> None:
+    """By its full path: `runner_types.<name>.idle_timeout`, not `idle_timeout` anywhere."""
+    rows = _reference_paths()
+    assert "runner_types.<name>.idle_timeout" in rows
+    example = yaml.safe_load(EXAMPLE)
+    missing = sorted(set(_example_paths(example, "", rows)) - rows)
+    assert missing == [], f"in config.example.yaml, no row in the reference: {missing}"
+
+
 BASE: dict[str, Any] = {
     "github": {"owner": "my-org", "token": "x"},
     "runner_types": {"linux.4xlarge": {"labels": ["self-hosted", "linux.4xlarge"]}},
