@@ -237,3 +237,19 @@ def test_the_development_page_maps_every_package_of_the_tree() -> None:
     named = set(re.findall(r"`(autoscaler/[a-z_/]+/)`", page))
     gone = sorted(n for n in named if not (REPO / n).is_dir())
     assert gone == [], f"docs/development.md names folders that do not exist: {gone}"
+
+
+def test_the_keys_you_change_first_say_the_references_defaults() -> None:
+    """configuration.md's short table is written by hand: its defaults must be the
+    generated reference's."""
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    reference = {
+        key: default
+        for key, default in re.findall(
+            r"^\| `([^`]+)` \| [^|]* \| ([^|]*) \|", CONFIG_REFERENCE, re.MULTILINE
+        )
+    }
+    rows = re.findall(r"^\| [^|]+ \| \[`([^`]+)`\]\([^)]*\) \| (`[^`]+`) \|$", page, re.MULTILINE)
+    assert len(rows) >= 3
+    for key, default in rows:
+        assert reference[key].strip() == default, key

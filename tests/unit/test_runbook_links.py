@@ -10,6 +10,7 @@ tests/e2e/test_docs_site.py checks that each anchor exists in the built site.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
@@ -150,3 +151,16 @@ def test_every_prometheus_alert_links_its_section(rule: dict[str, object]) -> No
     annotations = rule["annotations"]
     assert isinstance(annotations, dict)
     assert annotations.get("runbook_url") == runbook_url(BASE, str(rule["alert"]))
+
+
+def _runbook_sections() -> list[tuple[str, str]]:
+    text = (REPO / "docs" / "runbook.md").read_text(encoding="utf-8")
+    parts = re.split(r"^### ", text, flags=re.MULTILINE)[1:]
+    return [(p.splitlines()[0], p) for p in parts]
+
+
+@pytest.mark.parametrize(("title", "body"), _runbook_sections(), ids=lambda v: v[:40])
+def test_every_runbook_section_says_what_it_means_and_what_to_do(title: str, body: str) -> None:
+    """On-call reads one section at 3 a.m.: it must say what the alert or cause means and
+    what to do, not only what to look at."""
+    assert "**Means:**" in body and "**Do:**" in body, title
