@@ -101,10 +101,12 @@ class GitHubState:
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
         #: Where ``workflow_job`` events go (:meth:`send_webhooks`); None: no webhooks.
         self.webhooks: WebhookSender | None = None
-        #: Job re-runs: every re-run answers this status (403, 422) when set
-        #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted.
+        #: Re-runs: every re-run answers this status (403, 422) when set
+        #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted:
+        #: (repository, job id) of job re-runs, (repository, run id) of rerun-failed-jobs.
         self.rerun_refusal: int | None = None
         self.reruns: list[tuple[str, int]] = []
+        self.run_reruns: list[tuple[str, int]] = []
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None
