@@ -33,6 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check autoscaler tests bench
 	$(BIN)/ruff format --check autoscaler tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/hadolint Dockerfile
 
 bench: $(STAMP)

@@ -32,6 +32,7 @@ from autoscaler.config import Config
 from autoscaler.domain import (
     Cause,
     ClockSkew,
+    JobStart,
     Observation,
     PollBudget,
     QueueSnapshot,
@@ -42,7 +43,7 @@ from autoscaler.errors import AutoscalerError
 from autoscaler.health import Health
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.queue import compute_queue
-from autoscaler.observe.starts import JobStart, ObjectiveStatus, StartTracker
+from autoscaler.observe.starts import ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView

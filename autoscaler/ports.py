@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from autoscaler.config.secrets import Secret
 from autoscaler.domain import Observation, PoolState, Runner
+from autoscaler.secrets import Secret
 
 _INSTANCE_ID = re.compile(r"(i-[0-9a-f]{8,17})$")
 
@@ -76,3 +76,31 @@ class JitRunner:
 
     runner_id: int
     encoded_jit_config: Secret
+
+
+class Leadership(Protocol):
+    """Whether this controller may act now (the leader lease, held with its margin)."""
+
+    def acting(self) -> bool: ...
+
+    def token(self) -> tuple[str, int] | None:
+        """(owner, epoch) while acting, else None."""
+        ...
+
+
+class ActionGate(Protocol):
+    """Asked right before an action that only the leader may take: a scale call, a
+    termination, a deregistration, a notification. False: skip it (it is counted)."""
+
+    def allows(self, action: str, detail: str = "") -> bool: ...
+
+
+class SoleWriter:
+    """The gate and leadership of a controller that needs no lease (the SQLite backend:
+    its file lock already keeps a second controller out): always acting."""
+
+    def acting(self) -> bool:
+        return True
+
+    def allows(self, action: str, detail: str = "") -> bool:
+        return True

@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from autoscaler import __version__
-from autoscaler.domain import QueueSnapshot
-from autoscaler.observe.starts import JobStart, ObjectiveStatus
+from autoscaler.domain import JobStart, QueueSnapshot
 
 #: Every metric's name starts with this (Prometheus convention: one namespace per exporter).
 P = "ci_autoscaler_"
@@ -29,6 +29,24 @@ FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _QUEUE = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
 #: Capacity asked -> runner online: an instance boots in one to a few minutes.
 _PROVISION = (30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1800.0, 3600.0)
+
+
+class _Objective(Protocol):
+    @property
+    def queue_time(self) -> float: ...
+
+    @property
+    def objective(self) -> float: ...
+
+
+class ObjectiveShare(Protocol):
+    """What the metrics read of a runner type's queue-time objective
+    (:class:`autoscaler.observe.starts.ObjectiveStatus`)."""
+
+    @property
+    def objective(self) -> _Objective: ...
+
+    def share(self, window: float) -> float | None: ...
 
 
 class Metrics:
@@ -527,7 +545,7 @@ class Metrics:
         report_queue(self, snapshot, now)
 
     def jobs_started(
-        self, starts: Sequence[JobStart], objectives: Mapping[str, ObjectiveStatus]
+        self, starts: Sequence[JobStart], objectives: Mapping[str, ObjectiveShare]
     ) -> None:
         """Each newly started job's queue time; each objective's share over the last hour."""
         for start in starts:

@@ -26,8 +26,9 @@ from datetime import UTC, datetime, timedelta
 
 from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.app.wiring import build_runtime
-from autoscaler.config import Secret, WebhookConfig
+from autoscaler.config import WebhookConfig
 from autoscaler.scale.aws.asg import AwsAsgPool
+from autoscaler.secrets import Secret
 from autoscaler.sim.fleet import aws_clients
 from autoscaler.telemetry import Metrics
 from bench.state_requests import (

@@ -20,15 +20,15 @@ from datetime import timedelta
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig, JobRetryConfig
-from autoscaler.config.reader import Secret
+from autoscaler.domain import CompletedRun
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import LOST, annotation, fail_job
 from autoscaler.job_retry.classify import classify, judge_run
 from autoscaler.job_retry.decide import decide
 from autoscaler.job_retry.ledger import Ledger
-from autoscaler.job_retry.model import CompletedRun
 from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from bench.org import T0
 

@@ -60,11 +60,12 @@ import httpx
 from autoscaler.alerting.httplog import receiver_requests
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.senders import Call, IssueNumbers, Sender
+from autoscaler.alerting.store import AlertStore, OutboxItem
 from autoscaler.config import Config, ReceiverConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import NotLeaderError, PermanentError, StateError, TransientError
 from autoscaler.health import STATE, Health
-from autoscaler.state.port import ActionGate, AlertStore, OutboxItem, SoleWriter
+from autoscaler.ports import ActionGate, SoleWriter
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -51,13 +51,13 @@ from autoscaler.alerting.evaluation import FLEET, Causes, Evaluation
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE, evaluate_job_retries
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import evaluate_rules, reason_values
+from autoscaler.alerting.store import AlertStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.errors import NotLeaderError, StateError
 from autoscaler.health import STATE, Health
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.starts import ObjectiveStatus
-from autoscaler.state.port import AlertStore
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,10 @@ from tenacity.wait import wait_random_exponential
 
 from autoscaler.alerting import alertmanager, render
 from autoscaler.alerting.lifecycle import Notification
+from autoscaler.alerting.store import AlertStore
 from autoscaler.config import ReceiverConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import PermanentError, TransientError
-from autoscaler.state.port import AlertStore
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 #: The deliverer's logger: these log lines keep the name they had in delivery.py.

@@ -22,13 +22,14 @@ import boto3
 
 from autoscaler.config import DYNAMODB, Config
 from autoscaler.health import Health
+from autoscaler.ports import ActionGate, SoleWriter
 from autoscaler.state.dynamodb import DynamoStore
 from autoscaler.state.dynamodb_lease import DynamoLeaseTable
 from autoscaler.state.dynamodb_table import DynamoTable
 from autoscaler.state.fence import Fence
 from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.state.lease import Lease
-from autoscaler.state.port import ActionGate, SoleWriter, StateStore
+from autoscaler.state.port import StateStore
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

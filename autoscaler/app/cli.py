@@ -10,7 +10,6 @@ import threading
 from collections.abc import Sequence
 
 from autoscaler import __version__
-from autoscaler.app.entry import interrupted
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
 from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
@@ -490,15 +489,10 @@ def _everywhere(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command (the console script reaches it through :mod:`autoscaler.app.entry`,
-    which also covers a Ctrl-C while this module is still being imported)."""
-    try:
-        args = build_parser().parse_args(argv)
-        code = args.func(args)
-    except KeyboardInterrupt:
-        # Ctrl-C before `run`'s own handler is installed (parsing the arguments, loading
-        # the config, opening the state, the first tick of `once`/`explain`): a stop the
-        # user asked for, not a bug.
-        return interrupted()
+    """The command. The console script and ``python -m autoscaler`` reach it through
+    :func:`autoscaler.app.entry.main`, which turns a Ctrl-C at any moment (importing this
+    module, parsing, loading the config, the first tick) into one line and exit 130."""
+    args = build_parser().parse_args(argv)
+    code = args.func(args)
     assert isinstance(code, int)
     return code

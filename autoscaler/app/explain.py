@@ -17,9 +17,8 @@ from typing import Any
 
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
-from autoscaler.domain import Cause, InstanceLifecycle, RunnerCounts
+from autoscaler.domain import Cause, CompletedJob, InstanceLifecycle, RunnerCounts
 from autoscaler.job_retry.decide import ASK, RERUN, RetryReport
-from autoscaler.job_retry.model import CompletedJob
 from autoscaler.scale.causes import UNMATCHED, fmt_age
 
 

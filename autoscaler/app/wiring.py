@@ -16,11 +16,11 @@ from autoscaler.app.backend import open_backend
 from autoscaler.app.service import utc_now
 from autoscaler.config import Config
 from autoscaler.controller import Controller
-from autoscaler.domain import Observation
+from autoscaler.domain import Observation, RunProgress
 from autoscaler.health import Health
 from autoscaler.job_retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
 from autoscaler.job_retry.ledger import JobRetryStore
-from autoscaler.job_retry.model import InstanceEvents, RunProgress
+from autoscaler.job_retry.model import InstanceEvents
 from autoscaler.job_retry.stage import CompletedRunSource, InstanceFates, JobRerunner, RetryStage
 from autoscaler.observe.github.webhook_completions import PolledCompletions, WebhookCompletedRuns
 from autoscaler.ports import JobSource, RunnerPool

@@ -13,7 +13,6 @@ from autoscaler.config.alerts import (
 )
 from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.config.load import LoadedConfig, load_config, parse_config, read_config
-from autoscaler.config.reader import Secret
 from autoscaler.config.schema import (
     DEFAULT_HOSTED_LABELS,
     DEFAULT_STATE_PATH,
@@ -31,7 +30,6 @@ from autoscaler.config.schema import (
     StateConfig,
     WebhookConfig,
 )
-from autoscaler.config.secrets import SecretUrl, redact_url
 
 __all__ = [
     "DEFAULT_HOSTED_LABELS",
@@ -55,12 +53,9 @@ __all__ = [
     "RetryConfig",
     "RunnerTypeConfig",
     "ScalingConfig",
-    "Secret",
-    "SecretUrl",
     "StateConfig",
     "WebhookConfig",
     "load_config",
     "parse_config",
     "read_config",
-    "redact_url",
 ]

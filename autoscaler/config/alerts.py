@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autoscaler.config.reader import Reader, Secret, SecretUrl, join_path
+from autoscaler.config.reader import Reader, join_path
 from autoscaler.config.yamlfile import YamlFileError, read_yaml
+from autoscaler.secrets import Secret, SecretUrl
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
 RECEIVER_TYPES = (

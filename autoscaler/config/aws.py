@@ -22,7 +22,7 @@ from autoscaler.config.schema import (
     RetryConfig,
     StateConfig,
 )
-from autoscaler.config.secrets import shown
+from autoscaler.secrets import shown
 
 #: DynamoDB's table-name rule.
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")

@@ -21,7 +21,7 @@ from autoscaler.config.schema import (
     GitHubConfig,
     WebhookConfig,
 )
-from autoscaler.config.secrets import Secret, shown
+from autoscaler.secrets import Secret, shown
 
 
 def read_github(r: Reader, value: Any, base: Path) -> GitHubConfig:

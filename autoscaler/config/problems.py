@@ -4,7 +4,7 @@
 paths were found wrong (or left unresolved by an unset ``${VAR}``) so the checks that
 depend on them stay silent (:meth:`ProblemLog.ok`: one mistake is one message), and
 reports them all in the order of the file (:meth:`ProblemLog.report`). No message ever
-echoes a credential (:func:`autoscaler.config.secrets.scrub`). The environment is read
+echoes a credential (:func:`autoscaler.secrets.scrub`). The environment is read
 here, once, by ``${VAR}`` expansion (:meth:`ProblemLog.expand`), since an unset variable
 is itself a problem (or, allowed, a warning). The typed readers built on it are in
 :mod:`autoscaler.config.reader`.
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.config.secrets import scrub
+from autoscaler.secrets import scrub
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

@@ -25,7 +25,7 @@ from autoscaler.config.durations import (
     parse_duration,
 )
 from autoscaler.config.problems import UNRESOLVED, Problem, ProblemLog, join_path
-from autoscaler.config.secrets import Secret, SecretUrl, shown
+from autoscaler.secrets import Secret, SecretUrl, shown
 
 __all__ = [
     "DURATION_HINT",

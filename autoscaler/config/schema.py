@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from autoscaler.config.alerts import AlertsConfig
 from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, EPHEMERAL, JitConfig
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.config.reader import Secret
 from autoscaler.config.schedule import MinIdle
-from autoscaler.config.secrets import SecretUrl
 from autoscaler.config.simulation import SimulationConfig
 from autoscaler.domain import RunnerType
+from autoscaler.secrets import Secret, SecretUrl
 
 #: The alert state file when the config names none (the image's working directory is its
 #: state volume, /var/lib/ci-autoscaler).

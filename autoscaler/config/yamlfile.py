@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.config.secrets import scrub
+from autoscaler.secrets import scrub
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 

@@ -56,6 +56,7 @@ from datetime import datetime
 from autoscaler.fakes.github_records import FakeJob, FakeRequest, FakeRun, FakeRunner
 from autoscaler.fakes.github_server import FakeServer, make_server
 from autoscaler.fakes.github_state import GitHubState
+from autoscaler.fakes.github_webhooks import Faults, WebhookSender
 
 __all__ = ["FakeGitHub", "FakeJob", "FakeRequest", "FakeRun", "FakeRunner"]
 
@@ -85,6 +86,8 @@ class FakeGitHub(GitHubState):
         )
         self._server: FakeServer | None = None
         self._thread: threading.Thread | None = None
+        #: The sender of :meth:`send_webhooks` (the state knows it only as a sink).
+        self.webhooks: WebhookSender | None = None
 
     def start(self) -> str:
         self._server = make_server(self)
@@ -107,6 +110,15 @@ class FakeGitHub(GitHubState):
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+    def send_webhooks(
+        self, url: str, secret: bytes, *, faults: Faults | None = None
+    ) -> WebhookSender:
+        """Deliver every job's ``workflow_job`` events from now on, signed, to ``url``
+        (:mod:`autoscaler.fakes.github_webhooks`; ``faults`` drop, duplicate, reorder)."""
+        sender = WebhookSender(self, url, secret, faults=faults)
+        self.webhooks = sender
+        return sender
 
     def __enter__(self) -> FakeGitHub:
         self.start()

@@ -14,7 +14,7 @@ As GitHub's OpenAPI description documents them (``tests/conformance`` checks it)
 Both count against the primary rate limit; the listing has an ``ETag`` and answers a
 matching ``If-None-Match`` with a free 304, like every listing of the fake. The hook is
 :data:`~.github_webhooks.HOOK_ID`, and exists only while the fake sends webhooks
-(:meth:`~.github_state.GitHubState.send_webhooks`); another id, or a user account, is a
+(:meth:`~.github.FakeGitHub.send_webhooks`); another id, or a user account, is a
 404. Permissions are not modelled: inject a 403 (``inject_fault``) to test one.
 """
 
@@ -27,7 +27,7 @@ from urllib.parse import urlencode
 
 from autoscaler.fakes.github_shapes import Reply, error_reply
 from autoscaler.fakes.github_state import GitHubState
-from autoscaler.fakes.github_webhooks import HOOK_ID, LogEntry
+from autoscaler.fakes.github_webhooks import HOOK_ID, LogEntry, WebhookSender
 
 DELIVERIES = re.compile(r"^/orgs/([^/]+)/hooks/(\d+)/deliveries$")
 ATTEMPTS = re.compile(r"^/orgs/([^/]+)/hooks/(\d+)/deliveries/(\d+)/attempts$")
@@ -36,13 +36,11 @@ ATTEMPTS = re.compile(r"^/orgs/([^/]+)/hooks/(\d+)/deliveries/(\d+)/attempts$")
 RateHeaders = Callable[[bool], dict[str, str]]
 
 
-def _hook(fake: GitHubState, org: str, hook_id: str) -> bool:
-    return (
-        fake.owner_kind == "org"
-        and org.lower() == fake.owner.lower()
-        and int(hook_id) == HOOK_ID
-        and fake.webhooks is not None
-    )
+def _hook(fake: GitHubState, org: str, hook_id: str) -> WebhookSender | None:
+    """The hook's sender when ``org``/``hook_id`` name the one hook the fake has."""
+    if fake.owner_kind != "org" or org.lower() != fake.owner.lower() or int(hook_id) != HOOK_ID:
+        return None
+    return fake.webhooks if isinstance(fake.webhooks, WebhookSender) else None
 
 
 def _per_page(text: str | None) -> int:
@@ -70,13 +68,14 @@ def list_deliveries(  # noqa: PLR0917
     etag_matches: Callable[[str, str], bool],
 ) -> Reply:
     """One page of the hook's delivery log, newest first."""
-    if not _hook(fake, org, hook_id) or fake.webhooks is None:
+    sender = _hook(fake, org, hook_id)
+    if sender is None:
         return error_reply(404, "Not Found", rate(True))
     status = query.get("status")
     if status not in (None, "success", "failure"):
         return error_reply(422, "Invalid value for status", rate(True))
-    with fake.webhooks._lock:
-        entries = [e for e in reversed(fake.webhooks.log) if _wanted(e, status)]
+    with sender._lock:
+        entries = [e for e in reversed(sender.log) if _wanted(e, status)]
     cursor = query.get("cursor")
     if cursor is not None:
         if not re.fullmatch(r"v1_\d+", cursor):
@@ -106,8 +105,7 @@ def redeliver(
 ) -> Reply:
     """Ask for one more attempt of a logged delivery: 202, or 404."""
     headers = rate(True)
-    if not _hook(fake, org, hook_id) or fake.webhooks is None:
-        return error_reply(404, "Not Found", headers)
-    if not fake.webhooks.redeliver(int(delivery_id)):
+    sender = _hook(fake, org, hook_id)
+    if sender is None or not sender.redeliver(int(delivery_id)):
         return error_reply(404, "Not Found", headers)
     return Reply(202, {}, headers)

@@ -4,62 +4,26 @@
 ``POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig`` with ``{"name",
 "runner_group_id", "labels", "work_folder"}`` (all but ``work_folder`` required; 1 to 100
 labels): ``201`` with ``{"runner", "encoded_jit_config"}``. The runner exists at once and
-is listed ``offline`` (``ephemeral: true``) until a machine connects with the config
-(:meth:`JitRegistry.connect`); a config works once. ``409`` when a runner of that name
-exists, ``422`` for a body GitHub would refuse (missing fields, bad labels, a runner group
-that does not exist), ``404`` for an org path on a user owner, ``403`` when the
-credentials lack "Self-hosted runners: write" (:attr:`JitRegistry.forbidden`).
+is listed ``offline`` (``ephemeral: true``) until a machine connects with the config; a
+config works once (the configs issued are the state's ``JitRegistry``). ``409`` when a
+runner of that name exists, ``422`` for a body GitHub would refuse (missing fields, bad
+labels, a runner group that does not exist), ``404`` for an org path on a user owner,
+``403`` when the credentials lack "Self-hosted runners: write" (``JitRegistry.forbidden``).
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import secrets
-import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autoscaler.fakes.github_shapes import Reply, error_reply, runner_json
-
-if TYPE_CHECKING:
-    from autoscaler.fakes.github_state import GitHubState
+from autoscaler.fakes.github_state import GitHubState
 
 ORG_JIT = re.compile(r"^/orgs/([^/]+)/actions/runners/generate-jitconfig$")
 REPO_JIT = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners/generate-jitconfig$")
 MAX_LABELS = 100
 _FORBIDDEN = "Resource not accessible by integration"
-
-
-class JitRegistry:
-    """JIT configs issued and not yet used, the runner groups that exist, the 403 switch."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        #: encoded config -> runner id, while unused.
-        self.unused: dict[str, int] = {}
-        #: Runner group ids that exist (1 is "Default").
-        self.groups: set[int] = {1}
-        #: True: the credentials lack "Self-hosted runners: write" (403).
-        self.forbidden = False
-        #: Configs issued, ever (a test counts them).
-        self.issued = 0
-
-    def issue(self, runner_id: int) -> str:
-        with self.lock:
-            payload = {"runner_id": runner_id, "nonce": secrets.token_hex(8)}
-            encoded = base64.b64encode(json.dumps(payload).encode()).decode()
-            self.unused[encoded] = runner_id
-            self.issued += 1
-            return encoded
-
-    def take(self, encoded: str) -> int:
-        """The runner a config registers; ValueError when it was used or never issued."""
-        with self.lock:
-            runner_id = self.unused.pop(encoded, None)
-        if runner_id is None:
-            raise ValueError("this JIT config was used already, or never issued")
-        return runner_id
 
 
 def _problem(body: Any, groups: set[int]) -> str | None:

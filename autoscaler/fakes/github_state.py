@@ -6,14 +6,16 @@ Thread-safe: the emulator drives the state while the server answers requests.
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import secrets
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
-from autoscaler.fakes.github_jit import JitRegistry
 from autoscaler.fakes.github_records import (
     FakeJob,
     FakeRepo,
@@ -23,10 +25,7 @@ from autoscaler.fakes.github_records import (
     Fault,
 )
 
-if TYPE_CHECKING:
-    from autoscaler.fakes.github_webhooks import Faults, WebhookSender
-
-__all__ = ["GitHubState"]
+__all__ = ["GitHubState", "JitRegistry", "JobEventSink"]
 
 
 #: Job statuses a job can be created in (``waiting``: an environment approval).
@@ -45,6 +44,43 @@ RUN_CONCLUSIONS = frozenset(
         "timed_out",
     }
 )
+
+
+class JitRegistry:
+    """JIT configs issued and not yet used, the runner groups that exist, the 403 switch."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        #: encoded config -> runner id, while unused.
+        self.unused: dict[str, int] = {}
+        #: Runner group ids that exist (1 is "Default").
+        self.groups: set[int] = {1}
+        #: True: the credentials lack "Self-hosted runners: write" (403).
+        self.forbidden = False
+        #: Configs issued, ever (a test counts them).
+        self.issued = 0
+
+    def issue(self, runner_id: int) -> str:
+        with self.lock:
+            payload = {"runner_id": runner_id, "nonce": secrets.token_hex(8)}
+            encoded = base64.b64encode(json.dumps(payload).encode()).decode()
+            self.unused[encoded] = runner_id
+            self.issued += 1
+            return encoded
+
+    def take(self, encoded: str) -> int:
+        """The runner a config registers; ValueError when it was used or never issued."""
+        with self.lock:
+            runner_id = self.unused.pop(encoded, None)
+        if runner_id is None:
+            raise ValueError("this JIT config was used already, or never issued")
+        return runner_id
+
+
+class JobEventSink(Protocol):
+    """Where ``workflow_job`` events go (the fake's webhook sender)."""
+
+    def job_event(self, job_id: int, action: str) -> None: ...
 
 
 class GitHubState:
@@ -99,8 +135,8 @@ class GitHubState:
         #: done the work and the client has not heard back (kill the client, say). A true
         #: return drops the connection unanswered: the response is lost.
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
-        #: Where ``workflow_job`` events go (:meth:`send_webhooks`); None: no webhooks.
-        self.webhooks: WebhookSender | None = None
+        #: Where ``workflow_job`` events go (``FakeGitHub.send_webhooks``); None: none.
+        self.webhooks: JobEventSink | None = None
         #: Re-runs: every re-run answers this status (403, 422) when set
         #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted:
         #: (repository, job id) of job re-runs, (repository, run id) of rerun-failed-jobs.
@@ -121,16 +157,6 @@ class GitHubState:
             return self._jit
 
     # --- webhooks
-    def send_webhooks(
-        self, url: str, secret: bytes, *, faults: Faults | None = None
-    ) -> WebhookSender:
-        """Deliver every job's ``workflow_job`` events from now on, signed, to ``url``
-        (:mod:`autoscaler.fakes.github_webhooks`; ``faults`` drop, duplicate, reorder)."""
-        from autoscaler.fakes.github_webhooks import WebhookSender  # noqa: PLC0415
-
-        self.webhooks = WebhookSender(self, url, secret, faults=faults)
-        return self.webhooks
-
     def _emit(self, job_id: int, action: str) -> None:
         if self.webhooks is not None:
             self.webhooks.job_event(job_id, action)

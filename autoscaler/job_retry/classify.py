@@ -52,13 +52,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.job_retry.model import (
-    BY_AWS,
-    CANCELLED,
-    TERMINATED,
-    CompletedJob,
-    InstanceEvent,
-)
+from autoscaler.domain import CANCELLED, CompletedJob
+from autoscaler.job_retry.model import BY_AWS, TERMINATED, InstanceEvent
 from autoscaler.ports import instance_id_of
 
 SPOT = "spot_interruption"

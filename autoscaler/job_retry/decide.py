@@ -30,9 +30,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.domain import CompletedJob, CompletedRun
 from autoscaler.job_retry.classify import LOST, RunVerdict, Verdict
 from autoscaler.job_retry.ledger import Exhausted, Ledger, Rerun
-from autoscaler.job_retry.model import CompletedJob, CompletedRun
 
 RERUN = "rerun"
 SKIP = "skip"

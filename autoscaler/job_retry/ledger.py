@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from autoscaler.job_retry.model import run_key
+from autoscaler.domain import run_key
 
 log = logging.getLogger(__name__)
 

@@ -48,6 +48,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from autoscaler.config import Config
+from autoscaler.domain import CANCELLED, CompletedJob, CompletedRun, RunProgress
 from autoscaler.errors import (
     AuthenticationError,
     AutoscalerError,
@@ -82,16 +83,7 @@ from autoscaler.job_retry.decide import (
     record_rerun,
 )
 from autoscaler.job_retry.ledger import JobRetryStore, Ledger, decode, diff
-from autoscaler.job_retry.model import (
-    CANCELLED,
-    SPOT_TERMINATED,
-    CompletedJob,
-    CompletedRun,
-    InstanceEnd,
-    InstanceEvent,
-    InstanceEvents,
-    RunProgress,
-)
+from autoscaler.job_retry.model import SPOT_TERMINATED, InstanceEnd, InstanceEvent, InstanceEvents
 from autoscaler.observe.queue import match_job
 from autoscaler.ports import instance_id_of
 from autoscaler.telemetry import Metrics

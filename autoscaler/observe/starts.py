@@ -23,23 +23,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from autoscaler.config import Config, QueueObjective
-from autoscaler.domain import Job, JobStatus
+from autoscaler.domain import Job, JobStart, JobStatus
 from autoscaler.observe.queue import match_job, queue_time_seconds
 
 #: Burn-rate windows in seconds: (long, short) pairs and the rate both must exceed.
 FAST_BURN = (3600.0, 300.0, 14.4)
 SLOW_BURN = (21600.0, 1800.0, 6.0)
 WINDOWS = (300.0, 1800.0, 3600.0, 21600.0)
-
-
-@dataclass(frozen=True)
-class JobStart:
-    """One job seen started for the first time."""
-
-    runner_type: str
-    queue_seconds: float
-    within_objective: bool | None = None
-    """Started within the type's ``slo.queue_time``; None when the type has no slo."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from functools import partial
 from typing import Protocol
 
 from autoscaler.config import Config
-from autoscaler.config.secrets import Secret
 from autoscaler.domain import Runner
 from autoscaler.errors import (
     AuthenticationError,
@@ -37,6 +36,7 @@ from autoscaler.ports import JitRunner, JobSource
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.ephemeral import JitRecord, Register
 from autoscaler.scale.jit_ledger import JitLedger
+from autoscaler.secrets import Secret
 
 #: Said under the tick's own name: one logger for every JIT line, as before the split.
 log = logging.getLogger("autoscaler.scale.jit")

@@ -54,6 +54,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
+from autoscaler.alerting.store import OutboxItem
 from autoscaler.observe.github.webhook_rows import IndexRow, Outcome
 from autoscaler.scale.memory import PoolMemory
 from autoscaler.state.dynamodb_jobs import DynamoJobIndex
@@ -68,7 +69,6 @@ from autoscaler.state.dynamodb_table import (
     key,
 )
 from autoscaler.state.lease import Lease
-from autoscaler.state.port import OutboxItem
 
 log = logging.getLogger(__name__)
 

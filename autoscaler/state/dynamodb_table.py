@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from autoscaler.aws_sdk import boto_config, client_error_code, translate
 from autoscaler.config import AwsConfig
 from autoscaler.errors import (
     AuthenticationError,
@@ -52,8 +53,6 @@ from autoscaler.errors import (
     StateUnusableError,
     TransientError,
 )
-from autoscaler.scale.aws.asg import boto_config
-from autoscaler.scale.aws.errors import client_error_code, translate
 from autoscaler.telemetry import Metrics
 
 if TYPE_CHECKING:

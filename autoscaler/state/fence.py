@@ -22,8 +22,7 @@ from datetime import datetime
 
 from autoscaler.domain import Observation, PoolState, Runner
 from autoscaler.errors import NotLeaderError
-from autoscaler.ports import JobSource, RunnerPool
-from autoscaler.state.port import Leadership
+from autoscaler.ports import JobSource, Leadership, RunnerPool
 
 log = logging.getLogger(__name__)
 

@@ -38,11 +38,11 @@ from typing import Any, TypeVar
 
 from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
+from autoscaler.alerting.store import OutboxItem
 from autoscaler.config import StateConfig
 from autoscaler.errors import StateUnusableError
 from autoscaler.observe.github.webhook_rows import IndexRow, Outcome, decide, poll_may_write
 from autoscaler.scale.memory import PoolMemory
-from autoscaler.state.port import OutboxItem
 from autoscaler.state.sqlite_errors import translate
 
 MEMORY = ":memory:"

@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
-from autoscaler.config.reader import Secret, SecretUrl
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.fakes.github import FakeGitHub
+from autoscaler.secrets import Secret, SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

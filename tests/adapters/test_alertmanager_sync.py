@@ -22,14 +22,9 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.alertmanager_sync import AlertmanagerSync
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine, send_test
-from autoscaler.config import (
-    AlertRuleConfig,
-    AlertsConfig,
-    BuiltinAlertsConfig,
-    ReceiverConfig,
-    SecretUrl,
-)
+from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

@@ -16,10 +16,10 @@ from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, RetryConfig
-from autoscaler.config.secrets import Secret
 from autoscaler.errors import AuthenticationError, RateLimitedError
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.aws.ssm import INSTANCE_TAG, SsmParameters
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 PATH = "/ci-autoscaler/jit"

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.observe.github.delivery_watch import DeliveryWatch
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.adapters.webhook_support import fresh_metrics
 

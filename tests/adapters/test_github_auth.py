@@ -11,11 +11,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import AuthenticationError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.auth import AppAuth
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -16,12 +16,12 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import NotFoundError, TransientError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.http import MAX_PAGE_BYTES
 from autoscaler.observe.github.listing import MAX_PAGES
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -12,15 +12,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig, parse_config
-from autoscaler.config.reader import Secret
+from autoscaler.domain import CompletedRun, RunProgress
 from autoscaler.errors import AuthenticationError, DeferredError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns
 from autoscaler.job_retry.decide import ALREADY
-from autoscaler.job_retry.model import CompletedRun, RunProgress
 from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
 from autoscaler.errors import RateLimitedError, StateUnusableError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.budget import BUSY_MAX_INTERVAL
 from autoscaler.observe.github.cache import PollCacheStore
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

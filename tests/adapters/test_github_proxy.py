@@ -19,10 +19,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
-from autoscaler.config.secrets import SecretUrl
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret, SecretUrl
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

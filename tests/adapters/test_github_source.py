@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.domain import JobStatus
 from autoscaler.errors import (
     AuthenticationError,
@@ -20,6 +19,7 @@ from autoscaler.errors import (
 )
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import TransientError
 from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)

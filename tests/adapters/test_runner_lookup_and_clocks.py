@@ -15,11 +15,11 @@ from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import TransientError
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.scale.aws.asg import AwsAsgPool
+from autoscaler.secrets import Secret
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
 

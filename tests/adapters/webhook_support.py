@@ -9,11 +9,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from autoscaler.config import GitHubConfig, Secret, WebhookConfig
+from autoscaler.config import GitHubConfig, WebhookConfig
 from autoscaler.domain import Job, Observation, Runner
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.observe.github.webhooks import sign
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.unit.webhook_payloads import SECRET
 

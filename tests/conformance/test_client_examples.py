@@ -19,7 +19,6 @@ import httpx
 import pytest
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.domain import Observation
 from autoscaler.observe.github.parse import (
     BadItem,
@@ -30,6 +29,7 @@ from autoscaler.observe.github.parse import (
 )
 from autoscaler.observe.github.records import RunRef
 from autoscaler.observe.github.source import GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.conformance.openapi import Description
 from tests.conformance.scenario import T0, private_key_pem

@@ -34,10 +34,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from autoscaler.config import GitHubAppConfig, GitHubConfig
-from autoscaler.config.reader import Secret
 from autoscaler.fakes.github_reruns import fail_job, refuse_reruns
 from autoscaler.fakes.github_webhooks import HOOK_ID
 from autoscaler.observe.github.source import RUN_STATUSES, GitHubSource
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.conformance.openapi import FORMATS, Description, errors
 from tests.conformance.scenario import (

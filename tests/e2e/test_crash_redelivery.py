@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from autoscaler.state.port import OutboxItem
+from autoscaler.alerting.store import OutboxItem
 from autoscaler.state.sqlite import SqliteStore
 from tests.e2e.harness import cli, free_port, seeded_github, write_config
 

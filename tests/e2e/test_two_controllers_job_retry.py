@@ -45,6 +45,10 @@ def queued(c: Controller) -> float | None:
     )
 
 
+def sees_three_queued(c: Controller) -> bool:
+    return (queued(c) or 0) >= 3
+
+
 def epoch(p: Pair) -> int:
     lease = p.lease()
     return int(lease["epoch"]) if lease is not None else 0
@@ -75,7 +79,7 @@ def test_a_lost_run_is_rerun_once_across_a_leaders_death_and_a_restart(
         legs = [p.github.queue_job("app", CPU, name=f"test ({i})", run_id=run) for i in (2, 3, 4)]
         p.github.assign_job(lost, runner)
         for c in (leader, follower):  # both polls see the run going: its legs queued
-            wait_until(lambda c=c: (queued(c) or 0) >= 3, 60, f"{c.name} saw the run")
+            wait_until(partial(sees_three_queued, c), 60, f"{c.name} saw the run")
 
         killed = threading.Event()
 

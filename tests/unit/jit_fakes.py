@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.config.secrets import Secret
 from autoscaler.domain import Runner
 from autoscaler.errors import AutoscalerError, ConflictError
 from autoscaler.ports import JitRunner
+from autoscaler.secrets import Secret
 from tests.unit.scaling_fakes import FakeSource
 
 

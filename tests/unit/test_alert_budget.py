@@ -12,8 +12,9 @@ import httpx
 from autoscaler.alerting.builtin_rules import BUDGET_RULE, evaluate_budget
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
 from autoscaler.domain import PollBudget
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

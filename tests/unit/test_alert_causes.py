@@ -25,11 +25,11 @@ from autoscaler.config import (
     BuiltinAlertsConfig,
     QueueObjective,
     ReceiverConfig,
-    SecretUrl,
 )
 from autoscaler.domain import Cause, QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.scale.causes import UNMATCHED
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

@@ -11,8 +11,9 @@ import pytest
 from autoscaler.alerting.builtin_rules import CLOCK_SKEW_RULE, evaluate_clock_skew
 from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig, SecretUrl
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 

@@ -12,7 +12,8 @@ import pytest
 from autoscaler.alerting import alertmanager as am
 from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
-from autoscaler.config import ReceiverConfig, SecretUrl
+from autoscaler.config import ReceiverConfig
+from autoscaler.secrets import SecretUrl
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 GPU = "linux.g5.4xlarge.nvidia.gpu"

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from autoscaler.config import load_config, parse_config
-from autoscaler.config.reader import Secret, parse_duration
+from autoscaler.config.reader import parse_duration
 from autoscaler.errors import ConfigError
+from autoscaler.secrets import Secret
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.domain import Annotation, CompletedJob
 from autoscaler.job_retry.classify import (
     CANCELLED_BEFORE_LOSS,
     CANCELLED_BY_LOSS,
@@ -36,8 +37,6 @@ from autoscaler.job_retry.model import (
     SPOT_INTERRUPTION,
     SPOT_TERMINATED,
     TERMINATED,
-    Annotation,
-    CompletedJob,
     InstanceEvent,
 )
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.domain import CompletedJob, CompletedRun, completed_run
 from autoscaler.job_retry.classify import (
     CANCELLED_REASON,
     SPOT,
@@ -43,7 +44,6 @@ from autoscaler.job_retry.ledger import (
     diff,
     encode,
 )
-from autoscaler.job_retry.model import CompletedJob, CompletedRun, completed_run
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INFRA = Verdict(True, SPOT, "instance i-0abc: spot_interruption")

@@ -13,10 +13,11 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
+from autoscaler.domain import CompletedJob
 from autoscaler.errors import AutoscalerError, TransientError
 from autoscaler.job_retry.classify import EVENT_GRACE
 from autoscaler.job_retry.decide import RERUN, SKIP
-from autoscaler.job_retry.model import CompletedJob, InstanceEnd
+from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.telemetry import Metrics
 from tests.unit.test_job_retry_stage import (

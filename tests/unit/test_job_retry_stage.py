@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE
 from autoscaler.config import Config, parse_config
+from autoscaler.domain import Annotation, CompletedJob, CompletedRun, RunProgress, completed_run
 from autoscaler.errors import (
     AuthenticationError,
     NotFoundError,
@@ -36,15 +37,7 @@ from autoscaler.job_retry.decide import (
     SKIP,
     Choice,
 )
-from autoscaler.job_retry.model import (
-    SPOT_INTERRUPTION,
-    Annotation,
-    CompletedJob,
-    CompletedRun,
-    InstanceEvent,
-    RunProgress,
-    completed_run,
-)
+from autoscaler.job_retry.model import SPOT_INTERRUPTION, InstanceEvent
 from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics

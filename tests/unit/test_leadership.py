@@ -22,13 +22,13 @@ from autoscaler.config import (
     AwsConfig,
     ReceiverConfig,
     RetryConfig,
-    SecretUrl,
     StateConfig,
     parse_config,
 )
 from autoscaler.controller import Controller
 from autoscaler.errors import ConfigError, NotLeaderError
 from autoscaler.scale.scaler import Scaler
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics

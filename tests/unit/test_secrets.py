@@ -7,8 +7,8 @@ import string
 
 import pytest
 
-from autoscaler.config import ReceiverConfig, SecretUrl, redact_url
-from autoscaler.config.secrets import looks_like_credential, scrub, shown
+from autoscaler.config import ReceiverConfig
+from autoscaler.secrets import SecretUrl, looks_like_credential, redact_url, scrub, shown
 
 SLACK = "https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/xoXoXoXoXoXoXoXoXoXoXoXo"
 

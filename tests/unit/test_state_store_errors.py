@@ -40,13 +40,13 @@ from autoscaler.config import (
     AlertsConfig,
     BuiltinAlertsConfig,
     ReceiverConfig,
-    SecretUrl,
     parse_config,
 )
 from autoscaler.controller import Controller
 from autoscaler.domain import Observation
 from autoscaler.errors import StateError, StateLockedError, StateUnusableError
 from autoscaler.health import Health
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.state.sqlite_errors import translate
 from autoscaler.telemetry import Metrics

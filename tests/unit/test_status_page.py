@@ -25,12 +25,12 @@ from autoscaler.config import (
     Config,
     ReceiverConfig,
     RetryConfig,
-    SecretUrl,
 )
 from autoscaler.controller import Controller
 from autoscaler.domain import Job, JobStatus, Observation, Runner, normalize_labels
 from autoscaler.errors import CapacityError
 from autoscaler.scale.scaler import Scaler
+from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import GPU, T0, FakePool, config, pool, rtype

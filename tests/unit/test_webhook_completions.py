@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from autoscaler.domain import CompletedJob, CompletedRun, RunProgress
 from autoscaler.errors import DeferredError, TransientError
-from autoscaler.job_retry.model import CompletedJob, CompletedRun, RunProgress
 from autoscaler.observe.github.webhook_completions import (
     READS_PER_CALL,
     RECHECK,

@@ -10,8 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.app.wiring import build_runtime
 from autoscaler.config import Config, StateConfig, WebhookConfig
-from autoscaler.config.secrets import Secret
 from autoscaler.scale.scaler import Scaler
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.unit.jit_fakes import FakeParameters, FakeRegistrar
 from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype

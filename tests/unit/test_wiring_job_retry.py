@@ -14,10 +14,11 @@ from prometheus_client import CollectorRegistry
 from autoscaler.app.wiring import Runtime, build_runtime
 from autoscaler.config import Config, StateConfig, WebhookConfig
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.config.secrets import Secret
-from autoscaler.job_retry.model import CompletedRun, InstanceEnd, RunProgress
+from autoscaler.domain import CompletedRun, RunProgress
+from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github.webhook_completions import WebhookCompletedRuns
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
 

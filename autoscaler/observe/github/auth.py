@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import jwt
 
 from autoscaler.config import GitHubAppConfig
-from autoscaler.config.reader import Secret
 from autoscaler.errors import AuthenticationError, TransientError
+from autoscaler.secrets import Secret
 
 #: Refresh an installation token this many seconds before it expires.
 REFRESH_BEFORE = 300.0

@@ -33,9 +33,14 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from autoscaler.domain import normalize_labels
+from autoscaler.domain import (
+    Annotation,
+    CompletedJob,
+    CompletedRun,
+    completed_run,
+    normalize_labels,
+)
 from autoscaler.errors import AutoscalerError, NotFoundError
-from autoscaler.job_retry.model import Annotation, CompletedJob, CompletedRun, completed_run
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.parse import BadItem, BadPage, Skips, parse_time
 from autoscaler.observe.github.records import RunRef

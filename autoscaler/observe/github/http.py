@@ -36,7 +36,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from autoscaler.config.secrets import SecretUrl
 from autoscaler.errors import AuthenticationError, RateLimitedError, TransientError
 from autoscaler.observe.github.answers import (
     Answer,
@@ -58,6 +57,7 @@ from autoscaler.observe.github.wire import (
     read_body,
     response_headers,
 )
+from autoscaler.secrets import SecretUrl
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github")

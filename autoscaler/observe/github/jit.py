@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from autoscaler.config.secrets import Secret
 from autoscaler.errors import TransientError
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.ports import JitRunner
+from autoscaler.secrets import Secret
 
 
 def generate_jit_config(  # noqa: PLR0917 (GitHub's request, field by field)

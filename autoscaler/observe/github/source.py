@@ -40,7 +40,7 @@ from urllib.parse import quote
 import httpx
 
 from autoscaler.config import GitHubConfig
-from autoscaler.domain import Observation, Runner
+from autoscaler.domain import CompletedRun, Observation, Runner, RunProgress
 from autoscaler.errors import (
     AutoscalerError,
     ConfigError,
@@ -49,7 +49,6 @@ from autoscaler.errors import (
     StateError,
     TransientError,
 )
-from autoscaler.job_retry.model import CompletedRun, RunProgress
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
 from autoscaler.observe.github.delivery_reader import DeliveryLog

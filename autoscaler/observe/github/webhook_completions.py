@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from autoscaler.domain import CompletedJob, CompletedRun, RunProgress, run_key
 from autoscaler.errors import AutoscalerError, DeferredError, NotFoundError
-from autoscaler.job_retry.model import CompletedJob, CompletedRun, RunProgress, run_key
 from autoscaler.observe.github.webhook_index import Completion, JobIndex
 
 log = logging.getLogger("autoscaler.observe.github")

@@ -12,7 +12,7 @@ role is checked against it.
 Each method makes single attempts (botocore's own retries are set to
 ``aws.botocore_max_attempts``); the caller wraps them in :class:`autoscaler.retrying.RetryPolicy`.
 Every call is timed by operation and error code through :meth:`AwsAsgPool._call`, and
-whatever the SDK call raises is translated (:mod:`autoscaler.scale.aws.errors`) before it
+whatever the SDK call raises is translated (:mod:`autoscaler.aws_sdk`) before it
 leaves: no botocore exception reaches the scaler.
 
 Failed scaling activities carry AWS's StatusMessage and its classification by the error
@@ -35,8 +35,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import boto3
-from botocore.config import Config as BotoConfig
 
+from autoscaler.aws_sdk import aws_call, boto_config
 from autoscaler.config import AwsConfig
 from autoscaler.domain import (
     ActivityStatus,
@@ -47,7 +47,6 @@ from autoscaler.domain import (
 )
 from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.scale.aws.activities import CAPACITY, classify_activity
-from autoscaler.scale.aws.calls import aws_call
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -96,16 +95,6 @@ _LIFECYCLE = {
     "Terminating:Proceed": InstanceLifecycle.TERMINATING,
     "Terminated": InstanceLifecycle.TERMINATING,
 }
-
-
-def boto_config(config: AwsConfig, *, connect_timeout: float, read_timeout: float) -> BotoConfig:
-    """botocore client config: region, explicit timeouts, and botocore's retries bounded."""
-    return BotoConfig(
-        region_name=config.region,
-        connect_timeout=connect_timeout,
-        read_timeout=read_timeout,
-        retries={"total_max_attempts": config.botocore_max_attempts, "mode": "standard"},
-    )
 
 
 def _utc(at: datetime) -> datetime:

@@ -4,7 +4,7 @@ Narrowed to the two calls used: ``ReceiveMessage`` (a batch of up to 10, long-po
 ``wait_seconds``) and ``DeleteMessageBatch`` (after a message was handled: a message not
 deleted comes back after the queue's visibility timeout, so a crash mid-way loses
 nothing). Every call is counted in ``ci_autoscaler_aws_calls_total{operation,code}`` and
-its errors are translated at this edge (:mod:`autoscaler.scale.aws.errors`).
+its errors are translated at this edge (:mod:`autoscaler.aws_sdk`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Any
 
 import boto3
 
+from autoscaler.aws_sdk import aws_call, boto_config
 from autoscaler.config import AwsConfig
-from autoscaler.scale.aws.asg import boto_config
-from autoscaler.scale.aws.calls import aws_call
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

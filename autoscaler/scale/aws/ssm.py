@@ -14,7 +14,7 @@ controller's IAM policy allows nothing else):
   behind by a stop.
 
 Single attempts; the caller's :class:`autoscaler.retrying.RetryPolicy` retries what
-:func:`autoscaler.scale.aws.errors.translate` calls transient (``ThrottlingException``
+:func:`autoscaler.aws_sdk.translate` calls transient (``ThrottlingException``
 included). Values never reach a log line, a metric or an exception.
 """
 
@@ -27,11 +27,9 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
+from autoscaler.aws_sdk import aws_call, boto_config, client_error_code, translate
 from autoscaler.config import AwsConfig
-from autoscaler.config.secrets import Secret
-from autoscaler.scale.aws.asg import boto_config
-from autoscaler.scale.aws.calls import aws_call
-from autoscaler.scale.aws.errors import client_error_code, translate
+from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,11 @@
-"""botocore errors -> our error tree, by error code or type (never by message text).
+"""The AWS SDK's edge, shared by every boto3 adapter (Auto Scaling, EC2, SSM, SQS, DynamoDB).
+
+- :func:`boto_config`: region, explicit timeouts, botocore's own retries bounded.
+- :func:`aws_call`: one call, timed and counted in ``aws_calls_total`` and
+  ``aws_call_duration_seconds`` by operation and error code, whatever the SDK raised
+  translated into our error tree.
+- :func:`translate`: botocore errors -> our error tree, by error code or type (never by
+  message text), with this table:
 
 | AWS error                                                     | class          |
 |---------------------------------------------------------------|----------------|
@@ -27,12 +34,19 @@ Errors with no AWS error code, by type:
 | anything else (botocore tripping over an unexpected answer,     | TransientError |
 | e.g. a ``KeyError`` on well-formed HTML)                        |                |
 
-:meth:`autoscaler.scale.aws.asg.AwsAsgPool._call` translates whatever the SDK call raises,
-so no botocore (or other) exception leaves the adapter and aborts the scaling stage.
+Every adapter goes through :func:`aws_call` (or translates at its own edge with
+:func:`translate`), so no botocore (or other) exception leaves an adapter and aborts a
+stage.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from botocore.config import Config as BotoConfig
 from botocore.exceptions import (
     BotoCoreError,
     CapacityNotAvailableError,
@@ -51,6 +65,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.parsers import ResponseParserError
 
+from autoscaler.config import AwsConfig
 from autoscaler.errors import (
     AuthenticationError,
     AutoscalerError,
@@ -60,6 +75,9 @@ from autoscaler.errors import (
     RateLimitedError,
     TransientError,
 )
+from autoscaler.telemetry import Metrics
+
+log = logging.getLogger(__name__)
 
 RATE_LIMIT_CODES = frozenset(
     {
@@ -173,3 +191,50 @@ def translate(exc: Exception, operation: str) -> AutoscalerError:
         f"AWS {operation}: the SDK failed on the response ({type(exc).__name__})",
         code=type(exc).__name__,
     )
+
+
+def boto_config(config: AwsConfig, *, connect_timeout: float, read_timeout: float) -> BotoConfig:
+    """botocore client config: region, explicit timeouts, and botocore's retries bounded."""
+    return BotoConfig(
+        region_name=config.region,
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        retries={"total_max_attempts": config.botocore_max_attempts, "mode": "standard"},
+    )
+
+
+def aws_call(
+    metrics: Metrics,
+    operation: str,
+    fn: Callable[..., Any],
+    /,
+    *,
+    translate_error: Callable[[Exception, str], Exception] = translate,
+    answered: Callable[[Mapping[str, Any]], None] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``fn(**kwargs)``, timed and counted in ``aws_calls_total`` and
+    ``aws_call_duration_seconds`` by ``operation`` and error code ("" on success).
+
+    ``translate_error`` turns what the SDK raised into the exception raised instead (it
+    must carry ``.code``); ``answered`` sees every answer AWS sent, a success's body or a
+    ClientError's response (the ASG adapter reads AWS's clock from it).
+    """
+    started = time.perf_counter()
+    code = ""
+    try:
+        result = fn(**kwargs)
+        if answered is not None and isinstance(result, Mapping):
+            answered(result)
+        return result
+    except Exception as exc:  # the SDK's edge: whatever it raises is translated
+        if answered is not None and isinstance(exc, ClientError):
+            answered(exc.response)
+        error = translate_error(exc, operation)
+        code = str(getattr(error, "code", ""))
+        if not isinstance(exc, ClientError | BotoCoreError):
+            log.warning("AWS %s: %s inside the SDK call", operation, type(exc).__name__)
+        raise error from None
+    finally:
+        metrics.aws_calls.labels(operation, code).inc()
+        metrics.aws_call_duration.labels(operation, code).observe(time.perf_counter() - started)
