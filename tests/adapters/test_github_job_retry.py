@@ -15,7 +15,14 @@ from autoscaler.config import GitHubConfig, parse_config
 from autoscaler.domain import CompletedRun, RunProgress
 from autoscaler.errors import AuthenticationError, DeferredError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns
+from autoscaler.fakes.github_reruns import (
+    EXIT,
+    LOST,
+    annotation,
+    fail_job,
+    refuse_reruns,
+    rerun_failed,
+)
 from autoscaler.job_retry.decide import ALREADY
 from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github import failures
@@ -183,6 +190,35 @@ def test_rerun_of_an_unknown_run_is_not_found(world: World) -> None:
     world.fake.add_repo("pytorch")
     with pytest.raises(NotFoundError):
         world.source.rerun_failed_jobs("pytorch", 999_999)
+
+
+def test_a_run_re_run_before_it_was_read_is_not_handed_as_complete(world: World) -> None:
+    """The run completed; before its jobs were read, someone re-ran it. The listing then
+    shows the new attempt's jobs queued: the run is not complete (the poll lists it again
+    and finds it once the new attempt ends; a webhook's read says where it is)."""
+    job = running_job(world, "test (1)")
+    run = world.fake.job(job).run_id
+    world.tick()
+    fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])
+    world.tick()  # the run left the listings
+    world.source.rerun_failed_jobs("pytorch", run)  # someone else's re-run
+    assert world.source.completed_runs(world.now) == []
+
+    second = running_job(world, "test (2)")
+    other = world.fake.job(second).run_id
+    fail_job(world.fake, second, annotations=[annotation(LOST.format(runner=RUNNER))])
+    racing = {"done": False}
+
+    def rerun_right_after_the_run_is_read(method: str, path: str, status: int) -> bool:
+        if method == "GET" and path.endswith(f"/actions/runs/{other}") and not racing["done"]:
+            racing["done"] = True
+            with world.fake.lock:
+                rerun_failed(world.fake, "demo-org", "pytorch", other, world.now)
+        return False
+
+    world.fake.before_reply = rerun_right_after_the_run_is_read
+    assert world.source.read_run("pytorch", other) == RunProgress("queued", 2)
+    assert racing["done"]
 
 
 def test_a_run_is_read_whole_once_it_has_completed(world: World) -> None:

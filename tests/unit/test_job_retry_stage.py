@@ -627,6 +627,28 @@ def test_once_json_says_per_run_what_was_lost_cancelled_asked_or_why_not() -> No
     assert "run_retries" not in to_json(TickResult(now=NOW, snapshot=None))
 
 
+def test_explain_says_per_run_what_was_lost_cancelled_asked_or_why_not() -> None:
+    from autoscaler.app.explain import explain_json, format_explain  # noqa: PLC0415
+    from autoscaler.controller import TickResult  # noqa: PLC0415
+
+    own = [job(5, run_id=400), job(6, run_id=400, annotations=(Annotation("failure", EXIT_1),))]
+    s, _ = stage(Source([*matrix(), *own]), Rerunner())
+    result = TickResult(now=NOW, snapshot=None, retries=s.step(NOW, dry_run=True))
+    text = format_explain([], result, NOW)
+    assert "pytorch run 200 attempt 1: rerun: 1 lost to infrastructure" in text
+    assert "    lost: test (gpu, 1): annotation: the runner lost communication" in text
+    assert "    cancelled by the loss: test (gpu, 2), test (gpu, 3), test (gpu, 4)" in text
+    assert "    asked: POST .../actions/runs/200/rerun-failed-jobs" in text
+    assert "pytorch run 400 attempt 1: skip: test 6 (job 6) failed on its own" in text
+    assert "    failed on its own: test 6: no evidence of an infrastructure failure" in text
+    runs = explain_json([], result.retries)["run_retries"]
+    assert [(r["run_id"], r["result"], r["verdict"]) for r in runs] == [
+        (200, RERUN, "lost"),
+        (400, SKIP, "own_failure"),
+    ]
+    assert explain_json([]) == {"runner_types": []}
+
+
 def test_past_the_bound_the_oldest_waiting_runs_are_dropped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

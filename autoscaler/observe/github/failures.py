@@ -124,6 +124,18 @@ def parse_annotations(body: Any) -> tuple[Annotation, ...] | None:
     return tuple(out)
 
 
+def newer_attempt_running(run: CompletedRun) -> bool:
+    """The run was re-run after it completed: a job of a newer attempt than any completed
+    one is listed, not completed yet."""
+    return run.attempt > max((j.run_attempt for j in run.jobs), default=0)
+
+
+def _attempt_of(item: Any) -> int:
+    """A listed job's ``run_attempt`` (1 when it has none, or not an integer)."""
+    attempt = item.get("run_attempt") if isinstance(item, dict) else None
+    return attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else 1
+
+
 def _json(content: bytes) -> Any:
     try:
         return json.loads(content)
@@ -169,8 +181,8 @@ class CompletedRuns:
                 )
                 break
             self._read.append(wall)
-            if run.of_interest:
-                out.append(run)
+            if run.of_interest and not newer_attempt_running(run):
+                out.append(run)  # (a newer attempt's run is listed again: found once it ends)
         return out
 
     def affordable(self) -> bool:
@@ -196,10 +208,13 @@ class CompletedRuns:
         items = body.get("jobs") if isinstance(body, dict) else None
         if body is not None and not isinstance(items, list):
             self.skips.skip("completed_jobs_page", "no jobs list")
-        jobs = list(self._parse(items if isinstance(items, list) else [], repo))
+        listed = items if isinstance(items, list) else []
+        jobs = list(self._parse(listed, repo))
         annotated = [self.annotated(j) if j.failed else j for j in jobs]
         run = completed_run(repo, run_id, annotated)
-        return run if attempt is None else replace(run, attempt=max(attempt, run.attempt))
+        # A job not completed yet counts too: a re-run's new attempt has only queued jobs.
+        newest = max([run.attempt, attempt or 1, *map(_attempt_of, listed)])
+        return replace(run, attempt=newest)
 
     def _parse(self, items: Iterable[Any], repo: str) -> Iterable[CompletedJob]:
         for item in items:

@@ -52,7 +52,7 @@ from autoscaler.errors import (
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
 from autoscaler.observe.github.delivery_reader import DeliveryLog
-from autoscaler.observe.github.failures import CompletedRuns
+from autoscaler.observe.github.failures import CompletedRuns, newer_attempt_running
 from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.jit import generate_jit_config
@@ -271,7 +271,10 @@ class GitHubSource:
         progress = self.run_progress(repo, run_id)
         if progress.status != "completed":
             return progress
-        return self.completed.whole(repo, run_id, progress.attempt)
+        run = self.completed.whole(repo, run_id, progress.attempt)
+        if newer_attempt_running(run):  # re-run between the two reads
+            return RunProgress("queued", run.attempt)
+        return run
 
     def rerun_failed_jobs(self, repo: str, run_id: int) -> None:
         """``POST /repos/{o}/{r}/actions/runs/{run_id}/rerun-failed-jobs`` (201): the run's
