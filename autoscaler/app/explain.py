@@ -185,7 +185,7 @@ def format_retries(retries: RetryReport) -> list[str]:
             f"    failed on its own: {j.name or j.job_id}: {jv.evidence}" for j, jv in v.own
         )
         if v.cancelled_before:
-            lines.append(f"    cancelled before the loss: {_jobs(v.cancelled_before)}")
+            lines.append(f"    cancelled, not by a loss: {_jobs(v.cancelled_before)}")
         if c.result == RERUN:
             lines.append(f"    asked: POST .../actions/runs/{run.run_id}/{ASK}")
     return lines

@@ -138,7 +138,8 @@ class RunVerdict:
 
     @property
     def cancelled_before(self) -> tuple[CompletedJob, ...]:
-        """The cancelled jobs the loss did not cause (or that cannot be told)."""
+        """The cancelled jobs no loss caused: before the first loss, when it cannot be
+        told, or in a run with no loss at all."""
         return tuple(j for j, v in self.jobs if v.reason == CANCELLED_REASON)
 
 

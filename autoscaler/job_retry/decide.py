@@ -83,7 +83,7 @@ class Choice:
             "lost": [_job(j, jv) for j, jv in v.lost],
             "cancelled_by_loss": [_job(j) for j in v.cancelled_by_loss],
             "failed_on_their_own": [_job(j, jv) for j, jv in v.own],
-            "cancelled_before_loss": [_job(j) for j in v.cancelled_before],
+            "cancelled_not_by_loss": [_job(j) for j in v.cancelled_before],
         }
 
     def job_lines(self) -> list[dict[str, Any]]:

@@ -360,7 +360,7 @@ def test_the_decision_says_what_was_lost_cancelled_and_asked() -> None:
     assert entry["asked"] == "rerun-failed-jobs"
     assert [j["job_id"] for j in entry["lost"]] == [1]
     assert [j["job_id"] for j in entry["cancelled_by_loss"]] == [2, 3]
-    assert entry["failed_on_their_own"] == entry["cancelled_before_loss"] == []
+    assert entry["failed_on_their_own"] == entry["cancelled_not_by_loss"] == []
     lines = choice.job_lines()
     assert [(x["job_id"], x["reason"], x["result"]) for x in lines] == [
         (1, SPOT, RERUN),

@@ -619,7 +619,7 @@ def test_once_json_says_per_run_what_was_lost_cancelled_asked_or_why_not() -> No
     assert [j["job_id"] for j in by_run[400]["failed_on_their_own"]] == [6]
     assert (by_run[401]["result"], by_run[401]["verdict"]) == (SKIP, "cancelled_before_loss")
     assert "cancelled before the first loss" in by_run[401]["why"]
-    assert [j["job_id"] for j in by_run[401]["cancelled_before_loss"]] == [8]
+    assert [j["job_id"] for j in by_run[401]["cancelled_not_by_loss"]] == [8]
     lines = {(x["job_id"], x["reason"], x["result"]) for x in out["job_retries"]}
     assert {(1, "runner_lost", RERUN), (2, "cancelled_by_loss", RERUN)} <= lines
     assert {(6, "user", SKIP), (8, "cancelled", SKIP)} <= lines
