@@ -23,7 +23,7 @@ from autoscaler.fakes.github_reruns import (
     refuse_reruns,
     rerun_failed,
 )
-from autoscaler.job_retry.decide import ALREADY
+from autoscaler.job_retry.decide import ALREADY, RERUN
 from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
@@ -346,3 +346,33 @@ def test_a_rerun_whose_201_was_lost_is_not_taken_for_a_missing_permission(world:
     assert [c.result for c in report.choices] == [ALREADY]
     assert report.denied == {}
     assert world.fake.run_reruns == [("pytorch", failed[0].run_id)]  # the second changed nothing
+
+
+def test_three_lost_jobs_of_one_run_make_one_request_to_github(world: World) -> None:
+    """A Spot reclaim of three instances at once: one job re-run per lost job asked GitHub
+    for three attempts of the same run, and it refused the second while the first ran.
+    The stage over the real source: one rerun-failed-jobs, one new attempt, three legs."""
+    config = parse_config(
+        {
+            "github": {"owner": "demo-org", "token": "t"},
+            "runner_types": {"gpu": {"labels": GPU}},
+            "job_retry": {"enabled": True},
+        },
+        env={},
+    )
+    legs = [running_job(world, "test (1)")]
+    run = world.fake.job(legs[0]).run_id
+    legs += [running_job(world, f"test ({i})", run_id=run) for i in (2, 3)]
+    world.tick()
+    for i, leg in enumerate(legs):
+        lost = annotation(LOST.format(runner=f"{RUNNER}-test ({i + 1})"))
+        fail_job(world.fake, leg, annotations=[lost], failed_step=False)
+    world.tick()
+    stage = RetryStage(config, world.source, world.source, world.metrics)
+    (choice,) = stage.step(world.now).choices
+    assert (choice.result, len(choice.verdict.lost)) == (RERUN, 3)
+    assert world.fake.run_reruns == [("pytorch", run)]
+    assert world.fake.reruns == []
+    assert world.fake.count(None, r"/rerun") == 1
+    again = [j for j in world.fake.jobs() if j.run_id == run and j.run_attempt == 2]
+    assert sorted(j.name for j in again) == [f"test ({i})" for i in (1, 2, 3)]
