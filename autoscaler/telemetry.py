@@ -135,17 +135,18 @@ class Metrics:
             registry=r,
         )
 
-        # --- the status server (/metrics, /healthz, /readyz)
+        # --- the served application (the status and webhook listeners)
         self.http_connections_open = Gauge(
             P + "http_connections_open",
-            "Connections open to the status server.",
+            "Connections open to the status listener (/metrics, /healthz, /readyz, /).",
             registry=r,
         )
         self.http_connections_dropped = Counter(
             P + "http_connections_dropped_total",
-            "Status server connections closed early, by reason: header_timeout (no whole "
-            "request in time), evicted (closed at the connection limit to make room), "
-            "over_limit, too_large, bad_request, write_timeout (the client did not read).",
+            "Connections closed early, by reason: header_timeout (no whole request head "
+            "in time), body_timeout, evicted (closed at the connection limit to make "
+            "room), over_limit, too_large, bad_request, write_timeout (the client did not "
+            "read); the webhook listener's reasons start with webhook_.",
             ["reason"],
             registry=r,
         )
@@ -364,7 +365,9 @@ class Metrics:
         self.orphans_kept = Counter(
             P + "orphans_kept_total",
             "Orphan instances not terminated: their runner registered after the poll"
-            " (registered), GitHub could not be asked (lookup_failed), or the clocks"
+            " (registered) or took a job (busy), GitHub could not be asked (lookup_failed),"
+            " their credential or runner could not be withdrawn (withdraw_failed), the"
+            " registration token they took has not expired yet (token_live), or the clocks"
             " disagree too much to judge an instance's age (clock_skew).",
             ["runner_type", "pool", "reason"],
             registry=r,
@@ -413,6 +416,13 @@ class Metrics:
             "Just-in-time runner configs asked of GitHub for ephemeral instances, by result"
             " (created, adopted, conflict, rejected, forbidden, rate_limited, failed,"
             " handover_failed).",
+            ["runner_type", "result"],
+            registry=r,
+        )
+        self.registration_tokens = Counter(
+            P + "registration_tokens_total",
+            "Runner registration tokens asked of GitHub for persistent instances, by result"
+            " (created, forbidden, rate_limited, failed, handover_failed).",
             ["runner_type", "result"],
             registry=r,
         )

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from bench import (
     failover,
     github_budget,
+    github_payloads,
     github_poll,
     index_requests,
     job_retry,
+    listener,
     scaling,
     state_requests,
     webhooks,
@@ -23,12 +25,14 @@ from bench import (
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
     "github_budget": github_budget.run,
+    "github_payloads": github_payloads.run,
     "scaling": scaling.run,
     "failover": failover.run,
     "state_requests": state_requests.run,
     "index_requests": index_requests.run,
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
+    "listener": listener.run,
 }
 
 

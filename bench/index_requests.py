@@ -24,12 +24,13 @@ from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from autoscaler.app.webhook_server import WebhookServer
+from autoscaler.app.served import WebhookServer
 from autoscaler.app.wiring import build_runtime
 from autoscaler.config import WebhookConfig
 from autoscaler.scale.aws.asg import AwsAsgPool
+from autoscaler.scale.aws.ssm import SsmParameters
 from autoscaler.secrets import Secret
-from autoscaler.sim.fleet import aws_clients
+from autoscaler.sim.fleet import aws_clients, ssm_client
 from autoscaler.telemetry import Metrics
 from bench.state_requests import (
     INTERVAL,
@@ -78,7 +79,13 @@ def measure(seed: int = 13) -> tuple[dict[str, Controller], Counter[str], int, i
                 cfg = replace(config(github, moto, receiver, name), webhook=hook)
                 pool = AwsAsgPool(cfg.aws, metrics, session=session())
                 runtime = build_runtime(
-                    cfg, metrics, pool=pool, session=s, wall_clock=wall, webhooks=True
+                    cfg,
+                    metrics,
+                    pool=pool,
+                    parameters=SsmParameters(cfg.aws, metrics, session=session()),
+                    session=s,
+                    wall_clock=wall,
+                    webhooks=True,
                 )
                 assert runtime.keeper is not None and runtime.webhooks is not None
                 runtime.keeper.step()
@@ -90,7 +97,7 @@ def measure(seed: int = 13) -> tuple[dict[str, Controller], Counter[str], int, i
             urls = [f"http://127.0.0.1:{servers[n].port}/github/webhook" for n in servers]
             sender = github.send_webhooks(urls[0], SECRET.encode())
             autoscaling, _ = aws_clients(moto)
-            fleet = cpu_fleet(github, autoscaling)
+            fleet = cpu_fleet(github, autoscaling, ssm_client(moto))
             outside: Counter[str] = Counter()
             bursts = 0
             phases = [("warm-up", 3), ("busy", BUSY_TICKS), ("drain", 20), ("quiet", QUIET_TICKS)]

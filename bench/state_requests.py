@@ -40,12 +40,14 @@ from autoscaler.app.wiring import Runtime, build_runtime
 from autoscaler.config import AwsConfig, Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.scale.aws.asg import AwsAsgPool
+from autoscaler.scale.aws.ssm import SsmParameters
 from autoscaler.sim.fleet import (
     Fleet,
     PoolSpec,
     aws_clients,
     create_pools,
     reset_moto_server,
+    ssm_client,
     start_moto_server,
 )
 from autoscaler.state.dynamodb_lease import DynamoLeaseTable
@@ -197,15 +199,17 @@ class Controller:
         spent.add(Units(self.meter.units.wru - wru, self.meter.units.rru - rru))
 
 
-def cpu_fleet(github: FakeGitHub, autoscaling: Any) -> Fleet:
+def cpu_fleet(github: FakeGitHub, autoscaling: Any, ssm: Any) -> Fleet:
     """The emulated fleet of both request benchmarks: one CPU pool of 40, runners that
-    boot in a minute and jobs of 1 to 5 minutes."""
+    boot in a minute (with the registration token the controller left in SSM) and jobs of
+    1 to 5 minutes."""
     return Fleet(
         github,
         autoscaling,
         [PoolSpec("ci-cpu", "linux.4xlarge", LABELS, 40)],
         boot_delay=60.0,
         job_duration=lambda job: 60.0 + (job * 37) % 240,
+        ssm=ssm,
     )
 
 
@@ -248,14 +252,17 @@ def measure(repos: int, seed: int = 13) -> dict[str, Controller]:
                 meter.attach(s)
                 cfg = config(github, moto, receiver, name)
                 pool = AwsAsgPool(cfg.aws, metrics, session=session())
-                runtime = build_runtime(cfg, metrics, pool=pool, session=s, wall_clock=wall)
+                ssm = SsmParameters(cfg.aws, metrics, session=session())
+                runtime = build_runtime(
+                    cfg, metrics, pool=pool, parameters=ssm, session=s, wall_clock=wall
+                )
                 assert runtime.keeper is not None
                 runtime.keeper.step()
                 controllers[name] = Controller(name, runtime, metrics, meter)
             assert controllers["leader"].runtime.controller.acting()
             assert not controllers["follower"].runtime.controller.acting()
             autoscaling, _ = aws_clients(moto)
-            fleet = cpu_fleet(github, autoscaling)
+            fleet = cpu_fleet(github, autoscaling, ssm_client(moto))
             phases = [("warm-up", 3), ("busy", BUSY_TICKS), ("drain", 20), ("quiet", QUIET_TICKS)]
             for phase, ticks in phases:
                 for k in range(ticks):

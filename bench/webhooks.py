@@ -50,8 +50,8 @@ from typing import Any
 import boto3
 import httpx
 
+from autoscaler.app.served import WebhookServer
 from autoscaler.app.service import run_loop
-from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.app.wiring import build_runtime
 from autoscaler.config import Config, parse_config
 from autoscaler.controller import Controller
@@ -65,6 +65,7 @@ from autoscaler.observe.github.webhook_receiver import WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.ports import JobSource
 from autoscaler.scale.aws.asg import AwsAsgPool
+from autoscaler.scale.aws.ssm import SsmParameters
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
 from bench.org import T0, Org, Size
@@ -172,7 +173,8 @@ def start(
         region_name="us-east-1",
     )
     pool = RecordingPool(AwsAsgPool(config.aws, metrics, session=session))
-    runtime = build_runtime(config, metrics, pool=pool, webhooks=True)
+    ssm = SsmParameters(config.aws, metrics, session=session)
+    runtime = build_runtime(config, metrics, pool=pool, parameters=ssm, webhooks=True)
     hooks = runtime.webhooks
     assert hooks is not None
     server = WebhookServer(hooks.receiver, metrics, "127.0.0.1", 0)

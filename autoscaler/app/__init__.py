@@ -1,2 +1,3 @@
-"""The application shell: CLI, the service loop, the HTTP status server, wiring of real
-adapters, reports for people and programs, and the self-contained demo."""
+"""The application shell: CLI, the service loop, the served application (the status and
+webhook listeners), wiring of real adapters, reports for people and programs, and the
+self-contained demo."""

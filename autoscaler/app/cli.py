@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from autoscaler import __version__
+from autoscaler.app.logs import setup_logging
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
 from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
@@ -17,19 +18,6 @@ from autoscaler.errors import ConfigError, StateError, StateUnavailableError
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler")
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    # httpx logs every request at INFO (hundreds per tick); our own lines say what matters.
-    quiet = logging.DEBUG if level == "debug" else logging.WARNING
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(quiet)
 
 
 def plural(count: int, noun: str) -> str:
@@ -56,7 +44,7 @@ def _configure(args: argparse.Namespace) -> Config | None:
     """Load ``--config`` (problems to stderr) and set up logging from it."""
     config = _load(args.config)
     if config is not None:
-        _setup_logging(args.log_level or config.log_level)
+        setup_logging(args.log_level or config.log_level)
     return config
 
 
@@ -135,7 +123,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from autoscaler.app.httpserver import StatusServer  # noqa: PLC0415
+    from autoscaler.app.served import StatusServer  # noqa: PLC0415
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
 
     config = _configure(args)
@@ -159,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     hooks = runtime.webhooks
     listener = None
     if hooks is not None:
-        from autoscaler.app.webhook_server import WebhookServer  # noqa: PLC0415
+        from autoscaler.app.served import WebhookServer  # noqa: PLC0415
 
         try:
             listener = WebhookServer(
@@ -293,7 +281,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from autoscaler.app.demo import run_demo  # noqa: PLC0415
 
     if args.log_level:  # asked for: to stderr as well as the demo's log panel
-        _setup_logging(args.log_level)
+        setup_logging(args.log_level)
     return run_demo(
         duration=args.duration,
         listen=args.listen,

@@ -46,9 +46,9 @@ from autoscaler.app.demo_world import (
     WORLD,
     demo_world,
 )
-from autoscaler.app.httpserver import StatusServer
+from autoscaler.app.logs import redact
+from autoscaler.app.served import StatusServer, WebhookServer
 from autoscaler.app.service import stop_on_signals
-from autoscaler.app.webhook_server import WebhookServer
 from autoscaler.fakes.github import FakeGitHub
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ def _logs_on_screen(clock: Callable[[], float], also_stderr: bool) -> Iterator[_
     saved = (list(root.handlers), root.level, scale.level, demo.level)
     panel = _LogLines(clock)
     root.handlers = [*(saved[0] if also_stderr else []), panel]
+    redact(root)
     if not also_stderr:
         root.setLevel(logging.WARNING)
     scale.setLevel(logging.INFO)  # scale actions are the story

@@ -8,7 +8,8 @@ the policy relies on, with the rules that make acting safe:
 - scale up pool by pool, failing over on :class:`CapacityError` and backing the pool off;
 - scale in by deregistering the runner first and terminating its instance only then (a
   runner that turned busy is left alone; a failed termination is remembered as pending);
-- terminate an orphan only after GitHub, asked once more by name, does not know its runner;
+- terminate an orphan only once its credential is withdrawn and no runner that could take
+  a job is left on it (:meth:`HandoverDuties.withdraw`);
 - release the desired capacity of pools that failed to launch.
 
 A :class:`PlanExecution` lives for one tick: it starts from the scaler's state, failures,
@@ -34,6 +35,7 @@ from autoscaler.errors import (
 )
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
+from autoscaler.scale.handover_duties import TERMINATE, HandoverDuties
 from autoscaler.scale.outcome import TickOutcome
 from autoscaler.scale.plan import (
     LAUNCH_REFUSED,
@@ -60,6 +62,14 @@ log = logging.getLogger("autoscaler.scale.scaler")
 
 #: What deregistering a runner came to.
 REMOVED, BUSY, GONE, FAILED = "removed", "busy", "gone", "failed"
+#: Why an orphan candidate was kept, for the decision's reason.
+_KEPT = {
+    "registered": "its runner registered since the poll",
+    "busy": "its runner took a job (GitHub refused to delete it)",
+    "lookup_failed": "GitHub could not be asked about its runner",
+    "withdraw_failed": "its credential or runner could not be withdrawn",
+    "token_live": "it may still register with the token it took, until that expires",
+}
 
 
 @dataclass
@@ -82,6 +92,8 @@ class PlanExecution:
     problems: list[ScalingProblem]
     #: The clock skew the plan was decided with (for the log of orphans kept).
     clock_skew: ClockSkew
+    #: Withdraws an orphan's credential before it is terminated.
+    handover: HandoverDuties
 
     def execute(self, plan: Plan, now: datetime) -> None:
         """Every action of ``plan``, in the order the policy relies on."""
@@ -103,7 +115,7 @@ class PlanExecution:
         for si in plan.scale_ins:
             self._scale_in(si, now)
         for o in plan.orphans:
-            self._orphan(o)
+            self._orphan(o, now)
         for o in plan.orphans_held:
             self.metrics.orphans_kept.labels(o.runner_type, o.pool, "clock_skew").inc()
         if plan.orphans_held:
@@ -178,23 +190,19 @@ class PlanExecution:
         self.outcome.done((runner_type, pool), -1, SCALE_IN)
         return True
 
-    def _orphan(self, o: TerminateOrphan) -> None:
-        """Terminate an orphan, unless GitHub knows its runner by now (or cannot say)."""
+    def _orphan(self, o: TerminateOrphan, now: datetime) -> None:
+        """Terminate an orphan once its credential is withdrawn and no runner that could
+        take a job is left on it; otherwise keep it (counted, with the reason)."""
         key = (o.runner_type, o.pool)
-        try:
-            runner = self.source.find_runner(o.runner_name)
-        except AutoscalerError as exc:
-            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "lookup_failed").inc()
-            self._problem(exc, o.runner_type, o.pool, "find_runner")
-            self.outcome.note(key, f"cannot ask GitHub about {o.runner_name}: {o.instance_id} kept")
-            return
-        if runner is not None:
-            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "registered").inc()
-            self.outcome.note(key, f"runner {o.runner_name} registered since the poll: kept")
+        verdict, runner = self.handover.withdraw(o.runner_type, o.pool, o.instance_id, now)
+        if verdict != TERMINATE:
+            self.metrics.orphans_kept.labels(o.runner_type, o.pool, verdict).inc()
+            self.outcome.note(key, f"{o.instance_id}: {_KEPT.get(verdict, verdict)}: kept")
             log.info(
-                "instance %s registered its runner after the poll (%s); not an orphan",
+                "orphan candidate %s kept: %s%s",
                 o.instance_id,
-                runner.state.value,
+                _KEPT.get(verdict, verdict),
+                "" if runner is None else f" ({runner.name}, {runner.state.value})",
             )
             return
         if self._cloud(
@@ -203,6 +211,7 @@ class PlanExecution:
             "terminate",
             partial(self.pool.terminate_instance, o.pool, o.instance_id),
         ):
+            self.handover.terminated_orphan(o.instance_id)
             self.metrics.scale_actions.labels(o.runner_type, o.pool, "terminate_orphan").inc()
             self.metrics.provisioning_failures.labels(o.runner_type, o.pool, "boot_timeout").inc()
             self.outcome.done(key, -1, ORPHAN)
@@ -291,10 +300,15 @@ class PlanExecution:
             self.outcome.note(key, f"lowering desired to {r.desired} failed")
 
     def _out_of_capacity(self, runner_type: str) -> None:
+        """Every pool of the type failed for capacity and none delivered since (its
+        back-off memory is reset only then): one problem per type and tick."""
         rt = self.config.runner_type(runner_type)
         pools = list(rt.pools)
-        now_out = [p for p in pools if p in self.state.backoff_until]
-        if pools and len(now_out) == len(pools):
+        said = any(
+            p.kind == "out_of_capacity" and p.runner_type == runner_type for p in self.problems
+        )
+        now_out = [p for p in pools if self.state.capacity_failing(p)]
+        if pools and len(now_out) == len(pools) and not said:
             msg = f"every pool of {runner_type} is out of capacity: {', '.join(pools)}"
             log.error(msg)
             self.problems.append(ScalingProblem("out_of_capacity", runner_type, "", "", msg))

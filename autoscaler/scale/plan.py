@@ -204,6 +204,11 @@ class ScalingState:
     offline: without this memory the cleanup deleted it again every tick until the next
     reconcile, one 404 each. Forgotten once a list read after the deletion arrives."""
 
+    def capacity_failing(self, pool: str) -> bool:
+        """The pool failed for capacity and has not delivered since, in its back-off or
+        retried after it (the memory is reset only by :meth:`capacity_ok`)."""
+        return pool in self.backoff_until or pool in self.backoff_seconds
+
     def in_backoff(self, pool: str, now: datetime) -> bool:
         until = self.backoff_until.get(pool)
         return until is not None and now < until

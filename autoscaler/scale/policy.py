@@ -71,7 +71,7 @@ from autoscaler.scale.plan import (
     slot_target,
 )
 
-__all__ = ["Decision", "Plan", "ScalingState", "decide", "pool_of_runner", "without_removed"]
+__all__ = ["decide", "pool_of_runner", "without_removed"]
 
 _LIVE = (InstanceLifecycle.PENDING, InstanceLifecycle.IN_SERVICE)
 
@@ -223,8 +223,11 @@ def _scale_up(t: _Type, state: ScalingState, now: datetime, out: _Builder) -> No
         for p in t.pools
         if not state.in_backoff(p.name, now)
     )
-    if not slots:
+    if not slots or all(state.capacity_failing(p.name) for p in t.pools):
+        # Every pool failed and none delivered since: still out of capacity while a pool
+        # whose back-off ended is retried (a retry that fails is no recovery).
         out.out_of_capacity.append(name)
+    if not slots:
         for p in t.pools:
             out.note(name, p.name, f"need +{t.grant} but every pool is in capacity back-off", HOLD)
         return

@@ -41,6 +41,7 @@ from autoscaler.sim.aws_faults import (
 )
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import GPU, FakeSource, config, observation, rtype, snapshot
 
 SPECS = [
@@ -329,7 +330,16 @@ def test_throttle_that_clears_succeeds_within_the_bound() -> None:
 
 
 def scaler_for(pool: AwsAsgPool, cfg: Config) -> Scaler:
-    return Scaler(pool, FakeSource(), cfg, pool.metrics, sleep=Sleeps(), rng=random.Random(3))
+    source = FakeSource()
+    return Scaler(
+        pool,
+        source,
+        cfg,
+        pool.metrics,
+        sleep=Sleeps(),
+        rng=random.Random(3),
+        **handover_ports(source),
+    )
 
 
 def tick(s: Scaler, queued: int, now: datetime) -> dict[str, int]:

@@ -34,6 +34,7 @@ from autoscaler.scale.scaler import Scaler
 from autoscaler.sim.aws_faults import PROXY_BAD_GATEWAY, Fault, inject, remove
 from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import CPU, GPU, FakeSource, config, observation, rtype, snapshot
 
 SPECS = [
@@ -207,8 +208,15 @@ def test_a_proxy_error_page_does_not_abort_the_scaling_stage(
         rtype(CPU, pools=("cpu",), boot_timeout=86400.0),
     )
     cfg = replace(cfg, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    source = FakeSource()
     scaler = Scaler(
-        pool, FakeSource(), cfg, pool.metrics, sleep=lambda _: None, rng=random.Random(1)
+        pool,
+        source,
+        cfg,
+        pool.metrics,
+        sleep=lambda _: None,
+        rng=random.Random(1),
+        **handover_ports(source),
     )
     now = datetime.now(UTC)
     decisions = scaler.step(

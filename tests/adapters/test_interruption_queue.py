@@ -29,6 +29,7 @@ from tests.adapters.aws_events import (
     spot_warning,
     state_change,
 )
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import GPU, FakeSource, config, rtype
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -85,7 +86,13 @@ def world() -> Iterator[World]:
         source = FakeSource()
         cfg = config(rtype(pools=("gpu-spot", "gpu-od")))
         events = InstanceEvents()
-        scaler = Scaler(RecordingPool(pool, events, lambda: NOW), source, cfg, metrics)
+        scaler = Scaler(
+            RecordingPool(pool, events, lambda: NOW),
+            source,
+            cfg,
+            metrics,
+            **handover_ports(source),
+        )
         handler = InterruptionHandler(
             queue,
             pool,

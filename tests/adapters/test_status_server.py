@@ -1,10 +1,12 @@
-"""The status server under slow and idle clients (issue 11, item 7), over real sockets.
+"""The status server under slow and idle clients, over real sockets.
 
 The story: the status server was ``http.server.ThreadingHTTPServer``, one thread per
 connection and no timeout. 300 connections that sent nothing held 308 threads for as long
 as their peers liked; a client trickling its request a byte at a time held its thread
-forever. Now one event loop owns every connection, the request head has an overall
-deadline, and at the connection limit the longest-waiting connection makes room.
+forever. Then one hand-written asyncio loop owned every connection; now uvicorn does,
+whose timeouts are per read, so the deadlines live in a protocol subclass: the request
+head has an overall deadline (a kept-alive connection's next head too), and at the
+connection limit the longest-waiting connection makes room.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
+from prometheus_client import Gauge
 
-from autoscaler.app.httpserver import Response, StatusServer
+from autoscaler.app.served import StatusServer
 from autoscaler.app.service import run_loop
 from autoscaler.controller import Controller
 from autoscaler.telemetry import Metrics
@@ -171,19 +174,20 @@ def test_a_byte_by_byte_client_is_closed_at_the_head_deadline_not_per_read(
     assert dropped(metrics, "header_timeout") == 1
 
 
-def test_routes_are_a_table_and_other_methods_are_refused(
+def test_unknown_paths_and_other_methods_are_refused(
     make_server: Callable[..., StatusServer],
 ) -> None:
     server = make_server()
-    server.route("/hello", lambda request: Response(200, f"hi {request.query}\n".encode()))
     url = f"http://127.0.0.1:{server.port}"
-    assert httpx.get(f"{url}/hello?x=1").text == "hi x=1\n"
     assert httpx.get(f"{url}/nope").status_code == 404
-    assert httpx.post(f"{url}/metrics").status_code == 405
+    refused = httpx.post(f"{url}/metrics")
+    assert (refused.status_code, refused.headers["allow"]) == (405, "GET, HEAD")
     head = httpx.head(f"{url}/readyz")
     assert head.status_code == 503 and head.content == b""
     assert int(head.headers["content-length"]) > 0
     assert httpx.get(f"{url}/readyz").text == "not ready: never polled\n"
+    assert httpx.get(f"{url}/healthz").text == "ok\n"
+    assert "server" not in head.headers  # the server library does not announce itself
 
 
 def test_the_page_for_on_call_is_the_route_at_root_with_its_formats(
@@ -224,3 +228,54 @@ def test_garbage_and_oversized_heads_are_answered_and_counted(
             sock.sendall(payload)
             assert sock.recv(1024).split(b" ")[1] == status
         assert dropped(metrics, reason) == 1
+
+
+def test_a_kept_alive_connection_trickling_its_next_request_is_closed_at_the_head_deadline(
+    make_server: Callable[..., StatusServer], metrics: Metrics
+) -> None:
+    """The server library keeps connections alive, and its keep-alive timer stops at the
+    first byte of the next request: that request's head has the same deadline."""
+    server = make_server(header_timeout=1.0)
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"ok\n"):
+            answer += sock.recv(1024)
+        assert answer.startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        for byte in b"GET /metrics HTTP/1.1\r\nX-Padding: " + b"a" * 200:
+            if closed_by_server(sock):
+                break
+            sock.setblocking(True)
+            try:
+                sock.send(bytes([byte]))
+            except OSError:
+                break
+            threading.Event().wait(0.05)
+        else:
+            raise AssertionError("the trickling client was never closed")
+    finally:
+        sock.close()
+    assert time.monotonic() - started < 3.0
+    assert dropped(metrics, "header_timeout") == 1
+
+
+def test_a_client_that_never_reads_its_answer_is_closed_at_the_write_deadline(
+    make_server: Callable[..., StatusServer], metrics: Metrics
+) -> None:
+    """/metrics grown to megabytes, asked for by a client that reads nothing: once the
+    socket buffers are full the answer waits on the client, and the connection is closed
+    when ``write_timeout`` has passed without it reading."""
+    padding = Gauge("padding", "Makes /metrics large.", ["series"], registry=metrics.registry)
+    for n in range(15_000):  # 6 MB: more than both sockets' buffers hold
+        padding.labels(f"{n:0>400}").set(n)
+    server = make_server(write_timeout=1.0)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    try:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: dropped(metrics, "write_timeout") == 1, 30, "the write deadline")
+    finally:
+        sock.close()

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from autoscaler.app.webhook_server import WebhookServer
+from autoscaler.app.served import WebhookServer
 from autoscaler.app.wiring import build_runtime
 from autoscaler.config import parse_config
 from autoscaler.fakes.github import FakeGitHub

@@ -12,12 +12,13 @@ import socket
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 
-from autoscaler.app.webhook_server import WebhookServer
-from autoscaler.observe.github.webhook_receiver import WebhookReceiver
+from autoscaler.app.served import WebhookServer
+from autoscaler.observe.github.webhook_receiver import FORM, WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.observe.github.webhooks import sign
 from autoscaler.telemetry import Metrics
@@ -39,7 +40,7 @@ MARK = "octo-org/pytorch"
 def listener() -> Iterator[tuple[WebhookServer, WebhookReceiver, Metrics]]:
     metrics = fresh_metrics()
     receiver = WebhookReceiver(hook_config(max_body_bytes=4096, queue_size=3), metrics)
-    server = WebhookServer(receiver, metrics, "127.0.0.1", 0, header_timeout=2.0)
+    server = WebhookServer(receiver, metrics, "127.0.0.1", 0, header_timeout=2.0, body_timeout=2.0)
     server.start()
     try:
         yield server, receiver, metrics
@@ -259,7 +260,11 @@ def test_headers_the_fake_would_not_send_are_bounded_labels(
     server, _, metrics = listener
     for n in range(5):
         raw = b"{}"
-        hdrs = {"x-github-event": f"evil-{n}", "x-hub-signature-256": sign(b"x", raw)}
+        hdrs = {
+            "x-github-event": f"evil-{n}",
+            "x-hub-signature-256": sign(b"x", raw),
+            "content-type": "application/json",
+        }
         assert post(server, raw, hdrs).status_code == 401
     assert counted(metrics, "other", "none", "bad_signature") == 5
 
@@ -278,3 +283,128 @@ def test_a_get_answers_405_for_the_load_balancers_health_check() -> None:
         assert (answer.status_code, answer.headers["allow"]) == (405, "POST")
     finally:
         server.stop()
+
+
+def _form(raw: bytes) -> bytes:
+    return urlencode({"payload": raw.decode()}).encode()
+
+
+def _typed(kind: str, raw: bytes, *, signed: bool = True) -> tuple[bytes, dict[str, str]]:
+    hdrs = headers(raw) if signed else headers(raw, secret=b"not the secret")
+    hdrs["content-type"] = kind
+    return raw, hdrs
+
+
+def _as_form(raw: bytes) -> tuple[bytes, dict[str, str]]:
+    return _typed(FORM, _form(raw))
+
+
+def _form_signed_over_the_json(raw: bytes) -> tuple[bytes, dict[str, str]]:
+    form, hdrs = _as_form(raw)
+    hdrs["x-hub-signature-256"] = sign(SECRET, raw)  # the signature covers the raw body
+    return form, hdrs
+
+
+def _form_without_payload(raw: bytes) -> tuple[bytes, dict[str, str]]:
+    return _typed(FORM, urlencode({"data": raw.decode()}).encode())
+
+
+def _no_type(raw: bytes) -> tuple[bytes, dict[str, str]]:
+    raw, hdrs = _typed("", raw)
+    del hdrs["content-type"]
+    return raw, hdrs
+
+
+CONTENT_TYPES = [
+    ("json", lambda raw: _typed("application/json", raw), 202, ("workflow_job", "queued", None)),
+    (
+        "json-with-charset",
+        lambda raw: _typed("Application/JSON; charset=utf-8", raw),
+        202,
+        ("workflow_job", "queued", None),
+    ),
+    ("form-payload-field", _as_form, 202, ("workflow_job", "queued", None)),
+    (
+        "form-signed-over-the-json",
+        _form_signed_over_the_json,
+        401,
+        ("workflow_job", "none", "bad_signature"),
+    ),
+    ("form-without-payload", _form_without_payload, 400, ("workflow_job", "other", "invalid")),
+    (
+        "text-plain-signed",
+        lambda raw: _typed("text/plain", raw),
+        415,
+        ("workflow_job", "none", "unsupported_type"),
+    ),
+    (
+        "text-plain-unsigned",
+        lambda raw: _typed("text/plain", raw, signed=False),
+        415,
+        ("workflow_job", "none", "unsupported_type"),
+    ),
+    (
+        "multipart",
+        lambda raw: _typed("multipart/form-data; boundary=x", raw),
+        415,
+        ("workflow_job", "none", "unsupported_type"),
+    ),
+    ("none", _no_type, 415, ("workflow_job", "none", "unsupported_type")),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "status", "labels"),
+    [c[1:] for c in CONTENT_TYPES],
+    ids=[c[0] for c in CONTENT_TYPES],
+)
+def test_the_listener_takes_what_github_sends_and_refuses_other_content_types(
+    listener: tuple[WebhookServer, WebhookReceiver, Metrics],
+    make: object,
+    status: int,
+    labels: tuple[str, str, str | None],
+) -> None:
+    """GitHub sends ``application/json`` (the payload is the body) or
+    ``application/x-www-form-urlencoded`` (the payload is the form's ``payload`` field),
+    signing the raw body either way. A signed ``text/plain`` body was taken (202); now
+    anything else is 415, signed or not, and changes nothing."""
+    server, receiver, metrics = listener
+    raw, hdrs = make(body("queued", 42))  # type: ignore[operator]
+    assert post(server, raw, hdrs).status_code == status
+    event, action, result = labels
+    if result is None:
+        assert [d.event.job.id for d in receiver.drain()] == [42]
+        assert [d.event.action for d in receiver.drain()] == []
+    else:
+        assert counted(metrics, event, action, result) == 1
+        assert receiver.drain() == []
+
+
+def test_a_half_sent_body_is_closed_at_the_body_deadline(
+    listener: tuple[WebhookServer, WebhookReceiver, Metrics],
+) -> None:
+    """The head arrives at once, the body a byte every 0.1 s: each read is well within
+    any per-read timeout, the whole body never is."""
+    server, _, metrics = listener
+    raw = body("queued", 9)
+    hdrs = headers(raw)
+    head = "".join(f"{k}: {v}\r\n" for k, v in hdrs.items())
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+        conn.sendall(
+            f"POST /github/webhook HTTP/1.1\r\nHost: x\r\nContent-Length: {len(raw)}\r\n"
+            f"{head}\r\n".encode()
+        )
+        for byte in raw:
+            try:
+                conn.sendall(bytes([byte]))
+            except OSError:
+                break
+            time.sleep(0.1)
+            if time.monotonic() - started > 6:
+                raise AssertionError("the trickled body was never closed")
+    assert time.monotonic() - started < 4.5  # body_timeout is 2 s in this fixture
+    value = metrics.registry.get_sample_value(
+        "ci_autoscaler_http_connections_dropped_total", {"reason": "webhook_body_timeout"}
+    )
+    assert value == 1

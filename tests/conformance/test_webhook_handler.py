@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.app.webhook_server import WebhookServer
+from autoscaler.app.served import WebhookServer
 from autoscaler.domain import JobStatus
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.webhook_index import Outcome
@@ -52,6 +52,7 @@ def _post(receiver: WebhookReceiver, example: dict[str, Any]) -> int:
         "x-github-event": "workflow_job",
         "x-github-delivery": str(uuid.uuid4()),
         "x-hub-signature-256": sign(SECRET, raw),
+        "content-type": "application/json",
     }
     return receiver.handle(headers, raw).status
 

@@ -35,7 +35,7 @@ import httpx
 import yaml
 
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, ssm_client
 from tests.conftest import free_port
 
 CPU = ["self-hosted", "linux.4xlarge"]
@@ -296,6 +296,7 @@ class Pair:
             [PoolSpec("ci-cpu", "linux.4xlarge", tuple(CPU), max_size=6)],
             boot_delay=0.5,
             job_duration=job_seconds,
+            ssm=ssm_client(self.moto),
         )
 
         def run_fleet() -> None:

@@ -26,6 +26,7 @@ from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
 from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
 from autoscaler.scale.aws.ssm import IAM_ACTIONS as SSM_IAM_ACTIONS
+from autoscaler.scale.aws.ssm import IAM_LIST_ACTION as SSM_IAM_LIST_ACTION
 from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import DynamoTable, create_table
 from autoscaler.telemetry import Metrics
@@ -60,7 +61,7 @@ module "pool" {{
   runner_type                       = "{runner_type}"
   labels                            = ["self-hosted", "{runner_type}"]
   github_url                        = "https://github.com/my-org"
-  registration_token_parameter_name = "/ci-autoscaler/runner-registration-token"
+  mode                              = "persistent"
   ami_id                            = "{ami}"
   instance_types                    = [{instance_types}]
   subnet_ids                        = ["{subnet}"]
@@ -171,6 +172,7 @@ def test_launch_template_registers_an_ephemeral_runner_named_after_the_instance(
     versions = ec2.describe_launch_template_versions(LaunchTemplateId=template_id)
     data = versions["LaunchTemplateVersions"][-1]["LaunchTemplateData"]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
     user_data = base64.b64decode(data["UserData"]).decode()
     assert f'RUNNER_NAME="{POOL}-${{INSTANCE_ID}}"' in user_data
@@ -258,7 +260,9 @@ def test_controller_task_role_grants_exactly_the_adapter_calls(applied: str) -> 
             if any(a.startswith("dynamodb:") for a in actions):
                 assert actions == STATE_IAM_ACTIONS
                 assert statement["Resource"] in (table_arn, [table_arn]), "that table only"
-    assert granted == set(IAM_ACTIONS) | STATE_IAM_ACTIONS | set(SSM_IAM_ACTIONS)
+    assert granted == set(IAM_ACTIONS) | STATE_IAM_ACTIONS | set(SSM_IAM_ACTIONS) | {
+        SSM_IAM_LIST_ACTION
+    }
 
 
 def described(endpoint: str, table: str) -> dict[str, Any]:

@@ -105,7 +105,11 @@ def test_a_queued_webhook_scales_up_long_before_the_next_poll(
         forged = httpx.post(
             f"http://127.0.0.1:{hook_port}/github/webhook",
             content=b"{}",
-            headers={"X-GitHub-Event": "workflow_job", "X-Hub-Signature-256": "sha256=00"},
+            headers={
+                "X-GitHub-Event": "workflow_job",
+                "X-Hub-Signature-256": "sha256=00",
+                "Content-Type": "application/json",
+            },
             timeout=5,
         )
         assert forged.status_code == 401

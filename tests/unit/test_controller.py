@@ -181,6 +181,7 @@ def test_loop_survives_failing_ticks_and_stops_on_event() -> None:
 class RecordingAlerts:
     problems: list[Sequence[ScalingProblem] | None]
     skews: list[ClockSkew | None] = field(default_factory=list)
+    unlisted: list[Sequence[str] | None] = field(default_factory=list)
 
     def step(
         self,
@@ -195,10 +196,29 @@ class RecordingAlerts:
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)
+        self.unlisted.append(unlisted)
         return []
+
+
+def test_a_poll_that_left_repositories_out_is_partial_and_alerting_hears_which() -> None:
+    """A repository the source could not list (and holds no listing of) is not an empty
+    one: the tick says the poll is partial, names it, and alerting gets the names; a
+    failed poll tells alerting nothing (None), so the condition is kept as it was."""
+    gap = replace(observation(1, T0), unlisted_repos=(("gpu", "loop"),))
+    alerts = RecordingAlerts(problems=[])
+    source = FakeSource([gap, TransientError("down"), observation(1, T0)])
+    controller = Controller(config(), source, Metrics(), alerts=alerts)
+    partial = controller.tick(T0)
+    failed = controller.tick(T0 + timedelta(seconds=30))
+    whole = controller.tick(T0 + timedelta(seconds=60))
+    assert partial.poll_error is None
+    assert partial.poll_partial == "1 repositories not listed: gpu (loop)"
+    assert failed.poll_partial is None and whole.poll_partial is None
+    assert alerts.unlisted == [["gpu"], None, []]
 
 
 def test_alerting_hears_this_ticks_scaling_problems() -> None:

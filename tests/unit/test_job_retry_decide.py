@@ -316,8 +316,12 @@ def test_unreadable_entries_are_skipped_and_left_alone(entries: Mapping[str, str
 def test_prune_keeps_what_still_matters() -> None:
     old = NOW - RETENTION
     ledger = replace(RERAN, reruns={k: replace(r, at=old) for k, r in RERAN.reruns.items()})
-    ledger = record_denied(ledger, "r", NOW - DENIED_PAUSE)
+    ledger = record_denied(ledger, "r", NOW - RETENTION)
     assert ledger.pruned(NOW) == Ledger()
+    # a denial outlives its pause: the incident lasts until a re-run goes through
+    paused_no_more = record_denied(Ledger(), "r", NOW - DENIED_PAUSE)
+    assert paused_no_more.pruned(NOW) == paused_no_more
+    assert not paused_no_more.is_denied("r", NOW)
 
 
 def test_an_exhausted_run_alerts_for_a_window_then_stops() -> None:

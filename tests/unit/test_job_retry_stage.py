@@ -37,6 +37,7 @@ from autoscaler.job_retry.decide import (
     SKIP,
     Choice,
 )
+from autoscaler.job_retry.ledger import DENIED_PAUSE
 from autoscaler.job_retry.model import SPOT_INTERRUPTION, InstanceEvent
 from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.state.sqlite import SqliteStore
@@ -303,6 +304,23 @@ def test_403_is_said_once_alerted_once_and_stops_trying(caplog: pytest.LogCaptur
     assert len(errors) == 1
     assert "Actions: read and write" in errors[0].getMessage()
     assert set(second.denied) == {"pytorch"}
+
+
+def test_a_denial_stays_one_incident_across_the_probes_until_a_re_run_goes_through() -> None:
+    """Regression: the denial was forgotten when the pause ended, so "Job re-runs not
+    permitted" resolved although nothing was fixed, and fired again when the next probe
+    was refused. It stays until a re-run in that repository goes through."""
+    rerunner = Rerunner(AuthenticationError("403", code="403"))
+    s, _ = stage(Source([job(1)], [], [job(2)], [], [job(3)]), rerunner)
+    assert set(s.step(NOW).denied) == {"pytorch"}
+    after_pause = NOW + DENIED_PAUSE + timedelta(minutes=1)
+    assert set(s.step(after_pause).denied) == {"pytorch"}  # paused no more, still denied
+    assert set(s.step(after_pause + timedelta(minutes=1)).denied) == {"pytorch"}  # probe: 403
+    assert len(rerunner.calls) == 2
+    later = after_pause + DENIED_PAUSE + timedelta(minutes=2)
+    rerunner.error = None  # the permission was granted
+    assert s.step(later).denied == {}  # the next probe goes through: the incident ends
+    assert rerunner.calls[2:] == [("pytorch", 101), ("pytorch", 102)]  # what waited, re-run
 
 
 @pytest.mark.parametrize(

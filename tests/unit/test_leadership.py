@@ -32,6 +32,7 @@ from autoscaler.secrets import SecretUrl
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -271,6 +272,7 @@ def test_a_lease_lost_mid_tick_stops_the_rest_of_the_ticks_actions() -> None:
         Metrics(CollectorRegistry()),
         sleep=lambda _: None,
         rng=random.Random(0),
+        **handover_ports(FakeSource()),
     )
     s.step(snapshot({GPU: 3}), observation(()), T0, observation_fresh=True)
     assert [c for c in fake.calls if c[0] == "set_desired_capacity"] == [

@@ -162,6 +162,25 @@ CLAMPS = [
         {"out_of_capacity": [GPU]},
         id="every-pool-in-backoff-is-out-of-capacity",
     ),
+    # A retry is not a recovery: gpu-spot's back-off ended and it is tried again, but
+    # neither pool has delivered since it failed, so the type is still out of capacity
+    # (the page stays one incident across the retries that fail).
+    pytest.param(
+        Case(
+            config(),
+            TWO_GPU,
+            {GPU: 3},
+            state=ScalingState(
+                backoff_until={
+                    "gpu-spot": T0 - timedelta(seconds=1),
+                    "gpu-od": T0 + timedelta(seconds=60),
+                },
+                backoff_seconds={"gpu-spot": 1800.0, "gpu-od": 1800.0},
+            ),
+        ),
+        {"up": {"gpu-spot": 3}, "out_of_capacity": [GPU]},
+        id="a-pool-retried-after-its-backoff-is-still-out",
+    ),
 ]
 
 GPU_A, GPU_B = "a.gpu", "b.gpu"

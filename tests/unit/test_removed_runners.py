@@ -22,6 +22,7 @@ from autoscaler.scale.plan import Decision, ScalingState
 from autoscaler.scale.policy import decide, without_removed
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -60,7 +61,15 @@ def at(seconds: float) -> datetime:
 def make(source: FakeSource, fake: FakePool | None = None) -> tuple[Scaler, FakePool]:
     fake = fake or FakePool({"gpu-spot": pool("gpu-spot"), "gpu-od": pool("gpu-od")})
     registry = CollectorRegistry()
-    s = Scaler(fake, source, CFG, Metrics(registry), sleep=lambda _: None, rng=random.Random(0))
+    s = Scaler(
+        fake,
+        source,
+        CFG,
+        Metrics(registry),
+        sleep=lambda _: None,
+        rng=random.Random(0),
+        **handover_ports(source),
+    )
     return s, fake
 
 

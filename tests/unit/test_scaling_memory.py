@@ -36,6 +36,7 @@ from autoscaler.scale.plan import PendingTermination, ScalingState
 from autoscaler.scale.scaler import Scaler
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -184,6 +185,7 @@ def make(fake: FakePool, source: FakeSource, store: ScalingMemoryStore) -> Scale
         sleep=lambda _: None,
         rng=random.Random(0),
         memory=store,
+        **handover_ports(source),
     )
 
 

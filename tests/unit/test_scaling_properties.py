@@ -22,6 +22,7 @@ from autoscaler.domain import InstanceLifecycle, Observation, Runner
 from autoscaler.errors import RejectedError
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import T0, FakePool, config, observation, pool, rtype, snapshot
 
 GPU, CPU = "x.gpu", "x.cpu"
@@ -178,7 +179,13 @@ def test_never_terminates_a_busy_runner_and_never_exceeds_bounds(rounds: list[Ro
     world = World(fake)
     fake.world = world
     scaler = Scaler(
-        fake, world, CFG, Metrics(CollectorRegistry()), sleep=lambda _: None, rng=random.Random(0)
+        fake,
+        world,
+        CFG,
+        Metrics(CollectorRegistry()),
+        sleep=lambda _: None,
+        rng=random.Random(0),
+        **handover_ports(world),
     )
     now, next_id = T0, [0]
     for ops, dt, fresh, late in rounds:

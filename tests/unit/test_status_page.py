@@ -33,6 +33,7 @@ from autoscaler.scale.scaler import Scaler
 from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import GPU, T0, FakePool, config, pool, rtype
 
 EVIL = '<script>alert("x")</script>'
@@ -95,7 +96,15 @@ def controller() -> Controller:
     )
     metrics = Metrics(CollectorRegistry())
     source = Source(jobs)
-    scaler = Scaler(fake, source, config, metrics, sleep=lambda _: None, rng=random.Random(0))
+    scaler = Scaler(
+        fake,
+        source,
+        config,
+        metrics,
+        sleep=lambda _: None,
+        rng=random.Random(0),
+        **handover_ports(source),
+    )
     engine = AlertEngine(config.alerts, SqliteStore(), None, metrics)
     c = Controller(config, source, metrics, alerts=engine, scaler=scaler)
     c.tick(T0)

@@ -20,12 +20,13 @@ from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github.webhook_completions import WebhookCompletedRuns
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
-from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
+from tests.unit.handover_fakes import FakeParameters, RegisteringSource
+from tests.unit.scaling_fakes import FakePool, config, pool, rtype
 
 POOL = "gpu-spot"
 
 
-class RetryingSource(FakeSource):
+class RetryingSource(RegisteringSource):
     """A source that also finds completed runs and re-runs them, as GitHubSource does."""
 
     def completed_runs(self, now: datetime) -> Sequence[CompletedRun]:
@@ -58,6 +59,7 @@ def runtime(source: RetryingSource, *, webhook: bool, fake_pool: FakePool | None
         Metrics(CollectorRegistry()),
         source=source,
         pool=fake_pool or FakePool({POOL: pool(POOL)}),
+        parameters=FakeParameters(),
         webhooks=webhook,
     )
 

@@ -12,6 +12,7 @@ when refused, logged with the delivery id and the reason, never the body):
 ==========================  ======  ============================
 what                        status  result
 ==========================  ======  ============================
+another Content-Type        415     unsupported_type
 no or bad signature         401     bad_signature
 body over the limit         413     too_large
 ``ping``                    200     accepted
@@ -31,6 +32,11 @@ that applies the index's ordering rules against whatever another replica wrote
 (:mod:`autoscaler.observe.github.webhook_rows`). The leader reads the index from there, so
 a delivery that reached a follower counts as one that reached the leader.
 
+GitHub sends a body in one of two ways, set per webhook (its REST API defaults to the
+second): ``application/json``, the payload itself, or ``application/x-www-form-urlencoded``
+with the payload in the form's ``payload`` field. The signature covers the raw body either
+way. Any other Content-Type is refused with 415, signed or not.
+
 Labels stay bounded whatever a client sends: ``event`` is ``workflow_job``, ``ping`` or
 ``other``; ``action`` one of GitHub's four, ``none`` or ``other``.
 """
@@ -47,16 +53,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from urllib.parse import parse_qs
 
 from autoscaler.config import WebhookConfig
 from autoscaler.errors import StateError
+from autoscaler.observe.github.parse import BadPage, PayloadError, UnknownAction
 from autoscaler.observe.github.webhook_index import event_row
 from autoscaler.observe.github.webhook_rows import JobIndexStore, Outcome
 from autoscaler.observe.github.webhooks import (
     ACTIONS,
     SIGNATURE_HEADER,
-    PayloadError,
-    UnknownAction,
     WorkflowJobEvent,
     parse_workflow_job,
     verify_signature,
@@ -71,6 +77,8 @@ REMEMBERED = 10_000
 #: A refusal of the same result is logged as a warning at most this often (seconds).
 LOG_EVERY = 60.0
 _DELIVERY_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,26 @@ def _names(headers: Mapping[str, str]) -> tuple[str, str, str]:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def media_type(headers: Mapping[str, str]) -> str:
+    """The Content-Type without its parameters, lower-cased (``""`` when absent)."""
+    return headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+def _json_of(kind: str, body: bytes) -> bytes:
+    """The JSON payload of a verified body: the body itself, or the form's ``payload``
+    field. Raises :class:`BadPage` when a form has no single ``payload``."""
+    if kind == JSON:
+        return body
+    try:
+        fields = parse_qs(body.decode("ascii"), strict_parsing=True, max_num_fields=16)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadPage("form: not URL-encoded") from exc
+    payload = fields.get("payload", [])
+    if len(payload) != 1:
+        raise BadPage("form: expected one payload field")
+    return payload[0].encode()
 
 
 class WebhookReceiver:
@@ -151,6 +179,11 @@ class WebhookReceiver:
     def handle(self, headers: Mapping[str, str], body: bytes) -> Answer:
         """One ``POST /github/webhook`` (header names lower-cased)."""
         event, delivery, shown = _names(headers)
+        kind = media_type(headers)
+        if kind not in (JSON, FORM):
+            return self._refuse(
+                415, event, "none", "unsupported_type", delivery=shown, reason="Content-Type"
+            )
         if len(body) > self._max_body:
             return self.too_large(headers)
         if not verify_signature(self._secret, body, headers.get(SIGNATURE_HEADER)):
@@ -165,7 +198,7 @@ class WebhookReceiver:
             log.debug("webhook delivery %s: event not handled, ignored", shown)
             return Answer(202, b"ignored: only workflow_job is handled\n")
         try:
-            parsed = parse_workflow_job(body, delivery)
+            parsed = parse_workflow_job(_json_of(kind, body), delivery)
         except PayloadError as exc:
             status = 422 if isinstance(exc, UnknownAction) else 400
             return self._refuse(

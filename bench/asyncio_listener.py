@@ -1,23 +1,8 @@
-"""The webhook listener: ``POST /github/webhook`` on its own port, nothing else.
+"""The webhook listener as it was before the served application moved to a server
+library: raw asyncio with its own request-head parser, one request per connection.
 
-A second listener, not a route of the status server, so that the one port exposed to
-GitHub (through a load balancer) serves no /metrics, status page or readiness, and a
-flood of deliveries can never crowd out a Prometheus scrape.
-
-Built like :mod:`autoscaler.app.httpserver`: one asyncio loop in one thread owns every
-connection, so a slow client costs a coroutine, never a thread. The head must arrive
-within ``header_timeout`` and 8 KiB; the body must announce its ``Content-Length``
-(411 without), is refused unread when larger than the limit (413) and must arrive within
-``body_timeout``. The request is then handed to :meth:`WebhookReceiver.handle` on a
-worker thread (HMAC and JSON parsing stay off the loop); that call only queues, so the
-answer goes out in milliseconds whatever the tick is doing. At most ``max_connections``
-are open; past that a new connection is closed at once (GitHub retries nothing, the
-reconcile counts the job).
-
-A ``GET`` of the path answers 405 (POST only): the terraform module's ALB health check
-expects it. With two controllers (``state.backend: dynamodb``) both serve: the job index
-lives in the state table, a delivery that reaches a follower is written there and the
-leader's next tick (woken at once by its watch) reads it.
+Kept here, outside the package, only as the baseline ``bench/listener.py`` measures the
+served application against, side by side in one run. Nothing in ``autoscaler`` imports it.
 """
 
 from __future__ import annotations
@@ -27,20 +12,76 @@ import logging
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from http import HTTPStatus
 
-from autoscaler.app.httpserver import MAX_HEAD, Response, parse_head
-from autoscaler.observe.github.webhook_receiver import PATH, WebhookReceiver
+from autoscaler.app.served import Receiver
+from autoscaler.observe.github.webhook_receiver import PATH
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
 
-class WebhookServer:
-    """Serves ``POST /github/webhook`` on ``host:port`` (port 0 picks a free one)."""
+MAX_HEAD = 8192
+"""Bytes a request line and headers may take."""
+TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    """``GET`` or ``HEAD``."""
+    path: str
+    """The path without its query string."""
+    query: str
+    headers: dict[str, str]
+    """Header names lower-cased."""
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = TEXT
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def encode(self, *, head_only: bool) -> bytes:
+        lines = [
+            f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+            "Connection: close",
+            *(f"{name}: {value}" for name, value in self.headers.items()),
+        ]
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return head if head_only else head + self.body
+
+
+def parse_head(head: bytes) -> Request | None:
+    """The request in a request head, or None when it is not HTTP/1.x."""
+    try:
+        text = head.decode("latin-1")
+        request_line, *header_lines = text.split("\r\n")
+        method, target, version = request_line.split(" ")
+    except ValueError:
+        return None
+    if not version.startswith("HTTP/1.") or not target.startswith("/"):
+        return None
+    headers = {}
+    for line in header_lines:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    path, _, query = target.partition("?")
+    return Request(method, path, query, headers)
+
+
+class AsyncioListener:
+    """The pre-library listener: ``POST /github/webhook`` on ``host:port``."""
 
     def __init__(
         self,
-        receiver: WebhookReceiver,
+        receiver: Receiver,
         metrics: Metrics,
         host: str,
         port: int,
