@@ -27,12 +27,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.domain import CompletedJob, CompletedRun
 from autoscaler.job_retry.classify import LOST, RunVerdict, Verdict
 from autoscaler.job_retry.ledger import Exhausted, Ledger, Rerun
+
+if TYPE_CHECKING:
+    from autoscaler.config.job_retry import JobRetryConfig
 
 RERUN = "rerun"
 SKIP = "skip"

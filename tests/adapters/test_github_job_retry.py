@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.config import GitHubConfig, parse_config
+from autoscaler.config import GitHubConfig
 from autoscaler.domain import CompletedRun, RunProgress
 from autoscaler.errors import AuthenticationError, DeferredError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
@@ -29,6 +29,7 @@ from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
+from tests.factories import load_config
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 GPU = ["self-hosted", "linux.g5.4xlarge.nvidia.gpu"]
@@ -327,14 +328,7 @@ def test_a_rerun_whose_201_was_lost_is_not_taken_for_a_missing_permission(world:
     again. GitHub answers that 403 ("already running"), which used to pause re-runs in the
     whole repository for hours and page "Job re-runs not permitted". Now the run is read:
     attempt 2 exists, so the run counts as re-run and the repository is not paused."""
-    config = parse_config(
-        {
-            "github": {"owner": "demo-org", "token": "t"},
-            "runner_types": {"gpu": {"labels": GPU}},
-            "job_retry": {"enabled": True},
-        },
-        env={},
-    )
+    config = load_config(runner_types={"gpu": {"labels": GPU}}, job_retry={"enabled": True})
     job = running_job(world)
     world.tick()
     fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])
@@ -352,14 +346,7 @@ def test_three_lost_jobs_of_one_run_make_one_request_to_github(world: World) -> 
     """A Spot reclaim of three instances at once: one job re-run per lost job asked GitHub
     for three attempts of the same run, and it refused the second while the first ran.
     The stage over the real source: one rerun-failed-jobs, one new attempt, three legs."""
-    config = parse_config(
-        {
-            "github": {"owner": "demo-org", "token": "t"},
-            "runner_types": {"gpu": {"labels": GPU}},
-            "job_retry": {"enabled": True},
-        },
-        env={},
-    )
+    config = load_config(runner_types={"gpu": {"labels": GPU}}, job_retry={"enabled": True})
     legs = [running_job(world, "test (1)")]
     run = world.fake.job(legs[0]).run_id
     legs += [running_job(world, f"test ({i})", run_id=run) for i in (2, 3)]

@@ -121,14 +121,14 @@ RERAN = record_rerun(Ledger(), decide([judged(INFRA)], Ledger(), DEFAULT, NOW)[0
         pytest.param(
             [judged(INFRA, attempt=2)],
             Ledger(),
-            replace(DEFAULT, max_attempts=3),
+            DEFAULT.model_copy(update={"max_attempts": 3}),
             [(10, RERUN)],
             id="third-attempt-allowed",
         ),
         pytest.param(
             [judged(INFRA)],
             Ledger(),
-            replace(DEFAULT, max_attempts=1),
+            DEFAULT.model_copy(update={"max_attempts": 1}),
             [(10, SKIP)],
             id="max-attempts-1-never-reruns-nor-alerts",
         ),
@@ -149,14 +149,14 @@ RERAN = record_rerun(Ledger(), decide([judged(INFRA)], Ledger(), DEFAULT, NOW)[0
         pytest.param(
             [judged(INFRA, run_id=i) for i in range(1, 5)],
             Ledger(),
-            replace(DEFAULT, max_per_hour=2),
+            DEFAULT.model_copy(update={"max_per_hour": 2}),
             [(1, RERUN), (2, RERUN), (3, DEFERRED), (4, DEFERRED)],
             id="hourly-limit-counts-runs",
         ),
         pytest.param(
             [judged(INFRA, run_id=2)],
             RERAN,
-            replace(DEFAULT, max_per_hour=1),
+            DEFAULT.model_copy(update={"max_per_hour": 1}),
             [(2, DEFERRED)],
             id="earlier-reruns-count-in-the-hour",
         ),
@@ -168,7 +168,7 @@ RERAN = record_rerun(Ledger(), decide([judged(INFRA)], Ledger(), DEFAULT, NOW)[0
                     k: replace(r, at=NOW - timedelta(minutes=61)) for k, r in RERAN.reruns.items()
                 },
             ),
-            replace(DEFAULT, max_per_hour=1),
+            DEFAULT.model_copy(update={"max_per_hour": 1}),
             [(2, RERUN)],
             id="an-hour-later-the-budget-is-back",
         ),
@@ -207,7 +207,7 @@ def test_decide(
 def test_the_oldest_run_goes_first_under_the_hourly_limit() -> None:
     late = judged(INFRA, run_id=1, first=500)
     early = judged(INFRA, run_id=2, first=1)
-    choices = decide([late, early], Ledger(), replace(DEFAULT, max_per_hour=1), NOW)
+    choices = decide([late, early], Ledger(), DEFAULT.model_copy(update={"max_per_hour": 1}), NOW)
     assert results(choices) == [(2, RERUN), (1, DEFERRED)]
 
 
@@ -227,7 +227,7 @@ def test_an_asking_never_answered_is_confirmed_not_asked_blindly() -> None:
     re-run is not counted twice against the hourly bound."""
     first = decide([judged(INFRA)], Ledger(), DEFAULT, NOW)[0]
     asking = record_rerun(Ledger(), first, NOW, asked=False)
-    (again,) = decide([judged(INFRA)], asking, replace(DEFAULT, max_per_hour=1), NOW)
+    (again,) = decide([judged(INFRA)], asking, DEFAULT.model_copy(update={"max_per_hour": 1}), NOW)
     assert (again.result, again.confirm) == (RERUN, True)
     answered = record_rerun(asking, again, NOW + timedelta(minutes=1))
     assert answered.reruns[first.run.key].at == NOW  # the time of the asking is kept
