@@ -83,6 +83,8 @@ class Handler(BaseHTTPRequestHandler):
         self.body = self.rfile.read(length) if length else b""
         if fake.latency > 0:
             time.sleep(fake.latency)
+        if fake.before_request is not None:
+            fake.before_request(method, self.path)
         try:
             reply = self._reply(method, fake)
         except Exception as exc:  # a bug in the fake must not hang the client

@@ -160,6 +160,9 @@ class GitHubState:
         #: done the work and the client has not heard back (kill the client, say). A true
         #: return drops the connection unanswered: the response is lost.
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
+        #: Called with (method, path with query) before the fake handles a request: a test
+        #: can hold one client's request there until the world is as the story needs.
+        self.before_request: Callable[[str, str], None] | None = None
         #: Where ``workflow_job`` events go (``FakeGitHub.send_webhooks``); None: none.
         self.webhooks: JobEventSink | None = None
         #: Re-runs: every re-run answers this status (403, 422) when set

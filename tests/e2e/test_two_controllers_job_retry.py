@@ -5,10 +5,12 @@ Two real controllers (``ci-autoscaler run`` subprocesses) on one DynamoDB table,
 "lost communication" annotation), GitHub cancels legs 2-4 after it. The leader records the
 run attempt in the table, then asks ``rerun-failed-jobs``; the fake GitHub makes the new
 attempt and, before its 201 goes out, the leader is killed (``kill -9``): the answer is
-lost. The follower takes over, a new controller starts, and the new leader finds the
-record unanswered, reads the run (attempt 2 already) and asks nothing. GitHub saw one
-request; the run is back with all four legs queued. moto's server runs in a process of its
-own, one request at a time (see tests/e2e/test_two_controllers.py).
+lost. (The request is held until the follower has judged the run: its poll would miss a
+completion that a re-run follows at once.) The follower takes over, a new controller
+starts, and the new leader finds the record unanswered, reads the run (attempt 2
+already) and asks nothing. GitHub saw one request; the run is back with all four legs
+queued. moto's server runs in a process of its own, one request at a time (see
+tests/e2e/test_two_controllers.py).
 """
 
 from __future__ import annotations
@@ -49,6 +51,21 @@ def sees_three_queued(c: Controller) -> bool:
     return (queued(c) or 0) >= 3
 
 
+def judged_lost(c: Controller) -> bool:
+    """The controller has judged a completed run lost (a follower decides, acting on
+    nothing: ``job_retry_runs_total{verdict="lost"}``)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{c.port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return False
+    return any(
+        s.value > 0
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "ci_autoscaler_job_retry_runs_total" and s.labels.get("verdict") == "lost"
+    )
+
+
 def epoch(p: Pair) -> int:
     lease = p.lease()
     return int(lease["epoch"]) if lease is not None else 0
@@ -81,6 +98,19 @@ def test_a_lost_run_is_rerun_once_across_a_leaders_death_and_a_restart(
         for c in (leader, follower):  # both polls see the run going: its legs queued
             wait_until(partial(sees_three_queued, c), 60, f"{c.name} saw the run")
 
+        held: list[bool] = []
+
+        def hold_the_ask(method: str, path: str) -> None:
+            # The follower must see attempt 1 complete before GitHub makes attempt 2: the
+            # poll finds a completed run when it drops out of the listings, and a run
+            # re-run before the follower's next poll never does. Held under the client's
+            # 10 s timeout.
+            if method == "POST" and ASK.search(path) and not held:
+                try:
+                    held.append(bool(wait_until(partial(judged_lost, follower), 8, "")))
+                except AssertionError:
+                    held.append(False)
+
         killed = threading.Event()
 
         def kill_the_asker(method: str, path: str, status: int) -> bool:
@@ -90,6 +120,7 @@ def test_a_lost_run_is_rerun_once_across_a_leaders_death_and_a_restart(
                 return True
             return False
 
+        p.github.before_request = hold_the_ask
         p.github.before_reply = kill_the_asker
         fail_job(
             p.github,
@@ -101,6 +132,7 @@ def test_a_lost_run_is_rerun_once_across_a_leaders_death_and_a_restart(
             fail_job(p.github, leg, conclusion="cancelled", failed_step=False)
 
         wait_until(killed.is_set, 90, "the leader asked for the re-run")
+        assert held == [True], "the follower did not judge the run within 8 s of the ask"
         p.kill(leader.name)
         successor = wait_until(partial(other_leader, p, leader), 60, "a new leader")
         assert successor is follower
