@@ -21,8 +21,9 @@ Also the replay's speed, virtual seconds per wall second at three trace lengths,
 side (aim: a day of trace in well under a minute: >= 2,000x).
 
 ``python -m bench.scaling --write DIR`` writes the train traces (and copies the fleets)
-for ``ci-autoscaler simulate``; ``--plot DIR`` draws the overview (``scaling.png``) and
-each unperturbed trace's plot (``scaling-<name>.png``), at equal knobs.
+for ``ci-autoscaler simulate``; ``--plot DIR`` also draws the overview (``scaling.png``,
+docs/simulator.md's) and each unperturbed trace's plot (``scaling-<name>.png``), at
+equal knobs.
 """
 
 from __future__ import annotations
