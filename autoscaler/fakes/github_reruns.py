@@ -128,5 +128,6 @@ def rerun(fake: GitHubState, owner: str, repo: str, job_id: int, now: datetime) 
     )
     fake._jobs[new.id] = new
     run.job_ids.append(new.id)
+    fake.changes += 1
     fake.reruns.append((repo, job_id))
     return Reply(201, {})
