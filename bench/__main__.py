@@ -19,11 +19,13 @@ from bench import (
     listener,
     scaling,
     state_requests,
+    steady_tick,
     webhooks,
 )
 
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
+    "steady_tick": steady_tick.run,
     "github_budget": github_budget.run,
     "github_payloads": github_payloads.run,
     "scaling": scaling.run,

@@ -54,13 +54,16 @@ PER_PAGE = 100
 class Proc:
     """One benchmark process and its line protocol."""
 
-    def __init__(self, role: str, params: dict[str, Any]) -> None:
+    def __init__(
+        self, role: str, params: dict[str, Any], env: dict[str, str] | None = None
+    ) -> None:
         self.role = role
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "bench.proc", role, json.dumps(params)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
 
     def read(self) -> dict[str, Any]:
