@@ -3,16 +3,26 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs the package and moto only (.[demo]); the development tools (.[dev], which
+# includes moto) are installed by the first test, lint or bench.
+DEMO_STAMP := $(VENV)/.installed-demo
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 DEMO_DURATION ?= 60
 
-.PHONY: demo test lint bench clean references
+.PHONY: demo test test-fast lint bench clean references
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) -e '.[dev]'
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	@echo "installing ci-autoscaler and moto into $(VENV) (first run only) ..."
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/ci-autoscaler demo --duration $(DEMO_DURATION)
 
 # terraform's AWS provider mirror: where the machine keeps it (terraform's implied mirror
@@ -20,9 +30,17 @@ demo: $(STAMP)
 TF_MIRROR_ROOTS := /opt /usr/local/share /usr/share $(HOME)/.terraform.d $(HOME)/.local/share
 TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
 
+# The whole suite, one pytest-xdist worker per core (PYTEST_WORKERS=0: in this process).
+PYTEST_WORKERS ?= auto
+
 test: $(STAMP) references
 	TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 -path '$(TF_PROVIDER)' \
-	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" $(BIN)/python -m pytest
+	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS)
+
+# The unit tier: pure code, fakes at the ports; no moto server, no network, no tools.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -n $(PYTEST_WORKERS) -q
 
 # GitHub's OpenAPI description and webhook examples/schemas (pinned in
 # tests/conformance/references.txt), fetched once with npm into .cache/octokit.

@@ -26,9 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from autoscaler.config import Config
 from autoscaler.domain import (
     Cause,
     ClockSkew,
@@ -47,6 +46,9 @@ from autoscaler.observe.starts import ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 log = logging.getLogger(__name__)
 

@@ -8,14 +8,17 @@ import logging
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from autoscaler import __version__
 from autoscaler.app.logs import setup_logging
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
-from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
 from autoscaler.errors import ConfigError, StateError, StateUnavailableError
 from autoscaler.telemetry import Metrics
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, LoadedConfig
 
 log = logging.getLogger("autoscaler")
 
@@ -26,6 +29,8 @@ def plural(count: int, noun: str) -> str:
 
 
 def _read(path: str, *, allow_unset_env: bool = False) -> LoadedConfig | None:
+    from autoscaler.config import read_config  # noqa: PLC0415 (pydantic: only to read one)
+
     try:
         return read_config(path, allow_unset_env=allow_unset_env)
     except ConfigError as exc:
@@ -63,6 +68,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         )
     )
     print(f"{args.file}: ok ({counts})")
+    return 0
+
+
+def cmd_config_schema(args: argparse.Namespace) -> int:
+    from autoscaler.config import json_schema  # noqa: PLC0415 (pydantic: only for this)
+
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
     return 0
 
 
@@ -215,6 +227,8 @@ def cmd_state_create_table(args: argparse.Namespace) -> int:
     config = _configure(args)
     if config is None:
         return 1
+    from autoscaler.config import DYNAMODB  # noqa: PLC0415 (with the config, loaded above)
+
     if config.state.backend != DYNAMODB:
         print(
             f"{args.config}: state.backend is {config.state.backend}: there is no table to "
@@ -360,6 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
         "without the deployment's secrets)",
     )
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("config", help="configuration tools")
+    config_sub = p.add_subparsers(dest="config_command", required=True)
+    p = config_sub.add_parser(
+        "schema",
+        help="print the config file's JSON Schema (for editors: config.schema.json)",
+    )
+    p.set_defaults(func=cmd_config_schema)
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")
     p.add_argument("--config", required=True, help=CONFIG_HELP)

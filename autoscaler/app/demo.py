@@ -143,11 +143,17 @@ def _cancel_unmatched(github: FakeGitHub) -> None:
         log.info("demo: %d jobs no runner type serves were cancelled (labels fixed)", len(stuck))
 
 
+def _say(line: str) -> None:
+    """A start-up line, before the first screen (the start takes seconds)."""
+    print(line, flush=True)
+
+
 def run_demo(
     duration: float | None, listen: str, tick: float = 2.0, *, log_to_stderr: bool = False
 ) -> int:
     """Run the demo until ``duration`` seconds pass or SIGINT/SIGTERM; 1 if a busy
     runner was ever killed."""
+    _say("starting the demo: everything on 127.0.0.1, no credentials ...")
     try:
         import moto  # noqa: F401, PLC0415
     except ImportError:
@@ -172,8 +178,9 @@ def run_demo(
     story = ui.Story()
     with (
         _logs_on_screen(clock, log_to_stderr) as logs,
-        demo_world(tick, clock) as (config, github, (workload, _asg), fleet, sink),
+        demo_world(tick, clock, _say) as (config, github, (workload, _asg), fleet, sink),
     ):
+        _say("starting the controller ...")
         metrics = Metrics()
         session = boto3.session.Session(
             aws_access_key_id="demo",
@@ -199,6 +206,7 @@ def run_demo(
             server = StatusServer(runtime.controller, metrics, host or "127.0.0.1", 0)
         server.start()
         base_url = f"http://{host or '127.0.0.1'}:{server.port}"
+        _say(f"ready: the status page is {base_url}/")
         started = time.monotonic()  # the story starts now, the world is up
         outage: CapacityOutage | None = None
         outage_at: float | None = None

@@ -6,8 +6,11 @@ acting: every cloud and GitHub call of one plan, each through the retry policy, 
 the policy relies on, with the rules that make acting safe:
 
 - scale up pool by pool, failing over on :class:`CapacityError` and backing the pool off;
-- scale in by deregistering the runner first and terminating its instance only then (a
-  runner that turned busy is left alone; a failed termination is remembered as pending);
+- scale in by writing the scale-in down in the state store, then deregistering the
+  runner, and terminating its instance only then (a runner that turned busy is left
+  alone; a failed termination stays pending). A scale-in its process did not finish (it
+  died, or lost the lease, between the two calls) is finished by the next leader: it
+  terminates the instance if GitHub no longer knows the runner;
 - terminate an orphan only once its credential is withdrawn and no runner that could take
   a job is left on it (:meth:`HandoverDuties.withdraw`);
 - release the desired capacity of pools that failed to launch.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 
@@ -94,6 +97,9 @@ class PlanExecution:
     clock_skew: ClockSkew
     #: Withdraws an orphan's credential before it is terminated.
     handover: HandoverDuties
+    #: Writes the scaler's memory to the state store now; False if it could not be kept.
+    #: None: no store (nothing outlives the process anyway).
+    record: Callable[[ScalingState], bool] | None = None
 
     def execute(self, plan: Plan, now: datetime) -> None:
         """Every action of ``plan``, in the order the policy relies on."""
@@ -112,7 +118,7 @@ class PlanExecution:
             self._scale_up(up, now)
         for rt in plan.out_of_capacity:
             self._out_of_capacity(rt)
-        for si in plan.scale_ins:
+        for si in self._write_ahead(plan.scale_ins, now):
             self._scale_in(si, now)
         for o in plan.orphans:
             self._orphan(o, now)
@@ -133,9 +139,37 @@ class PlanExecution:
                 self.outcome.done((st.runner_type, st.pool), 0, STALE)
                 log.info("deregistered offline runner %s (instance gone)", st.runner_name)
 
+    def _write_ahead(self, scale_ins: tuple[ScaleIn, ...], now: datetime) -> tuple[ScaleIn, ...]:
+        """Write this tick's scale-ins down (pending terminations, not yet deregistered)
+        before any runner is deregistered, so that a successor finishes them; none starts
+        if the write fails."""
+        if not scale_ins:
+            return ()
+        state = self.state
+        for si in scale_ins:
+            state = state.termination_pending(
+                PendingTermination(
+                    si.runner_type, si.pool, si.instance_id, si.runner_name, now, False
+                )
+            )
+        if self.record is not None and not self.record(state):
+            for si in scale_ins:
+                self.outcome.note(
+                    (si.runner_type, si.pool),
+                    f"runner {si.runner_name} kept: the scale-in could not be written down",
+                )
+            log.warning(
+                "%d scale-in(s) not started: the state store did not keep them", len(scale_ins)
+            )
+            return ()
+        self.state = state
+        return scale_ins
+
     def _scale_in(self, si: ScaleIn, now: datetime) -> None:
         key = (si.runner_type, si.pool)
         outcome = self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name, now)
+        if outcome != REMOVED:
+            self.state = self.state.termination_done(si.instance_id)
         if outcome == GONE:
             self.outcome.note(
                 key, f"runner {si.runner_name} already gone: instance left to orphan sweep"
@@ -144,7 +178,10 @@ class PlanExecution:
         if outcome != REMOVED:
             self.outcome.note(key, f"runner {si.runner_name} kept")
             return
+        pending = self.state.pending_terminations[si.instance_id]
+        self.state = self.state.termination_pending(replace(pending, deregistered=True))
         if self._terminate(si.runner_type, si.pool, si.instance_id):
+            self.state = self.state.termination_done(si.instance_id)
             log.info(
                 "scaled in %s: runner %s deregistered, instance %s terminated",
                 si.pool,
@@ -152,8 +189,6 @@ class PlanExecution:
                 si.instance_id,
             )
             return
-        pending = PendingTermination(si.runner_type, si.pool, si.instance_id, si.runner_name, now)
-        self.state = self.state.termination_pending(pending)
         self.metrics.deferred_terminations.labels(si.runner_type, si.pool).inc()
         self.outcome.note(key, f"terminate {si.instance_id} failed: retried first next tick")
         log.warning(
@@ -163,8 +198,25 @@ class PlanExecution:
         )
 
     def _retry_termination(self, pt: PendingTermination) -> None:
-        """A termination that failed after its runner was deregistered, tried again."""
+        """A termination not done yet, tried again. Of a scale-in whose process may have
+        died before the deregistration, only when GitHub no longer knows the runner: one it
+        still has was never deregistered, and may run a job; it is the policy's again."""
         key = (pt.runner_type, pt.pool)
+        if not pt.deregistered:
+            try:
+                runner = self.source.find_runner(pt.runner_name)
+            except AutoscalerError as exc:
+                self._problem(exc, pt.runner_type, pt.pool, "find_runner")
+                self.outcome.note(key, f"cannot ask GitHub about {pt.runner_name}: retried")
+                return
+            if runner is not None:
+                self.state = self.state.termination_done(pt.instance_id)
+                self.outcome.note(key, f"runner {pt.runner_name} still registered: kept")
+                log.info(
+                    "scale-in of %s did not reach its deregistration: runner kept",
+                    pt.runner_name,
+                )
+                return
         if self._terminate(pt.runner_type, pt.pool, pt.instance_id):
             self.state = self.state.termination_done(pt.instance_id)
             log.info(

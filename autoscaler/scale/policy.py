@@ -37,8 +37,8 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 from autoscaler.domain import ClockSkew, InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.capacity import launch_failures, track_short
@@ -70,6 +70,9 @@ from autoscaler.scale.plan import (
     TerminateOrphan,
     slot_target,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 
 __all__ = ["decide", "pool_of_runner", "without_removed"]
 
@@ -359,7 +362,13 @@ def _pending(
     )
     now = [pt for pt in keep if pt.pool in pools][:limit]
     for pt in now:
-        text = f"runner {pt.runner_name} deregistered earlier: terminate its instance now"
+        if pt.deregistered:
+            text = f"runner {pt.runner_name} deregistered earlier: terminate its instance now"
+        else:
+            text = (
+                f"scale-in of runner {pt.runner_name} not finished: terminate its instance"
+                " unless GitHub still has the runner"
+            )
         out.note(pt.runner_type, pt.pool, text, SCALE_IN, -1)
     state = replace(state, pending_terminations={pt.instance_id: pt for pt in keep})
     return state, now

@@ -11,11 +11,13 @@ cloud call through one :class:`RetryPolicy`:
 - release pools whose launches failed after they accepted a scale-up (the policy found a
   Failed scaling activity or a pool stuck short past ``boot_timeout``, and backed it off):
   their desired capacity goes back to the instances they have, the need fails over;
-- scale in: deregister the runner first, and only when that succeeds terminate its
-  instance; a runner that turned busy in between (:class:`RejectedError`) is left alone;
-  a runner GitHub no longer knows (:class:`NotFoundError`) is gone, so its instance is an
-  orphan candidate, left to the orphan sweep and its checks; a termination that fails
-  after the runner was deregistered is remembered and retried first next tick;
+- scale in: write the scale-in down in the state store, deregister the runner, and only
+  when that succeeds terminate its instance; a runner that turned busy in between
+  (:class:`RejectedError`) is left alone; a runner GitHub no longer knows
+  (:class:`NotFoundError`) is gone, so its instance is an orphan candidate, left to the
+  orphan sweep and its checks; a termination not done (it failed, or the process died
+  or lost the lease after the deregistration) is retried first next tick, by whichever
+  controller leads then;
 - terminate orphan instances, each only after its credential was withdrawn and its runner
   made unable to take a job (:meth:`HandoverDuties.withdraw`): the poll's list can be
   seconds old, and a runner that registered in between may already run a job. Deregister
@@ -25,7 +27,8 @@ cloud call through one :class:`RetryPolicy`:
 
 Capacity back-off, the last scale-up, refused launches and pending terminations are kept
 in the state store (``memory``, :mod:`autoscaler.scale.memory`): read before a tick
-decides, written after it acted, so a restart or a failover forgets none of them.
+decides, written before its scale-ins start and after it acted, so a restart or a
+failover forgets none of them.
 
 What on-call must hear about (permanent errors with their code, every pool of a type out
 of capacity, a configured pool that does not exist) is in :attr:`Scaler.last_problems`.
@@ -261,6 +264,7 @@ class Scaler:
             problems=self.last_problems,
             clock_skew=self.last_clock_skew,
             handover=self.handover,
+            record=None if self.memory is None else self.memory.remember,
         )
         run.execute(plan, now)
         self.state = run.state

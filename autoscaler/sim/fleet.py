@@ -16,9 +16,9 @@ a boto3 client (moto's server, usually) and:
 - notices runners the controller deregistered (a scale-in): their instance never
   registers again.
 
-Also here: :func:`start_moto_server` (moto on 127.0.0.1), :func:`create_pools` (a
-launch template and an Auto Scaling group per pool) and the clients, for the demo and the
-tests.
+Also here: :func:`start_moto_server` (moto on 127.0.0.1), :func:`moto_session` (boto3
+with dummy credentials) and :func:`create_pools` (a launch template and an Auto Scaling
+group per pool), for the demo and the tests.
 """
 
 from __future__ import annotations
@@ -121,13 +121,34 @@ def reset_moto_server(endpoint_url: str) -> None:
         pass
 
 
-def aws_clients(endpoint_url: str | None, region: str = "us-east-1") -> tuple[Any, Any]:
-    """(autoscaling, ec2) clients with dummy credentials, for moto."""
-    session = boto3.session.Session(
+#: One botocore loader for every session :func:`moto_session` makes (see there).
+_LOADER: list[Any] = []
+
+
+def moto_session(region: str = "us-east-1") -> boto3.session.Session:
+    """A boto3 session with dummy credentials, for moto.
+
+    The sessions made here share one botocore loader: a new session otherwise parses each
+    service's model again (EC2's is megabytes of JSON, half a second of CPU), and the demo
+    and the tests make hundreds of sessions."""
+    import botocore.loaders  # noqa: PLC0415
+    import botocore.session  # noqa: PLC0415
+
+    if not _LOADER:
+        _LOADER.append(botocore.loaders.create_loader())
+    core = botocore.session.Session()
+    core.register_component("data_loader", _LOADER[0])
+    return boto3.session.Session(
         aws_access_key_id="testing",
         aws_secret_access_key="testing",  # noqa: S106 (moto accepts any)
         region_name=region,
+        botocore_session=core,
     )
+
+
+def aws_clients(endpoint_url: str | None, region: str = "us-east-1") -> tuple[Any, Any]:
+    """(autoscaling, ec2) clients with dummy credentials, for moto."""
+    session = moto_session(region)
     return (
         session.client("autoscaling", endpoint_url=endpoint_url),
         session.client("ec2", endpoint_url=endpoint_url),
@@ -137,12 +158,7 @@ def aws_clients(endpoint_url: str | None, region: str = "us-east-1") -> tuple[An
 def ssm_client(endpoint_url: str | None, region: str = "us-east-1") -> Any:
     """An SSM client with dummy credentials, for moto: what the fleet's instances read their
     credential with."""
-    session = boto3.session.Session(
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",  # noqa: S106 (moto accepts any)
-        region_name=region,
-    )
-    return session.client("ssm", endpoint_url=endpoint_url)
+    return moto_session(region).client("ssm", endpoint_url=endpoint_url)
 
 
 def create_pools(

@@ -12,7 +12,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
-from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, RetryConfig
@@ -54,12 +53,8 @@ class JsonFault:
 
 
 @pytest.fixture
-def ssm() -> Iterator[SsmParameters]:
-    with mock_aws():
-        session = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )
-        yield SsmParameters(AwsConfig(), Metrics(CollectorRegistry()), session=session)
+def ssm(moto_in_process: boto3.session.Session) -> SsmParameters:
+    return SsmParameters(AwsConfig(), Metrics(CollectorRegistry()), session=moto_in_process)
 
 
 def test_put_stores_a_secure_string_tagged_with_its_instance(ssm: SsmParameters) -> None:

@@ -11,13 +11,7 @@ import pytest
 
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_jit import generate
-from autoscaler.sim.fleet import (
-    Fleet,
-    PoolSpec,
-    aws_clients,
-    create_pools,
-    reset_moto_server,
-)
+from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, moto_session
 
 LABELS = ("self-hosted", "linux.4xlarge")
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -26,8 +20,7 @@ PATH = "/ci-autoscaler/jit"
 
 @pytest.fixture
 def asg(moto_endpoint: str) -> Iterator[Any]:
-    """A fresh group "cpu" in the module's moto server (state reset per test)."""
-    reset_moto_server(moto_endpoint)
+    """A fresh group "cpu" in the worker's moto server (emptied per test)."""
     autoscaling, ec2 = aws_clients(moto_endpoint)
     create_pools(autoscaling, ec2, [PoolSpec("cpu", "linux.4xlarge", LABELS, max_size=4)])
     yield autoscaling
@@ -35,11 +28,7 @@ def asg(moto_endpoint: str) -> Iterator[Any]:
 
 @pytest.fixture
 def ssm(moto_endpoint: str) -> Any:
-    import boto3  # noqa: PLC0415
-
-    return boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    ).client("ssm", endpoint_url=moto_endpoint)
+    return moto_session().client("ssm", endpoint_url=moto_endpoint)
 
 
 def instance_ids(asg: Any) -> list[str]:

@@ -355,7 +355,7 @@ def test_boot_script_reads_the_parameter_the_controller_writes() -> None:
         TERRAFORM_DIR / "modules" / "runner-pool" / "templates" / "user-data.sh.tftpl"
     ).read_text(encoding="utf-8")
     assert 'PARAMETER="${jit_parameter_path}/${pool_name}/$${INSTANCE_ID}"' in template
-    assert JitConfig("/p").parameter_name("pool", "i-1") == "/p/pool/i-1"
+    assert JitConfig(parameter_path="/p").parameter_name("pool", "i-1") == "/p/pool/i-1"
     assert 'run.sh --jitconfig "$CREDENTIAL"' in template
     # persistent: claim the token (delete the parameter) and register only if that worked
     claim = 'if ! aws ssm delete-parameter --region "$REGION" --name "$PARAMETER"; then'

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import yaml
 
 from autoscaler.config import load_config
+from autoscaler.sim.fleet import moto_session
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
     MOTO_REGION,
@@ -73,9 +73,7 @@ class Applied:
 
 def client(service: str, endpoint: str) -> Any:
     """A boto3 client of moto (typed Any: the stubs type clients per literal service name)."""
-    session: Any = boto3.session.Session(
-        aws_access_key_id="test", aws_secret_access_key="test", region_name=MOTO_REGION
-    )
+    session: Any = moto_session(MOTO_REGION)
     return session.client(service, endpoint_url=endpoint)
 
 
@@ -134,13 +132,13 @@ def _resources(module: dict[str, Any]) -> Any:
 
 
 @pytest.fixture(scope="module")
-def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Applied:
+def applied(moto_module_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Applied:
     terraform = require_tool("terraform")
     mirror = require_provider_mirror()
     tmp = tmp_path_factory.mktemp("tf-example")
     root = copy_tree(tmp) / "examples" / "complete"
-    (root / "moto_override.tf").write_text(moto_provider(moto_endpoint), encoding="utf-8")
-    base, full = tfvars(moto_endpoint)
+    (root / "moto_override.tf").write_text(moto_provider(moto_module_endpoint), encoding="utf-8")
+    base, full = tfvars(moto_module_endpoint)
     (root / "moto.tfvars.json").write_text(json.dumps(base), "utf-8")
     (root / "full.tfvars.json").write_text(json.dumps(full), "utf-8")
     with_full = ["-var-file=moto.tfvars.json", "-var-file=full.tfvars.json"]
@@ -151,9 +149,11 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> App
     done = run(terraform, ["output", "-json"], root, env)
     assert done.returncode == 0, done.stderr
     outputs = {k: v["value"] for k, v in json.loads(done.stdout).items()}
-    stored = client("ssm", moto_endpoint).get_parameter(Name=CONFIG_PARAMETER)["Parameter"]
+    stored = client("ssm", moto_module_endpoint).get_parameter(Name=CONFIG_PARAMETER)["Parameter"]
     default, planned = planned_config(terraform, root, env, ["-var-file=moto.tfvars.json"])
-    return Applied(moto_endpoint, {"full": stored["Value"], "default": default}, outputs, planned)
+    return Applied(
+        moto_module_endpoint, {"full": stored["Value"], "default": default}, outputs, planned
+    )
 
 
 def write_config(applied: Applied, variant: str, tmp_path: Path) -> Path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,9 +64,8 @@ def test_a_double_outage_of_five_hours_pages_once_and_resolves_once() -> None:
         "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
     }
     builtin = BuiltinAlertsConfig(team="dev-infra", unmatched_jobs=False, clock_skew_max=0)
-    cfg = replace(
-        config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=900)),
-        alerts=AlertsConfig(receivers=receivers, builtin=builtin),
+    cfg = config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=900)).model_copy(
+        update={"alerts": AlertsConfig(receivers=receivers, builtin=builtin)}
     )
     metrics = Metrics(CollectorRegistry())
     deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(receive))

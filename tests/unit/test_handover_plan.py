@@ -3,7 +3,6 @@ duty it must (and only it must) produce, for ephemeral and persistent pools."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,7 +26,9 @@ BEFORE = T0 - timedelta(seconds=60)  # a config asked for in the tick before thi
 
 
 def eph_config(**kw: Any) -> Config:
-    return config(replace(rtype(pools=(POOL,), **kw), mode="ephemeral", runner_group_id=3))
+    return config(
+        rtype(pools=(POOL,), **kw).model_copy(update={"mode": "ephemeral", "runner_group_id": 3})
+    )
 
 
 def rec(n: int, **kw: Any) -> HandoverRecord:

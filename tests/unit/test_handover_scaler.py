@@ -45,8 +45,10 @@ PATH = "/ci-autoscaler/jit"
 
 
 def eph_config(min_idle: int = 0) -> Config:
-    rt = replace(rtype(pools=(POOL,), min_idle=min_idle), mode="ephemeral", runner_group_id=4)
-    return replace(config(rt), aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    rt = rtype(pools=(POOL,), min_idle=min_idle).model_copy(
+        update={"mode": "ephemeral", "runner_group_id": 4}
+    )
+    return config(rt).model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
 
 
 @dataclass
@@ -327,7 +329,7 @@ def test_an_unreadable_ledger_registers_nothing() -> None:
 
 
 def persistent() -> World:
-    return World(cfg=replace(eph_config(), runner_types=(rtype(pools=(POOL,)),)))
+    return World(cfg=eph_config().model_copy(update={"runner_types": (rtype(pools=(POOL,)),)}))
 
 
 def token_of(w: World, n: int) -> str:

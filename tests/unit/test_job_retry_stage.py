@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE
-from autoscaler.config import Config, parse_config
+from autoscaler.config import Config
 from autoscaler.domain import Annotation, CompletedJob, RunProgress
 from autoscaler.errors import (
     AuthenticationError,
@@ -29,6 +28,7 @@ from autoscaler.job_retry.model import SPOT_INTERRUPTION, InstanceEvent
 from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, load_config
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INSTANCE = "i-0abc123def4567890"
@@ -36,13 +36,9 @@ LOST = "The self-hosted runner: ci-gpu-i-0abc123def4567890 lost communication wi
 
 
 def config(**retry: Any) -> Config:
-    return parse_config(
-        {
-            "github": {"owner": "org", "token": "t"},
-            "runner_types": {"gpu": {"labels": ["self-hosted", "gpu"]}},
-            "job_retry": {"enabled": True, **retry},
-        },
-        env={},
+    return load_config(
+        runner_types={"gpu": {"labels": ["self-hosted", "gpu"]}},
+        job_retry={"enabled": True, **retry},
     )
 
 
@@ -344,7 +340,7 @@ def test_the_alert_stage_sends_exhausted_and_denied_once() -> None:
     metrics = Metrics(CollectorRegistry())
     cfg = config()
     store = SqliteStore(None)
-    engine = AlertEngine(cfg.alerts, store, None, metrics)
+    engine = alert_engine(cfg.alerts, store=store, metrics=metrics)
     rerunner = Rerunner(AuthenticationError("403 Forbidden", code="403"))
     s = RetryStage(cfg, Source([job(9, attempt=2), job(1)]), rerunner, metrics)
     report = s.step(NOW)
@@ -398,7 +394,7 @@ def test_a_broken_retry_stage_never_ends_the_tick_and_alerts_keep_their_state() 
     metrics = Metrics(CollectorRegistry())
     cfg = config()
     store = SqliteStore(None)
-    engine = AlertEngine(cfg.alerts, store, None, metrics)
+    engine = alert_engine(cfg.alerts, store=store, metrics=metrics)
     s = RetryStage(cfg, Source([job(9, attempt=2)]), Rerunner(), metrics)
     engine.step(None, NOW, NOW, retries=s.step(NOW))
     controller = Controller(cfg, PollSource(), metrics, alerts=engine, retries=BrokenRetries())

@@ -174,7 +174,7 @@ def test_backoff_resets_once_the_pool_delivers() -> None:
 
 
 def make(fake: FakePool) -> Scaler:
-    cfg = replace(CFG, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = CFG.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
     source = FakeSource()
     return Scaler(
         fake,

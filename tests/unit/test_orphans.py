@@ -83,7 +83,7 @@ def test_orphan_age_is_read_on_the_cloud_clock_and_a_large_skew_holds(
 
 
 def make(fake: FakePool, source: FakeSource, cfg: Config = CFG) -> Scaler:
-    cfg = replace(cfg, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = cfg.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
     return Scaler(
         fake,
         source,

@@ -185,7 +185,7 @@ CLAMPS = [
 
 GPU_A, GPU_B = "a.gpu", "b.gpu"
 TWO_TYPES = (rtype(GPU_A, ["a-pool"], priority=10), rtype(GPU_B, ["b-pool"], priority=1))
-GPU_BUDGET = [BudgetConfig("gpus", 4, ("*gpu*",))]
+GPU_BUDGET = [BudgetConfig(name="gpus", max_instances=4, runner_types=("*gpu*",))]
 BUDGETS = [
     pytest.param(
         Case(
@@ -454,7 +454,10 @@ def test_capacity_backoff_doubles_to_the_cap_and_resets() -> None:
 
 
 def test_demand_follows_the_min_idle_schedule() -> None:
-    office = MinIdle(1, (IdleWindow(8 * 60, 18 * 60, 4, frozenset(range(5))),))
+    office = MinIdle(
+        default=1,
+        schedule=(IdleWindow(start=8 * 60, end=18 * 60, min_idle=4, days=frozenset(range(5))),),
+    )
     cfg = config(rtype(min_idle=office))
 
     def wanted(now: datetime) -> dict[str, int]:

@@ -9,7 +9,6 @@ ports (:mod:`tests.unit.scaling_fakes`), and the policy's memory as a table.
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -37,8 +36,8 @@ from tests.unit.scaling_fakes import (
     snapshot,
 )
 
-CFG = replace(
-    config(rtype(pools=("gpu-spot", "gpu-od"))), aws=AwsConfig(retry=RetryConfig(max_attempts=3))
+CFG = config(rtype(pools=("gpu-spot", "gpu-od"))).model_copy(
+    update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))}
 )
 
 

@@ -38,7 +38,7 @@ CFG = config(rtype(pools=("gpu-spot", "gpu-od")))
 
 
 def make(fake: FakePool, source: FakeSource | None = None, cfg: Config = CFG) -> Scaler:
-    cfg = replace(cfg, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = cfg.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
     source = source or FakeSource()
     return Scaler(
         fake,

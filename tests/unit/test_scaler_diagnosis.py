@@ -29,7 +29,7 @@ from tests.unit.scaling_fakes import (
     snapshot,
 )
 
-CFG = replace(config(rtype()), aws=AwsConfig(retry=RetryConfig(max_attempts=1)))
+CFG = config(rtype()).model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=1))})
 
 
 def make(fake: FakePool, source: FakeSource | None = None) -> Scaler:

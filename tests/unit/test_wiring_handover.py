@@ -3,8 +3,6 @@ parameter store and the state store's ledger, in every mode."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -20,8 +18,8 @@ POOL = "gpu-spot"
 
 
 def cfg(mode: str) -> Config:
-    c = config(replace(rtype(pools=(POOL,)), mode=mode))
-    return replace(c, state=StateConfig(path=":memory:"))
+    c = config(rtype(pools=(POOL,)).model_copy(update={"mode": mode}))
+    return c.model_copy(update={"state": StateConfig(path=":memory:")})
 
 
 def scaler_of(mode: str, source: FakeSource) -> Scaler | None:
@@ -61,7 +59,7 @@ def test_with_webhooks_an_ephemeral_type_still_registers_through_the_poll() -> N
     refused to start ("needs a source that can register runners"), so `make demo`
     crashed. Registration goes through the poll's source, as job retry does."""
     source = RegisteringSource()
-    c = replace(cfg("ephemeral"), webhook=WebhookConfig(secret=Secret("s3cret")))
+    c = cfg("ephemeral").model_copy(update={"webhook": WebhookConfig(secret=Secret("s3cret"))})
     runtime = build_runtime(
         c,
         Metrics(CollectorRegistry()),

@@ -6,7 +6,6 @@ source (the webhook wrapper only observes)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry
@@ -51,9 +50,11 @@ class DescribingPool(FakePool):
 
 def runtime(source: RetryingSource, *, webhook: bool, fake_pool: FakePool | None = None) -> Runtime:
     c: Config = config(rtype(pools=(POOL,)))
-    c = replace(c, state=StateConfig(path=":memory:"), job_retry=JobRetryConfig(enabled=True))
+    c = c.model_copy(
+        update={"state": StateConfig(path=":memory:"), "job_retry": JobRetryConfig(enabled=True)}
+    )
     if webhook:
-        c = replace(c, webhook=WebhookConfig(secret=Secret("s3cret")))
+        c = c.model_copy(update={"webhook": WebhookConfig(secret=Secret("s3cret"))})
     return build_runtime(
         c,
         Metrics(CollectorRegistry()),

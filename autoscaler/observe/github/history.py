@@ -30,7 +30,7 @@ from urllib.parse import quote
 import httpx
 
 from autoscaler.config import Config
-from autoscaler.config.reader import parse_duration
+from autoscaler.config.durations import parse_duration
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import ConfigError, NotFoundError, RateLimitedError, TransientError
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
