@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from bench import (
     aims,
+    cli_start,
     config_load,
     failover,
     github_budget,
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "webhooks": webhooks.run,
     "listener": listener.run,
     "config_load": config_load.run,
+    "cli_start": cli_start.run,
 }
 
 
