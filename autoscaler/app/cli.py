@@ -133,13 +133,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         result = runtime.controller.tick(utc_now(), dry_run=True)
         last_poll = runtime.controller.last_successful_poll
+        observation = runtime.controller.last_observation
+        budget = observation.budget if observation is not None else None
     finally:
         runtime.close()
     types = [t for t in reports(result, config) if args.runner_type in (None, t.name)]
     if args.output == "json":
-        sys.stdout.write(json.dumps(explain_json(types), indent=2) + "\n")
+        sys.stdout.write(json.dumps(explain_json(types, budget), indent=2) + "\n")
     else:
-        sys.stdout.write(format_explain(types, result, last_poll))
+        sys.stdout.write(format_explain(types, result, last_poll, budget))
     return 0 if result.poll_error is None else 2
 
 

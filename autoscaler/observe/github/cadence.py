@@ -114,7 +114,7 @@ def repos_due(
         if unit.whole_at is None:
             if unit.last is None:
                 asks.append(Ask(name, "recent", True, "new"))
-            asks.append(Ask(name, "whole", False, "new"))
+            asks.append(Ask(name, "whole", True, "new"))  # no picture of it yet
         elif unit.runs:
             (live_busy if state.repo_busy(unit) else live).append((name, unit.last))
         else:
