@@ -44,7 +44,7 @@ def test_explain_says_how_often_github_is_read(budget: PollBudget, line: str) ->
 
 
 def test_explain_json_carries_the_staleness_limit_and_keeps_its_keys() -> None:
-    out = explain_json([], ALONE)
+    out = explain_json([], budget=ALONE)
     assert out["runner_types"] == []
     assert out["github_poll"]["staleness_limit_seconds"] == 300.0
     assert (out["github_poll"]["live_repos"], out["github_poll"]["quiet_repos"]) == (12, 988)
