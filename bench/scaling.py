@@ -17,7 +17,7 @@ side (aim: a day of trace in well under a minute: >= 2,000x).
 
 ``python -m bench.scaling --write DIR`` writes the traces (and copies the fleets) for
 ``ci-autoscaler simulate``; ``--plot DIR`` also draws an overview (``scaling.png``, the
-README's) and each trace's plot.
+docs/simulator.md's) and each trace's plot.
 """
 
 from __future__ import annotations

@@ -489,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=_Policies(),
         metavar="POLICY",
-        help="a policy to replay: %(choices)s (repeatable; default: all of them)",
+        help="a policy to replay (repeatable; default: all of them; an unknown name lists them)",
     )
     _output_argument(p)
     p.add_argument("--plot", metavar="FILE", help="draw the results (needs matplotlib)")

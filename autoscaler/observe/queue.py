@@ -1,6 +1,6 @@
 """Pure: jobs + runners + runner types + now -> the queue per runner type.
 
-Contracts (design.md):
+Contracts (docs/github.md, "Which jobs are demand"):
 - A job goes to the runner type whose labels include all of the job's labels
   (case-insensitive); ties go to the type with the fewest extra labels, then by name.
   A job no type covers is *unmatched*: nothing will ever run it.

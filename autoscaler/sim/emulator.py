@@ -18,7 +18,7 @@
 Pure Python and deterministic: no I/O, no wall clock. The world's parts (:class:`SimJob`,
 :class:`SimInstance`, :class:`SimPool`, :class:`Sample`, :func:`lognormal`) and what a
 controller observes of it (:class:`~autoscaler.sim.entities.EmulatorView`) are in
-:mod:`autoscaler.sim.entities`, re-exported here for importers before the split.
+:mod:`autoscaler.sim.entities` (also importable from here).
 """
 
 from __future__ import annotations
