@@ -325,6 +325,19 @@ class Metrics:
         self.pool_max_size = Gauge(
             P + "pool_max_size", "MaxSize of a pool.", ["runner_type", "pool"], registry=r
         )
+        self.warm_pool_instances = Gauge(
+            P + "warm_pool_instances",
+            "Instances in a pool's warm pool by state (pending, stopped, hibernated, running,"
+            " terminating, other); pools listed under pools: only.",
+            ["runner_type", "pool", "state"],
+            registry=r,
+        )
+        self.warm_pool_min_size = Gauge(
+            P + "warm_pool_min_size",
+            "A pool's configured warm_pool.min_size (0: no warm pool).",
+            ["runner_type", "pool"],
+            registry=r,
+        )
         self.scale_actions = Counter(
             P + "scale_actions_total",
             "Scaling actions taken (scale_up, scale_in, terminate_orphan, deregister_stale).",

@@ -17,7 +17,14 @@ from typing import Any
 
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
-from autoscaler.domain import Cause, InstanceLifecycle, RunnerCounts
+from autoscaler.domain import (
+    WARM_INSTANCE_STATES,
+    Cause,
+    InstanceLifecycle,
+    RunnerCounts,
+    WarmPoolSpec,
+    WarmPoolState,
+)
 from autoscaler.scale.causes import UNMATCHED, fmt_age
 
 
@@ -34,6 +41,8 @@ class PoolRow:
     action: str = ""
     target: int | None = None
     reason: str = ""
+    warm: WarmRow | None = None
+    """Its warm pool, for a group listed under ``pools``."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +55,47 @@ class PoolRow:
             "decision": {"action": self.action, "desired": self.target, "reason": self.reason}
             if self.action
             else None,
+            "warm_pool": None if self.warm is None else self.warm.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class WarmRow:
+    """A listed group's warm pool: configured, found, and what the tick did about it."""
+
+    configured: WarmPoolSpec | None
+    found: WarmPoolState | None
+    action: str
+    reason: str
+    done: bool
+
+    def counts(self) -> dict[str, int]:
+        """Warm instances by state (the states with any)."""
+        if self.found is None:
+            return {}
+        return {s: n for s in WARM_INSTANCE_STATES if (n := self.found.count(s))}
+
+    def text(self) -> str:
+        """``stopped, min 2, max prepared 6; warm: 2 stopped`` (+ a change not made)."""
+        said = "none" if self.configured is None else str(self.configured)
+        counts = ", ".join(f"{n} {s}" for s, n in self.counts().items()) or "no instances"
+        change = (
+            ""
+            if self.action == "keep"
+            else f" ({self.action}{'' if self.done else ' planned'}: {self.reason})"
+        )
+        return f"{said}; warm: {counts}{change}"
+
+    def as_dict(self) -> dict[str, Any]:
+        spec = self.configured
+        return {
+            "state": None if spec is None else spec.state,
+            "min_size": None if spec is None else spec.min_size,
+            "max_prepared": None if spec is None else spec.max_prepared,
+            "reuse": None if spec is None else spec.reuse,
+            "instances": self.counts(),
+            "action": self.action,
+            "done": self.done,
         }
 
 
@@ -75,6 +125,10 @@ class TypeReport:
 
 def _pools(result: TickResult, config: Config, name: str) -> tuple[PoolRow, ...]:
     view = result.scaling
+    warm = {
+        v.change.pool: WarmRow(v.change.spec, v.found, v.change.action, v.change.reason, v.done)
+        for v in (view.warm if view is not None else ())
+    }
     rows = []
     for pool in config.runner_type(name).pools:
         if view is None:
@@ -106,6 +160,7 @@ def _pools(result: TickResult, config: Config, name: str) -> tuple[PoolRow, ...]
                 pending=sum(1 for i in p.instances if i.lifecycle is InstanceLifecycle.PENDING),
                 max_size=p.max_size,
                 backoff_until=until if view.state.in_backoff(pool, result.now) else None,
+                warm=warm.get(pool),
                 **decided,
             )
         )
@@ -183,6 +238,8 @@ def format_type(t: TypeReport, now: datetime, *, decisions: bool = True) -> list
             f"  pool {p.name}: desired {p.desired}, in service {p.in_service},"
             f" pending {p.pending}, MaxSize {p.max_size}{backoff}"
         )
+        if p.warm is not None:
+            lines.append(f"  warm pool {p.name}: {p.warm.text()}")
     lines.extend(f"  budget {b}: {used}/{limit} instances" for b, used, limit in t.budgets)
     if t.causes:
         lines.append("  causes:")

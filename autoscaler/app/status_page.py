@@ -205,10 +205,12 @@ def _pools_table(t: TypeReport, now: datetime) -> str:
             _dash(p.pending),
             _dash(p.max_size),
             backoff,
+            "-" if p.warm is None else p.warm.text(),
         ]
         rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     head = "".join(
-        f"<th>{h}</th>" for h in ("pool", "desired", "in service", "pending", "MaxSize", "back-off")
+        f"<th>{h}</th>"
+        for h in ("pool", "desired", "in service", "pending", "MaxSize", "back-off", "warm pool")
     )
     return f'<div class="scroll"><table><tr>{head}</tr>{"".join(rows)}</table></div>'
 

@@ -52,7 +52,7 @@ from autoscaler.domain import (
     ScalingProblem,
 )
 from autoscaler.errors import AutoscalerError, NotLeaderError, StateError
-from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.ports import JobSource, RunnerPool, WarmPools
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.execute import PlanExecution, report_problem
 from autoscaler.scale.handover import HandoverStore
@@ -64,6 +64,7 @@ from autoscaler.scale.policy import decide, pool_of_runner
 from autoscaler.scale.provisioning import ProvisioningClock
 from autoscaler.scale.registration import ParameterStore, RunnerRegistrar
 from autoscaler.scale.view import CapacityFailure, ScalingView
+from autoscaler.scale.warm_keeper import WarmPoolKeeper
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class Scaler:
         parameters: ParameterStore,
         handover_store: HandoverStore | None = None,
         memory: ScalingMemoryStore | None = None,
+        warm_pools: WarmPools | None = None,
     ) -> None:
         self.pool = pool
         self.source = source
@@ -115,6 +117,12 @@ class Scaler:
         #: Back-offs, last scale-ups, refused launches and pending terminations, kept in
         #: the state store across restarts and failovers.
         self.memory = None if memory is None else Recollection(memory, self._memory_failed)
+        #: The listed groups' warm pools (none without a port: a pool with no warm pools).
+        self.warm = (
+            None
+            if warm_pools is None or not config.pools
+            else WarmPoolKeeper(warm_pools, config, metrics, self.retry, report_problem)
+        )
 
     # --- the tick
 
@@ -161,6 +169,11 @@ class Scaler:
                 self.last_problems.append(
                     ScalingProblem("missing", self._type_of[name], name, "NotFound", msg)
                 )
+        warm = (
+            ()
+            if self.warm is None
+            else self.warm.step(list(pools), self.last_problems, dry_run=dry_run)
+        )
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
         if dry_run:
@@ -222,7 +235,7 @@ class Scaler:
             }
             if self.memory is not None:
                 self.memory.remember(self.state)
-        self.last_view = ScalingView(pools, plan, tuple(decisions), state, failures)
+        self.last_view = ScalingView(pools, plan, tuple(decisions), state, failures, warm)
         record_pool_metrics(
             self.metrics,
             self.config,
