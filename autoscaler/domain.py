@@ -322,6 +322,32 @@ class JobStart:
     queue_seconds: float
     within_objective: bool | None = None
     """Started within the type's ``slo.queue_time``; None when the type has no slo."""
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    first_seen: datetime | None = None
+    """When we first saw it queued (a poll or a webhook); None: first seen started."""
+    runner_name: str | None = None
+    """The runner that took it (GitHub's ``runner_name``), when GitHub said."""
+
+
+#: The stages of a job's wait, in the order it goes through them
+#: (:mod:`autoscaler.observe.waits`).
+STAGES = ("github_lag", "decision", "launch", "boot", "assignment")
+
+
+@dataclass(frozen=True)
+class JobWait:
+    """One started job's wait, by stage (seconds, in :data:`STAGES` order)."""
+
+    runner_type: str
+    stages: tuple[float, ...]
+
+    @property
+    def total(self) -> float:
+        return sum(self.stages)
+
+    def by_stage(self) -> dict[str, float]:
+        return dict(zip(STAGES, self.stages, strict=True))
 
 
 # --- completed jobs, for the job-retry stage

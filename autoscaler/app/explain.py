@@ -18,6 +18,7 @@ from typing import Any
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
 from autoscaler.domain import (
+    STAGES,
     WARM_INSTANCE_STATES,
     Cause,
     CompletedJob,
@@ -27,6 +28,7 @@ from autoscaler.domain import (
     WarmPoolState,
 )
 from autoscaler.job_retry.decide import ASK, RERUN, RetryReport
+from autoscaler.observe.waits import StageSummary
 from autoscaler.scale.causes import UNMATCHED, fmt_age
 
 
@@ -304,4 +306,22 @@ def format_explain(
         lines += [*format_type(t, result.now), ""]
     if result.retries is not None and result.retries.choices:
         lines += [*format_retries(result.retries), ""]
+    names = {t.name for t in types}
+    lines += [*format_waits([w for n, w in result.waits.items() if n in names]), ""]
     return "\n".join(lines)
+
+
+def format_waits(waits: Sequence[StageSummary]) -> list[str]:
+    """Where recent jobs' waits went: per runner type, each stage's median and p95."""
+    if not waits:
+        return ["where the waits went: no job has started on a runner this process asked for"]
+    width = max(len("runner type"), *(len(w.runner_type) for w in waits))
+    head = "  ".join(f"{s:>12}" for s in (*STAGES, "queue time"))
+    lines = ["where the waits went (median / p95 seconds, jobs on runners we asked for):"]
+    lines.append(f"  {'runner type':<{width}}  {'jobs':>5}  {head}")
+    for w in waits:
+        cells = [f"{w.p50[s]:.0f} / {w.p95[s]:.0f}" for s in STAGES]
+        cells.append(f"{w.queue_p50:.0f} / {w.queue_p95:.0f}")
+        row = "  ".join(f"{c:>12}" for c in cells)
+        lines.append(f"  {w.runner_type:<{width}}  {w.jobs:>5}  {row}")
+    return lines

@@ -40,19 +40,22 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from autoscaler.config import Config
 from autoscaler.domain import (
     ClockSkew,
+    JobStart,
+    JobWait,
     Observation,
     QueueSnapshot,
     ScalingProblem,
 )
 from autoscaler.errors import AutoscalerError, NotLeaderError, StateError
-from autoscaler.ports import JobSource, RunnerPool, WarmPools
+from autoscaler.observe.waits import wait_stages
+from autoscaler.ports import JobSource, RunnerPool, WarmPools, instance_id_of
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.execute import PlanExecution, report_problem
 from autoscaler.scale.handover import HandoverStore
@@ -246,6 +249,35 @@ class Scaler:
             now=now,
         )
         return decisions
+
+    def job_waits(
+        self, starts: Sequence[JobStart], observation: Observation | None
+    ) -> list[JobWait]:
+        """Where each started job's wait went, for the jobs that started on a runner this
+        controller asked for (its runner answered one of our scale-ups); call after
+        :meth:`step`, which saw the runners come online."""
+        if observation is None or not starts:
+            return []
+        runners = {r.name: r for r in observation.runners}
+        pools = self.last_view.pools if self.last_view is not None else {}
+        out = []
+        for start in starts:
+            name, created, started = start.runner_name, start.created_at, start.started_at
+            runner = runners.get(name or "")
+            if runner is None or created is None or started is None:
+                continue
+            answer = self.provisioning.answer(runner.id)
+            if answer is None:
+                continue  # not a runner we asked for (warm before we watched, or not ours)
+            asked, online = answer
+            iid = instance_id_of(runner.name)
+            pool = pools.get(pool_of_runner(runner, list(self._type_of)) or "")
+            running = next(
+                (i.launched_at for i in (pool.instances if pool else ()) if i.id == iid), None
+            )
+            stages = wait_stages(created, start.first_seen, asked, running, online, started)
+            out.append(JobWait(start.runner_type, stages))
+        return out
 
     def _measure_skew(self, observation: Observation | None) -> ClockSkew:
         github = observation.clock_skew_seconds if observation is not None else None
