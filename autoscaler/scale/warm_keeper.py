@@ -10,6 +10,7 @@ the warm instances per group and state.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from autoscaler.config import Config
 from autoscaler.domain import WARM_INSTANCE_STATES, ScalingProblem, WarmPoolState
@@ -54,7 +55,7 @@ class WarmPoolKeeper:
                 continue
             try:
                 found[pool.name] = self.retry.call(
-                    lambda name=pool.name: self.pools.describe_warm_pool(name),  # type: ignore[misc]
+                    partial(self.pools.describe_warm_pool, pool.name),
                     pool=pool.name,
                     operation="describe_warm_pool",
                 )
