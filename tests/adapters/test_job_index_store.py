@@ -18,9 +18,15 @@ from pathlib import Path
 import pytest
 
 from autoscaler.domain import Job, JobStatus
-from autoscaler.errors import NotLeaderError
+from autoscaler.errors import NotLeaderError, StateError
 from autoscaler.observe.github.webhook_index import JobIndex, event_row, poll_row
-from autoscaler.observe.github.webhook_rows import DONE_TTL, LIVE_TTL, IndexRow, Outcome
+from autoscaler.observe.github.webhook_rows import (
+    DONE_TTL,
+    LIVE_TTL,
+    IndexRow,
+    JobIndexStore,
+    Outcome,
+)
 from autoscaler.observe.github.webhooks import WorkflowJobEvent
 from autoscaler.state.dynamodb import DynamoStore
 from autoscaler.state.dynamodb_table import TTL_ATTRIBUTE
@@ -106,7 +112,7 @@ A, D, S = Outcome.ACCEPTED, Outcome.DUPLICATE, Outcome.STALE
 def test_the_ordering_rules_hold_in_the_store(
     store: StateStore, sequence: list[str], outcomes: list[Outcome], final: str | None
 ) -> None:
-    got = [store.record_job_event(event(a, at=i)) for i, a in enumerate(sequence)]
+    got = [record(store, event(a, at=i)) for i, a in enumerate(sequence)]
     assert got == outcomes
     index = JobIndex()
     index.restore(store.load_job_index(T0.timestamp()))
@@ -126,10 +132,10 @@ def test_a_follower_writes_what_it_receives_and_the_leader_reads_it(moto: str) -
     leader = leading_store(moto)
     follower = follower_store(moto)
     assert follower.lease.token() is None
-    assert follower.record_job_event(event("queued", 1)) is A
-    assert leader.record_job_event(event("queued", 1)) is D
-    assert leader.record_job_event(event("in_progress", 2, runner="r-1")) is A
-    assert follower.record_job_event(event("queued", 2)) is S
+    assert record(follower, event("queued", 1)) is A
+    assert record(leader, event("queued", 1)) is D
+    assert record(leader, event("in_progress", 2, runner="r-1")) is A
+    assert record(follower, event("queued", 2)) is S
     rows = {r.job_id: r for r in leader.load_job_index(T0.timestamp())}
     assert (rows[1].rank, rows[2].rank) == (0, 1)
     assert follower.load_job_index(T0.timestamp()) == list(rows.values())
@@ -139,16 +145,16 @@ def test_the_reconcile_is_the_leaders_and_never_overwrites_a_newer_event(store: 
     """The poll's page may be older than an event: the reconcile's put never lowers a row
     nor touches a tombstone, and a row it drops is dropped only if nobody rewrote it."""
     for row in (event("queued", 1), event("in_progress", 2), event("completed", 3)):
-        store.record_job_event(row)
+        record(store, row)
     stale_listing = [
         poll_row(replace_status(event("queued", 2)), T0),  # GitHub's page is older
         poll_row(replace_status(event("queued", 3)), T0),  # a tombstone stays
         poll_row(replace_status(event("queued", 4)), T0),  # missed by the webhooks
     ]
-    store.record_job_event(event("in_progress", 5))
+    record(store, event("in_progress", 5))
     read = {r.job_id: r for r in store.load_job_index(T0.timestamp())}
     # job 5 moves on (its runner is named) after the reconcile read it
-    assert store.record_job_event(event("in_progress", 5, runner="r-5", at=1)) is A
+    assert record(store, event("in_progress", 5, runner="r-5", at=1)) is A
     store.reconcile_job_index(stale_listing, [read[1], read[5]])
     rows = {r.job_id: r for r in store.load_job_index(T0.timestamp())}
     assert sorted(rows) == [2, 3, 4, 5]
@@ -163,8 +169,8 @@ def test_a_follower_cannot_write_the_reconcile(moto: str) -> None:  # noqa: F811
 
 
 def test_old_rows_expire(store: StateStore) -> None:
-    store.record_job_event(event("completed", 1))
-    store.record_job_event(event("queued", 2))
+    record(store, event("completed", 1))
+    record(store, event("queued", 2))
     assert len(store.load_job_index(T0.timestamp() + DONE_TTL - 10)) == 2
     assert [r.job_id for r in store.load_job_index(T0.timestamp() + DONE_TTL + 10)] == [2]
     assert store.load_job_index(T0.timestamp() + LIVE_TTL + 10) == []
@@ -172,7 +178,7 @@ def test_old_rows_expire(store: StateStore) -> None:
 
 def test_dynamodb_rows_carry_the_ttl_attribute(moto: str) -> None:  # noqa: F811
     store = leading_store(moto)
-    store.record_job_event(event("completed", 1))
+    record(store, event("completed", 1))
     (item,) = store.table.query("job#0")
     assert int(item[TTL_ATTRIBUTE]["N"]) == int(T0.timestamp()) + DONE_TTL
 
@@ -181,16 +187,22 @@ def test_the_wake_up_token_moves_only_for_an_accepted_queued_event(moto: str) ->
     leader = leading_store(moto)
     follower = follower_store(moto)
     first = leader.job_index_version()
-    follower.record_job_event(event("queued", 1))
+    record(follower, event("queued", 1))
     second = leader.job_index_version()
     assert second != first
-    follower.record_job_event(event("queued", 1))  # a duplicate
-    follower.record_job_event(event("in_progress", 1))
+    record(follower, event("queued", 1))  # a duplicate
+    record(follower, event("in_progress", 1))
     assert leader.job_index_version() == second
 
 
 def test_sqlite_has_no_other_writer_to_watch(tmp_path: Path) -> None:
     assert SqliteStore(tmp_path / "s.db").job_index_version() is None
+
+
+def record(store: JobIndexStore, row: IndexRow) -> Outcome | StateError:
+    """One delivery's write (the listener writes them in batches)."""
+    (outcome,) = store.record_job_events([row])
+    return outcome
 
 
 def replace_status(row: IndexRow) -> Job:

@@ -16,9 +16,9 @@ import pytest
 
 from autoscaler.app.webhooks import IndexWatcher
 from autoscaler.domain import Job, JobStatus
-from autoscaler.errors import StateUnavailableError
+from autoscaler.errors import StateError, StateUnavailableError
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
-from autoscaler.observe.github.webhook_rows import IndexRow, JobIndexStore, Outcome
+from autoscaler.observe.github.webhook_rows import Changes, IndexRow, JobIndexStore, Outcome
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.state.dynamodb import DynamoStore
 from autoscaler.state.port import StateStore
@@ -56,13 +56,21 @@ class FlakyStore:
                 "dynamodb table t: unreachable", path="t", code="unreachable", operation=operation
             )
 
-    def record_job_event(self, row: IndexRow) -> Outcome:
-        self._check("record_job_event")
-        return self.inner.record_job_event(row)
+    def record_job_events(self, rows: Sequence[IndexRow]) -> list[Outcome | StateError]:
+        self._check("record_job_events")
+        return self.inner.record_job_events(rows)
 
     def load_job_index(self, now: float) -> list[IndexRow]:
         self._check("load_job_index")
         return self.inner.load_job_index(now)
+
+    def job_index_changes(self, cursor: object | None) -> Changes:
+        self._check("job_index_changes")
+        return self.inner.job_index_changes(cursor)
+
+    def prune_job_index(self, now: float) -> None:
+        self._check("prune_job_index")
+        self.inner.prune_job_index(now)
 
     def reconcile_job_index(self, put: Sequence[IndexRow], drop: Sequence[IndexRow]) -> None:
         self._check("reconcile_job_index")
