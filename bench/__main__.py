@@ -14,6 +14,7 @@ from bench import (
     github_budget,
     github_poll,
     index_requests,
+    ingest,
     job_retry,
     listener,
     scaling,
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "job_retry": job_retry.run,
     "webhooks": webhooks.run,
     "listener": listener.run,
+    "ingest": ingest.run,
 }
 
 

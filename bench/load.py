@@ -31,6 +31,8 @@ class Result:
     """From the first request due to the last answer."""
     latencies: tuple[float, ...]
     """Seconds, of the answered requests."""
+    ok: tuple[bool, ...] = ()
+    """Whether each request (in the order given) was answered with a 2xx status."""
 
     @property
     def rate(self) -> float:
@@ -77,7 +79,13 @@ async def _run(host: str, port: int, requests: list[bytes], rate: float, timeout
     seconds = time.monotonic() - start
     latencies = tuple(lat for ok, lat in done if ok)
     return Result(
-        rate, len(requests), len(latencies), len(done) - len(latencies), seconds, latencies
+        rate,
+        len(requests),
+        len(latencies),
+        len(done) - len(latencies),
+        seconds,
+        latencies,
+        tuple(ok for ok, _ in done),
     )
 
 
