@@ -3,16 +3,26 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs the package and moto only (.[demo]); the development tools (.[dev], which
+# includes moto) are installed by the first test, lint or bench.
+DEMO_STAMP := $(VENV)/.installed-demo
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 DEMO_DURATION ?= 60
 
-.PHONY: demo test lint bench clean references
+.PHONY: demo test test-fast lint bench clean references
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) -e '.[dev]'
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	@echo "installing ci-autoscaler and moto into $(VENV) (first run only) ..."
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/ci-autoscaler demo --duration $(DEMO_DURATION)
 
 # terraform's AWS provider mirror: where the machine keeps it (terraform's implied mirror
@@ -20,24 +30,45 @@ demo: $(STAMP)
 TF_MIRROR_ROOTS := /opt /usr/local/share /usr/share $(HOME)/.terraform.d $(HOME)/.local/share
 TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
 
+# The whole suite, one pytest-xdist worker per core (PYTEST_WORKERS=0: in this process).
+PYTEST_WORKERS ?= auto
+
 test: $(STAMP) references
 	TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 -path '$(TF_PROVIDER)' \
-	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" $(BIN)/python -m pytest
+	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS)
+
+# The unit tier: pure code, fakes at the ports; no moto server, no network, no tools.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -n $(PYTEST_WORKERS) -q
 
 # GitHub's OpenAPI description and webhook examples/schemas (pinned in
 # tests/conformance/references.txt), fetched once with npm into .cache/octokit.
 references:
 	bash tests/conformance/fetch_references.sh
 
-lint: $(STAMP)
+# checkov lints the terraform like ruff lints the Python: statically, so it runs with the
+# other linters. It gets a virtualenv of its own, created here (a missing checkov fails
+# lint, it is never skipped): it pins older versions of libraries the project uses
+# (boto3, botocore), which must not replace the project's own.
+CHECKOV_VENV ?= .venv-checkov
+CHECKOV_VERSION := 3.3.30
+
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	touch $@
+
+lint: $(STAMP) $(CHECKOV_VENV)/.installed
 	$(BIN)/ruff check autoscaler tests bench
 	$(BIN)/ruff format --check autoscaler tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/hadolint Dockerfile
+	$(CHECKOV_VENV)/bin/checkov --directory terraform --framework terraform --quiet --compact --skip-download
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache

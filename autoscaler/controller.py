@@ -26,9 +26,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from autoscaler.config import Config
 from autoscaler.domain import (
     Cause,
     ClockSkew,
@@ -47,6 +46,9 @@ from autoscaler.observe.starts import ObjectiveStatus, StartTracker
 from autoscaler.ports import JobSource
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class AlertStep(Protocol):
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> Sequence[Any]: ...
 
 
@@ -148,6 +151,8 @@ class TickResult:
     now: datetime
     snapshot: QueueSnapshot | None
     poll_error: str | None = None
+    poll_partial: str | None = None
+    """The poll worked but left repositories out (they have no listing): which, and why."""
     alerts: Sequence[Any] = field(default_factory=list)
     decisions: Sequence[Any] = field(default_factory=list)
     causes: Mapping[str, tuple[Cause, ...]] = field(default_factory=dict)
@@ -157,6 +162,20 @@ class TickResult:
     retries: RetryReport | None = None
     """What the job-retry stage judged and did this tick (None: it did not run)."""
     dry_run: bool = False
+
+
+#: Repositories named in a partial poll's description at most (the rest are counted).
+PARTIAL_NAMED = 5
+
+
+def partial(unlisted: Sequence[tuple[str, str]]) -> str | None:
+    """What a partial poll left out, for people (None: nothing)."""
+    if not unlisted:
+        return None
+    named = ", ".join(f"{repo} ({why})" for repo, why in unlisted[:PARTIAL_NAMED])
+    more = len(unlisted) - PARTIAL_NAMED
+    tail = f" and {more} more" if more > 0 else ""
+    return f"{len(unlisted)} repositories not listed: {named}{tail}"
 
 
 class Controller:
@@ -257,6 +276,11 @@ class Controller:
                 result.retries = retry_report
             if alerts is not None:
                 budget = self.last_observation.budget if fresh and self.last_observation else None
+                unlisted = (
+                    [repo for repo, _ in self.last_observation.unlisted_repos]
+                    if fresh and self.last_observation
+                    else None
+                )
                 result.alerts = self._guarded(
                     "alerting",
                     lambda: alerts.step(
@@ -270,6 +294,7 @@ class Controller:
                         causes=result.causes,
                         objectives=self.objectives,
                         retries=retry_report,
+                        unlisted=unlisted,
                     ),
                 )
         finally:
@@ -312,6 +337,9 @@ class Controller:
         )
         self.last_observation, self.last_snapshot = observation, snapshot
         self.last_successful_poll = now
+        result.poll_partial = partial(observation.unlisted_repos)
+        if result.poll_partial is not None:
+            log.warning("poll of the CI provider is partial: %s", result.poll_partial)
         self.reporter.poll_succeeded(snapshot, now)
         starts = self.starts.observe(observation.jobs, now)
         self.objectives = self.starts.status(now)

@@ -110,6 +110,9 @@ class Observation:
     #: webhook tick answers jobs from its index at once but keeps the last poll's runner
     #: list: a runner registered since is missing from it, not gone.
     runners_observed_at: datetime | None = None
+    #: (repository, why) for each watched repository the source could not list and holds
+    #: no earlier listing of: its queued jobs are missing from ``jobs`` (the poll is partial).
+    unlisted_repos: tuple[tuple[str, str], ...] = ()
 
     @property
     def runners_seen_at(self) -> datetime:

@@ -78,6 +78,15 @@ class JitRunner:
     encoded_jit_config: Secret
 
 
+@dataclass(frozen=True)
+class RegistrationToken:
+    """GitHub's answer to registration-token: a secret that can register runners (and do
+    nothing else) until ``expires_at``, an hour after it was made."""
+
+    token: Secret
+    expires_at: datetime
+
+
 class Leadership(Protocol):
     """Whether this controller may act now (the leader lease, held with its margin)."""
 

@@ -1,6 +1,10 @@
 """Values that must never show themselves, and the tests that spot credentials in text.
 
-- :class:`Secret` holds a token or key; its repr and str are ``***``.
+- :class:`Secret` holds a token or key; its repr and str are ``***``. Every Secret alive
+  in the process is known by value (:func:`live_secret_values`): the logging filter on
+  the root handler (:mod:`autoscaler.app.logs`) replaces those values in every log line,
+  whichever library wrote it, at every level. A value is known while a Secret holds it
+  (a JIT config or a registration token is forgotten once handed over and dropped).
 - :class:`SecretUrl` holds a receiver URL (a Slack webhook's path *is* its credential, a
   generic webhook may carry ``user:password@``): its repr and str keep only the scheme,
   host and port (:func:`redact_url`).
@@ -16,12 +20,16 @@ Pure: no I/O, no vendor imports.
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import math
 import re
+import threading
+import weakref
 from collections import Counter
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, quote_plus, unquote, urlsplit
 
 #: Placeholder for a credential-looking token inside a message.
 REDACTED = "<redacted>"
@@ -139,13 +147,96 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
+#: Values shorter than this are not redacted from logs: they would match ordinary words,
+#: and no credential worth the name is that short.
+MIN_REDACTED = 6
+
+
+class _Live:
+    """The values of the Secrets alive in this process, each in the forms a library may
+    print it in, for the log filter. Thread-safe; a Secret is forgotten when collected."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._forms: dict[int, tuple[str, ...]] = {}
+        self._refs: dict[int, weakref.ref[Secret]] = {}
+        #: Bumped on every change: the filter rebuilds its pattern when it moved.
+        self.version = 0
+
+    def add(self, secret: Secret, forms: tuple[str, ...]) -> None:
+        if not forms:
+            return
+        key = id(secret)
+        with self._lock:
+            self._refs[key] = weakref.ref(secret, lambda _: self._drop(key))
+            self._forms[key] = forms
+            self.version += 1
+
+    def _drop(self, key: int) -> None:
+        with self._lock:
+            self._refs.pop(key, None)
+            if self._forms.pop(key, None) is not None:
+                self.version += 1
+
+    def values(self) -> tuple[int, frozenset[str]]:
+        with self._lock:
+            return self.version, frozenset(f for forms in self._forms.values() for f in forms)
+
+
+_LIVE = _Live()
+
+
+def live_secret_values() -> tuple[int, frozenset[str]]:
+    """(a version that changes whenever the set does, every form of every live secret)."""
+    return _LIVE.values()
+
+
+def _forms(value: str) -> set[str]:
+    """``value`` as it may appear in a log line: itself, escaped in JSON, in a Python repr,
+    and percent-encoded."""
+    out = {
+        value,
+        json.dumps(value)[1:-1],
+        repr(value)[1:-1],
+        quote(value, safe=""),
+        quote_plus(value),
+    }
+    return {f for f in out if len(f) >= MIN_REDACTED}
+
+
+def _url_forms(value: str) -> set[str]:
+    """A receiver URL's own forms, and its parts that carry a credential on their own:
+    the path and query (a Slack webhook's path is its key), the userinfo and password,
+    and the ``Authorization: Basic`` value made from them."""
+    out = _forms(value)
+    try:
+        parts = urlsplit(value.strip())
+        password = parts.password
+        username = parts.username
+    except ValueError:
+        return out
+    rest = parts.path + (f"?{parts.query}" if parts.query else "")
+    if rest not in ("", "/"):
+        out |= _forms(rest)
+    if password:
+        user, pw = unquote(username or ""), unquote(password)
+        basic = base64.b64encode(f"{user}:{pw}".encode()).decode()
+        out |= _forms(pw) | _forms(f"{user}:{pw}") | _forms(basic)
+        out |= _forms(parts.netloc.rpartition("@")[0])
+    return out
+
+
 class Secret:
     """A string that never shows itself in a repr, str, log line or exception."""
 
-    __slots__ = ("_value",)
+    __slots__ = ("__weakref__", "_value")
 
     def __init__(self, value: str) -> None:
         self._value = value
+        _LIVE.add(self, tuple(sorted(self._log_forms())))
+
+    def _log_forms(self) -> set[str]:
+        return _forms(self._value) if len(self._value) >= MIN_REDACTED else set()
 
     def reveal(self) -> str:
         return self._value
@@ -166,6 +257,9 @@ class SecretUrl(Secret):
     """A receiver URL: its repr and str show only :func:`redact_url`'s ``scheme://host``."""
 
     __slots__ = ()
+
+    def _log_forms(self) -> set[str]:
+        return _url_forms(self._value)
 
     @property
     def redacted(self) -> str:

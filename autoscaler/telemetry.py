@@ -365,7 +365,9 @@ class Metrics:
         self.orphans_kept = Counter(
             P + "orphans_kept_total",
             "Orphan instances not terminated: their runner registered after the poll"
-            " (registered), GitHub could not be asked (lookup_failed), or the clocks"
+            " (registered) or took a job (busy), GitHub could not be asked (lookup_failed),"
+            " their credential or runner could not be withdrawn (withdraw_failed), the"
+            " registration token they took has not expired yet (token_live), or the clocks"
             " disagree too much to judge an instance's age (clock_skew).",
             ["runner_type", "pool", "reason"],
             registry=r,
@@ -414,6 +416,13 @@ class Metrics:
             "Just-in-time runner configs asked of GitHub for ephemeral instances, by result"
             " (created, adopted, conflict, rejected, forbidden, rate_limited, failed,"
             " handover_failed).",
+            ["runner_type", "result"],
+            registry=r,
+        )
+        self.registration_tokens = Counter(
+            P + "registration_tokens_total",
+            "Runner registration tokens asked of GitHub for persistent instances, by result"
+            " (created, forbidden, rate_limited, failed, handover_failed).",
             ["runner_type", "result"],
             registry=r,
         )

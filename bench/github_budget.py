@@ -21,6 +21,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from bench import aims
 from bench.github_poll import Proc
 from bench.org import T0, Size
 
@@ -81,7 +82,12 @@ def run() -> bool:
     alerting = sum(1 for a in answers if a["too_small"])
     requests = sum(sum(a["statuses"].values()) for a in answers)
     seen = answers[-1]["queued"]
-    checks = {"budget": counted < SHARE * LIMIT, "403": forbidden == 0}
+    checks = {
+        "budget": aims.count(
+            f"counted in the hour < {SHARE * LIMIT:,.0f}", counted < SHARE * LIMIT
+        ),
+        "403": aims.count("no 403 from the primary limit", forbidden == 0),
+    }
     rows = [
         (
             "counted against the primary limit in the hour",

@@ -38,6 +38,7 @@ from autoscaler.fakes.github_webhooks import workflow_job_payload
 from autoscaler.observe.github.webhook_receiver import Answer
 from autoscaler.observe.github.webhooks import sign
 from autoscaler.telemetry import Metrics
+from bench import aims
 from bench.asyncio_listener import AsyncioListener
 from bench.load import Result, offer, saturate
 
@@ -175,4 +176,5 @@ def run() -> bool:
             f"vs {pct(before_at.latencies, 0.99) * 1e3:.1f} ms, failed {after_at.failed} vs "
             f"{before_at.failed}"
         )
-    return rate >= 0.9 and cpu <= 1.1
+    fast = aims.timed("served / asyncio deliveries a second >= 0.90", rate >= 0.9)
+    return aims.timed("served / asyncio CPU per delivery <= 1.10", cpu <= 1.1) and fast

@@ -130,6 +130,19 @@ class StaticPool:
         """Never called: the benchmark ticks with dry_run."""
 
 
+class _NoParameters:
+    """The parameter store of a benchmark that ticks with dry_run: never written to."""
+
+    def put_secret(self, name: str, value: object, *, instance_id: str) -> None:
+        raise AssertionError("the benchmark ticks with dry_run")
+
+    def delete(self, name: str) -> bool:
+        raise AssertionError("the benchmark ticks with dry_run")
+
+    def list_names(self, path: str) -> list[str]:
+        raise AssertionError("the benchmark ticks with dry_run")
+
+
 def _pools(size: Size) -> StaticPool:
     types = type_names(size.types)
     instances: dict[str, list[Instance]] = {f"pool-{t}": [] for t in types}
@@ -210,7 +223,9 @@ def run_controller(params: dict[str, Any]) -> None:
             cache_store=store,
         )
         alerts = AlertEngine(config.alerts, store, None, metrics)
-        scaler = Scaler(_pools(size), source, config, metrics)
+        scaler = Scaler(
+            _pools(size), source, config, metrics, registrar=source, parameters=_NoParameters()
+        )
         controller = Controller(config, source, metrics, alerts=alerts, scaler=scaler)
 
         def handle(command: dict[str, Any]) -> dict[str, Any]:

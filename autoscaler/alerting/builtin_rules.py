@@ -28,6 +28,7 @@ PROVISIONING_RULE = "Runner pool provisioning failing"
 CLOCK_SKEW_RULE = "Controller clock skewed"
 BUDGET_RULE = "GitHub budget too small for this org"
 OBJECTIVE_RULE = "Queue-time objective burning"
+UNLISTED_RULE = "GitHub repositories not listed"
 
 
 def _builtin(
@@ -139,6 +140,20 @@ def evaluate_unreachable(
     return _builtin(
         b, UNREACHABLE_RULE, "The controller cannot read the GitHub API", values, all_receivers
     )
+
+
+def evaluate_unlisted(
+    b: BuiltinAlertsConfig, unlisted: Sequence[str], all_receivers: tuple[str, ...]
+) -> Evaluation:
+    """Built-in: the poll worked but could not list some watched repositories (their pages
+    loop, are malformed, or failed) and has no earlier listing of them: their queued jobs
+    are not counted, and nothing scales for them. It resolves once each is listed."""
+    values = {"unlisted_repos": len(unlisted), "threshold_breached": int(bool(unlisted))}
+    description = (
+        "The poll could not list some watched repositories and has no earlier listing of "
+        "them: their queued jobs are not counted (`ci-autoscaler explain` names them)"
+    )
+    return _builtin(b, UNLISTED_RULE, description, values, all_receivers)
 
 
 def evaluate_provisioning(

@@ -38,11 +38,13 @@ from autoscaler.alerting.builtin_rules import (
     CLOCK_SKEW_RULE,
     OBJECTIVE_RULE,
     PROVISIONING_RULE,
+    UNLISTED_RULE,
     UNMATCHED_RULE,
     evaluate_budget,
     evaluate_clock_skew,
     evaluate_objective,
     evaluate_provisioning,
+    evaluate_unlisted,
     evaluate_unmatched,
     evaluate_unreachable,
 )
@@ -144,6 +146,7 @@ class AlertEngine:
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
         scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
@@ -178,6 +181,10 @@ class AlertEngine:
             evaluations.append(
                 evaluate_unreachable(b, last_successful_poll, started, now, everyone)
             )
+            if unlisted is None:  # no poll this tick: unknown, not fine
+                keep.add(UNLISTED_RULE)
+            else:
+                evaluations.append(evaluate_unlisted(b, unlisted, everyone))
         if b.clock_skew_max > 0:
             if clock_skew is None or (clock_skew.github is None and clock_skew.aws is None):
                 keep.add(CLOCK_SKEW_RULE)
@@ -202,6 +209,7 @@ class AlertEngine:
         causes: Causes | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
         ``clock_skew`` the peers' clocks as last measured; ``budget`` the CI source's
@@ -220,6 +228,7 @@ class AlertEngine:
             causes=causes,
             objectives=objectives,
             retries=retries,
+            unlisted=unlisted,
         )
         try:
             old = self.store.load_states()

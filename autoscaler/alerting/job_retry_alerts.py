@@ -6,7 +6,10 @@
   and resolves after :data:`~autoscaler.job_retry.ledger.ALERT_WINDOW` (it is a notification:
   nothing clears it but time).
 - **Job re-runs not permitted**: GitHub answered a re-run with 403. One alert per
-  repository, firing while re-runs there are paused; it never repeats (one clear error).
+  repository, firing until a re-run there goes through: re-runs pause for
+  ``DENIED_PAUSE``, then one probes again, and a probe GitHub refuses again is the same
+  incident, not a new page (the ledger keeps the denial, for at most ``RETENTION``). It
+  never repeats (one clear error).
 
 Both go to ``alerts.builtin.receivers`` (empty: every receiver), with its team and priority.
 """

@@ -4,9 +4,10 @@
 tick, one per receiver, in order, only the leader, every outcome recorded in the outbox);
 this module is *how*: the payload each receiver type takes (webhook, Slack, PagerDuty,
 Alertmanager, ``github_issue``), each request retried on transient failures only
-(connection errors, timeouts, 408/425/429/5xx) with full-jitter backoff and never past the
-round's deadline, and the ``github_issue`` receiver's look-up of an open issue carrying the
-alert's marker before it opens one (a create is never retried blind). A failure is a
+(connection errors, timeouts, 408/425/429/5xx) by the one retry policy
+(:mod:`autoscaler.retrying`: full-jitter backoff, never past the round's deadline), and
+the ``github_issue`` receiver's look-up of an open issue carrying the alert's marker
+before it opens one (a create is never retried blind). A failure is a
 :class:`~autoscaler.errors.TransientError` or a :class:`~autoscaler.errors.PermanentError`;
 no error of ours names a receiver's URL (it is a secret).
 """
@@ -19,14 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type
-from tenacity.wait import wait_random_exponential
 
 from autoscaler.alerting import alertmanager, render
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.store import AlertStore
-from autoscaler.config import ReceiverConfig
+from autoscaler.config import ReceiverConfig, RetryConfig
 from autoscaler.errors import PermanentError, TransientError
+from autoscaler.retrying import RetryPolicy
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
@@ -101,9 +101,14 @@ class Sender:
         github_token: Secret | None,
     ) -> None:
         self.metrics = metrics
-        self._sleep = sleep
         self._monotonic = monotonic
-        self._backoff, self._max_backoff = backoff, max_backoff
+        #: Every request's retries (the round's deadline and the receiver's attempts are
+        #: per call).
+        self._retry = RetryPolicy(
+            RetryConfig(initial_backoff=backoff, max_backoff=max_backoff),
+            sleep=sleep,
+            monotonic=monotonic,
+        )
         self._github_api_url = github_api_url.rstrip("/")
         self._github_token = github_token
 
@@ -147,23 +152,14 @@ class Sender:
                 ) from None
             return check_status(response)
 
-        def stop(rs: RetryCallState) -> bool:
-            if rs.attempt_number >= most:
-                return True
-            return self._monotonic() + rs.upcoming_sleep >= call.deadline_at
-
-        def before_sleep(rs: RetryCallState) -> None:
-            self.metrics.alert_notifications.labels(rc.name, "retried").inc()
-
-        retrying = Retrying(
-            stop=stop,
-            wait=wait_random_exponential(multiplier=self._backoff, max=self._max_backoff),
-            retry=retry_if_exception_type(TransientError),
-            sleep=self._sleep,
-            before_sleep=before_sleep,
-            reraise=True,
+        return self._retry.call(
+            once,
+            pool=f"receiver {rc.name}",
+            operation=method,
+            deadline_at=call.deadline_at,
+            attempts=most,
+            on_retry=lambda _: self.metrics.alert_notifications.labels(rc.name, "retried").inc(),
         )
-        return retrying(once)
 
     def send(self, call: Call, rc: ReceiverConfig, n: Notification, issues: IssueNumbers) -> None:
         """Send ``n`` to ``rc`` in the receiver type's payload; raises Transient/PermanentError."""

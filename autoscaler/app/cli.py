@@ -8,28 +8,19 @@ import logging
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from autoscaler import __version__
+from autoscaler.app.logs import setup_logging
 from autoscaler.app.report import format_table, to_json
 from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
-from autoscaler.config import DYNAMODB, Config, LoadedConfig, read_config
 from autoscaler.errors import ConfigError, StateError, StateUnavailableError
 from autoscaler.telemetry import Metrics
 
+if TYPE_CHECKING:
+    from autoscaler.config import Config, LoadedConfig
+
 log = logging.getLogger("autoscaler")
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    # httpx logs every request at INFO (hundreds per tick); our own lines say what matters.
-    quiet = logging.DEBUG if level == "debug" else logging.WARNING
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(quiet)
 
 
 def plural(count: int, noun: str) -> str:
@@ -38,6 +29,8 @@ def plural(count: int, noun: str) -> str:
 
 
 def _read(path: str, *, allow_unset_env: bool = False) -> LoadedConfig | None:
+    from autoscaler.config import read_config  # noqa: PLC0415 (pydantic: only to read one)
+
     try:
         return read_config(path, allow_unset_env=allow_unset_env)
     except ConfigError as exc:
@@ -56,7 +49,7 @@ def _configure(args: argparse.Namespace) -> Config | None:
     """Load ``--config`` (problems to stderr) and set up logging from it."""
     config = _load(args.config)
     if config is not None:
-        _setup_logging(args.log_level or config.log_level)
+        setup_logging(args.log_level or config.log_level)
     return config
 
 
@@ -75,6 +68,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         )
     )
     print(f"{args.file}: ok ({counts})")
+    return 0
+
+
+def cmd_config_schema(args: argparse.Namespace) -> int:
+    from autoscaler.config import json_schema  # noqa: PLC0415 (pydantic: only for this)
+
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
     return 0
 
 
@@ -227,6 +227,8 @@ def cmd_state_create_table(args: argparse.Namespace) -> int:
     config = _configure(args)
     if config is None:
         return 1
+    from autoscaler.config import DYNAMODB  # noqa: PLC0415 (with the config, loaded above)
+
     if config.state.backend != DYNAMODB:
         print(
             f"{args.config}: state.backend is {config.state.backend}: there is no table to "
@@ -293,7 +295,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from autoscaler.app.demo import run_demo  # noqa: PLC0415
 
     if args.log_level:  # asked for: to stderr as well as the demo's log panel
-        _setup_logging(args.log_level)
+        setup_logging(args.log_level)
     return run_demo(
         duration=args.duration,
         listen=args.listen,
@@ -372,6 +374,14 @@ def build_parser() -> argparse.ArgumentParser:
         "without the deployment's secrets)",
     )
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("config", help="configuration tools")
+    config_sub = p.add_subparsers(dest="config_command", required=True)
+    p = config_sub.add_parser(
+        "schema",
+        help="print the config file's JSON Schema (for editors: config.schema.json)",
+    )
+    p.set_defaults(func=cmd_config_schema)
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")
     p.add_argument("--config", required=True, help=CONFIG_HELP)

@@ -46,6 +46,7 @@ from autoscaler.app.demo_world import (
     WORLD,
     demo_world,
 )
+from autoscaler.app.logs import redact
 from autoscaler.app.served import StatusServer, WebhookServer
 from autoscaler.app.service import stop_on_signals
 from autoscaler.fakes.github import FakeGitHub
@@ -93,6 +94,7 @@ def _logs_on_screen(clock: Callable[[], float], also_stderr: bool) -> Iterator[_
     saved = (list(root.handlers), root.level, scale.level, demo.level)
     panel = _LogLines(clock)
     root.handlers = [*(saved[0] if also_stderr else []), panel]
+    redact(root)
     if not also_stderr:
         root.setLevel(logging.WARNING)
     scale.setLevel(logging.INFO)  # scale actions are the story
@@ -141,11 +143,17 @@ def _cancel_unmatched(github: FakeGitHub) -> None:
         log.info("demo: %d jobs no runner type serves were cancelled (labels fixed)", len(stuck))
 
 
+def _say(line: str) -> None:
+    """A start-up line, before the first screen (the start takes seconds)."""
+    print(line, flush=True)
+
+
 def run_demo(
     duration: float | None, listen: str, tick: float = 2.0, *, log_to_stderr: bool = False
 ) -> int:
     """Run the demo until ``duration`` seconds pass or SIGINT/SIGTERM; 1 if a busy
     runner was ever killed."""
+    _say("starting the demo: everything on 127.0.0.1, no credentials ...")
     try:
         import moto  # noqa: F401, PLC0415
     except ImportError:
@@ -170,8 +178,9 @@ def run_demo(
     story = ui.Story()
     with (
         _logs_on_screen(clock, log_to_stderr) as logs,
-        demo_world(tick, clock) as (config, github, (workload, _asg), fleet, sink),
+        demo_world(tick, clock, _say) as (config, github, (workload, _asg), fleet, sink),
     ):
+        _say("starting the controller ...")
         metrics = Metrics()
         session = boto3.session.Session(
             aws_access_key_id="demo",
@@ -197,6 +206,7 @@ def run_demo(
             server = StatusServer(runtime.controller, metrics, host or "127.0.0.1", 0)
         server.start()
         base_url = f"http://{host or '127.0.0.1'}:{server.port}"
+        _say(f"ready: the status page is {base_url}/")
         started = time.monotonic()  # the story starts now, the world is up
         outage: CapacityOutage | None = None
         outage_at: float | None = None

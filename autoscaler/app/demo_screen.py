@@ -266,6 +266,8 @@ def queue_panel(result: TickResult) -> list[str]:
     lines = align(rows, right={1, 2, 3, 4, 5}).splitlines()
     if result.poll_error:
         lines.append(f"poll failed: {result.poll_error} (showing the last good picture)")
+    if result.poll_partial:
+        lines.append(f"poll partial: {result.poll_partial}")
     return lines
 
 

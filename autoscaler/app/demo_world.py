@@ -24,7 +24,7 @@ from autoscaler.app import demo_screen as ui
 from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
 
-#: The demo's one logger (its log panel shows this logger's records), as before the split.
+#: The demo's one logger: its log panel shows this logger's records.
 log = logging.getLogger("autoscaler.app.demo")
 
 #: (runner type, labels, [(pool, max size)]) for the demo's world.
@@ -179,24 +179,33 @@ def demo_config(  # noqa: PLR0917 - the demo world's addresses
 
 @contextmanager
 def demo_world(
-    tick: float, clock: Callable[[], float] = time.monotonic
+    tick: float,
+    clock: Callable[[], float] = time.monotonic,
+    say: Callable[[str], None] = lambda line: None,
 ) -> Iterator[tuple[Config, FakeGitHub, Any, Any, WebhookSink]]:
-    """Start every fake; yield (config, github, (workload, autoscaling), fleet, sink)."""
+    """Start every fake; yield (config, github, (workload, autoscaling), fleet, sink).
+    ``say`` hears one line as each piece starts (the demo prints them: the start takes
+    seconds, most of them moto's)."""
     from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, start_moto_server  # noqa: PLC0415
     from autoscaler.sim.workload import Workload  # noqa: PLC0415
 
     with ExitStack() as stack:
+        say("starting the fake GitHub ...")
         github = FakeGitHub(owner="demo-org")
         # The demo ticks every second, not every 30 s: a real token's hourly budget would
         # (rightly) stretch its polls. Its GitHub has no rate limit, as GHES by default.
         github.RATE_LIMIT = 1_000_000_000
         github.start()
         stack.callback(github.stop)
+        say(f"  fake GitHub on {github.url}")
+        say("starting moto, the fake AWS ...")
         moto, aws_url = start_moto_server()
         stack.callback(moto.stop)
+        say(f"  moto on {aws_url}")
         sink = WebhookSink(clock)
         stack.callback(sink.stop)
         autoscaling, ec2 = aws_clients(aws_url)
+        say("creating the Auto Scaling groups and the fleet ...")
         specs = [
             PoolSpec(pool, name, labels, max_size=size, ephemeral=name in EPHEMERAL_TYPES)
             for name, labels, pools in WORLD

@@ -206,6 +206,8 @@ def format_explain(
     head = [f"observed at {when} (one dry-run tick: nothing was changed)"]
     if result.poll_error:
         head.append(f"poll failed: {result.poll_error}")
+    if result.poll_partial:
+        head.append(f"poll partial (their queued jobs are not counted): {result.poll_partial}")
     if last_successful_poll is None:
         head.append("no successful poll of GitHub")
     lines = [*head, ""]

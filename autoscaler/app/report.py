@@ -41,6 +41,7 @@ def to_json(result: TickResult) -> dict[str, Any]:
     return {
         "observed_at": (snap.observed_at if snap else result.now).isoformat(),
         "poll_error": result.poll_error,
+        "poll_partial": result.poll_partial,
         "runner_types": types,
         "unmatched_jobs": snap.unmatched_jobs if snap else 0,
         "ghost_jobs": snap.ghost_jobs if snap else 0,
@@ -84,6 +85,8 @@ def format_table(result: TickResult) -> str:
         # A fresh process (`once`) has no earlier picture: saying it shows one misled.
         shown = "showing the last good picture" if snap else "nothing seen yet"
         out.append(f"poll failed: {result.poll_error} ({shown})")
+    if result.poll_partial:
+        out.append(f"poll partial: {result.poll_partial}")
     rows = [["RUNNER TYPE", "QUEUED", "MAX WAIT", "IDLE", "BUSY", "OFFLINE", "GHOSTS"]]
     if snap is not None:
         for name, s in snap.per_type.items():

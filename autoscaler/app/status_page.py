@@ -265,6 +265,8 @@ def render_html(controller: Controller, now: datetime) -> str:
     poll_error = ""
     if result is not None and result.poll_error:
         poll_error = f"<p>Last poll failed: {_e(result.poll_error)}</p>"
+    if result is not None and result.poll_partial:
+        poll_error += f"<p>Last poll partial: {_e(result.poll_partial)}</p>"
     header = (
         "<header><h1>ci-autoscaler</h1>"
         f'<p id="poll-age">{_e(_poll_age(controller, now))}{_e(observed)}'

@@ -24,7 +24,7 @@ from autoscaler.job_retry.model import InstanceEvents
 from autoscaler.job_retry.stage import CompletedJobSource, InstanceFates, JobRerunner, RetryStage
 from autoscaler.observe.github.webhook_completions import PolledCompletions, WebhookCompletedJobs
 from autoscaler.ports import JobSource, RunnerPool
-from autoscaler.scale.jit import ParameterStore, RunnerRegistrar
+from autoscaler.scale.registration import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.keeper import LeaseKeeper
@@ -69,7 +69,7 @@ def build_runtime(
 ) -> Runtime:
     """GitHub source, alerting (when rules exist) and AWS pools (when any type has pools).
 
-    ``source``, ``pool`` and ``parameters`` (SSM, for ephemeral types) override the real
+    ``source``, ``pool`` and ``parameters`` (SSM: every instance's credential) override the real
     adapters (the demo passes a pool with moto's credentials; tests may pass fakes);
     ``session`` is the state table's boto3 session and ``wall_clock`` the GitHub source's
     (the benchmark passes moto's credentials and its virtual clock). Scaling is wired only
@@ -103,8 +103,8 @@ def build_runtime(
         source = github
 
     hooks = None
-    # Job retry (reads completed jobs, re-runs) and ephemeral registration (generate-jitconfig)
-    # go through the poll's source: the webhook wrapper only observes.
+    # Job retry (reads completed jobs, re-runs) and runner registration (JIT configs,
+    # registration tokens) go through the poll's source: the webhook wrapper only observes.
     polled = source
     if webhooks and config.webhook is not None:
         from autoscaler.app.webhooks import attach  # noqa: PLC0415
@@ -150,7 +150,7 @@ def build_runtime(
         acting: RunnerPool = RecordingPool(pool, events, utc_now)
         if backend.fence is not None:
             acting = FencedPool(acting, backend.fence)
-        registrar, parameters = _ephemeral_ports(config, metrics, polled, parameters)
+        registrar, parameters = _handover_ports(config, metrics, polled, parameters)
         scaler = Scaler(
             acting,
             runners,
@@ -159,7 +159,7 @@ def build_runtime(
             memory=store,
             registrar=registrar,
             parameters=parameters,
-            jit_store=store,
+            handover_store=store,
         )
 
     completed: object = polled
@@ -204,24 +204,22 @@ def build_runtime(
     return Runtime(controller, closers, keeper=backend.keeper, webhooks=hooks)
 
 
-def _ephemeral_ports(
+def _handover_ports(
     config: Config,
     metrics: Metrics,
     source: JobSource,
     parameters: ParameterStore | None,
-) -> tuple[RunnerRegistrar | None, ParameterStore | None]:
-    """GitHub's generate-jitconfig (the source, when it speaks it) and SSM, only when a
-    runner type is ephemeral."""
-    if not any(rt.ephemeral for rt in config.runner_types):
-        return None, None
-    registrar = source if hasattr(source, "generate_jit_config") else None
-    if registrar is None:
-        raise ValueError("an ephemeral runner type needs a source that can register runners")
+) -> tuple[RunnerRegistrar, ParameterStore]:
+    """GitHub's runner registration (the source, when it speaks it) and SSM: every new
+    instance is handed its runner credential through them."""
+    speaks = ("generate_jit_config", "create_registration_token")
+    if not all(hasattr(source, name) for name in speaks):
+        raise ValueError("scaling runner pools needs a source that can register runners")
     if parameters is None:
         from autoscaler.scale.aws.ssm import SsmParameters  # noqa: PLC0415
 
         parameters = SsmParameters(config.aws, metrics)
-    return cast("RunnerRegistrar", registrar), parameters
+    return cast("RunnerRegistrar", source), parameters
 
 
 class FencedRerunner:

@@ -1,16 +1,38 @@
-"""The ``alerts`` section of the configuration: rules, rule files, receivers, built-ins."""
+"""The ``alerts`` section of the configuration: rules, rule files, receivers, built-ins.
+
+Rule files are read by :mod:`autoscaler.config.load` before the section is checked (each
+problem in a rule file is told with that file's line); the section puts their rules
+before its own and checks that every rule names a configured receiver.
+"""
 
 from __future__ import annotations
 
-import glob
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Self
 
-from autoscaler.config.reader import Reader, join_path
-from autoscaler.config.yamlfile import YamlFileError, read_yaml
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
+from pydantic_core import PydanticCustomError
+
+from autoscaler.config.values import (
+    ByName,
+    Choice,
+    Duration,
+    FileContext,
+    Flag,
+    Integer,
+    Key,
+    Required,
+    SecretText,
+    Section,
+    Strings,
+    Text,
+    Url,
+    Where,
+    fail,
+    from_file,
+    wrong,
+)
 from autoscaler.secrets import Secret, SecretUrl
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
@@ -26,296 +48,223 @@ RECEIVER_TYPES = (
 _URL_TYPES = ("webhook", "slack", "alertmanager", "alertmanager_webhook")
 
 
-@dataclass(frozen=True)
-class AlertRuleConfig:
-    name: str
-    team: str
-    priority: str
-    description: str
-    receivers: tuple[str, ...]
-    runbook_url: str = ""
-    dashboard_url: str = ""
-    runner_types: tuple[str, ...] = ("*",)
-    """Glob patterns over runner type names."""
-    exclude_runner_types: tuple[str, ...] = ()
-    per_runner_type: bool = False
-    """True: one alert per runner type; False: one over all covered types."""
-    max_queue_size: int | None = None
+class AlertRuleConfig(Section):
+    """A threshold alert over the queues of some runner types."""
+
+    name: Annotated[str, Text()]
+    """The alert's name: its title is `[<priority>] <name>`."""
+    team: Annotated[str, Text()]
+    """The team paged (the `Team:` line)."""
+    priority: Annotated[str, Choice(*PRIORITIES)] = "P2"
+    """P0 (most urgent) to P4."""
+    description: Annotated[str, Text()]
+    """The `Description:` line: what is wrong, for the person paged."""
+    receivers: Annotated[tuple[str, ...], Strings()]
+    """Names of receivers (under `alerts.receivers`) it is sent to."""
+    runbook_url: Annotated[str, Text()] = ""
+    """The `Runbook:` line."""
+    dashboard_url: Annotated[str, Text()] = ""
+    """The `Dashboard:` line."""
+    runner_types: Annotated[tuple[str, ...], Strings()] = ("*",)
+    """Glob patterns over runner type names: the types it watches."""
+    exclude_runner_types: Annotated[tuple[str, ...], Strings()] = ()
+    """Glob patterns over runner type names it leaves out."""
+    per_runner_type: Annotated[bool, Flag()] = False
+    """True: one alert per runner type; false: one over all covered types."""
+    max_queue_size: Annotated[int, Integer()] | None = None
     """Trips when the observed max queue size is above this."""
-    max_queue_time: float | None = None
-    """Trips when the observed max queue time (seconds) is above this."""
-    match: str = "any"
-    """``any``: one tripped check fires; ``all``: every configured check must trip."""
-    min_job_age: float = 0.0
-    """Jobs younger than this (seconds) are not counted."""
-    for_: float = 0.0
-    """Pending this long (seconds) before firing (YAML key ``for``)."""
-    repeat_interval: float = 4 * 3600.0
-    """Re-notify while still firing (more than zero)."""
+    max_queue_time: Annotated[float, Duration()] | None = None
+    """Trips when the observed max queue time is above this."""
+    match: Annotated[str, Choice("any", "all")] = "any"
+    """`any`: one tripped check fires; `all`: every configured check must trip."""
+    min_job_age: Annotated[float, Duration()] = 0.0
+    """Jobs younger than this are not counted."""
+    for_: Annotated[float, Duration()] = Field(default=0.0, alias="for")
+    """Pending this long before firing."""
+    repeat_interval: Annotated[float, Duration(positive=True)] = 4 * 3600.0
+    """Re-notify this often while still firing."""
+
+    @model_validator(mode="after")
+    def _has_a_threshold(self) -> Self:
+        if self.max_queue_size is None and self.max_queue_time is None:
+            fail(((), "needs max_queue_size or max_queue_time (or both)"))
+        return self
 
 
-@dataclass(frozen=True)
-class ReceiverConfig:
-    name: str
-    type: str
-    url: SecretUrl | None = None
-    """Where to POST (webhook, slack, alertmanager_webhook, pagerduty override);
-    alertmanager: the first of ``urls``; github_issue: the REST API root override
-    (default: the github section's ``api_url``). A secret (a Slack webhook's path is its
-    key; a URL may carry ``user:password@``): reprs, logs and errors show only
-    ``scheme://host``; ``url.reveal()`` is for the request alone. A plain ``str`` given
-    here is wrapped."""
-    urls: tuple[SecretUrl, ...] = ()
+class _UrlOrUrls(Url):
+    """``url``: one URL, or (an alertmanager receiver's cluster) a list of them."""
+
+    def check(self, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, list):
+            return super().check(value, info)
+        if not value:
+            raise wrong("must be a non-empty list")
+        urls, bad = [], []
+        for i, item in enumerate(value):
+            try:
+                urls.append(super().check(item, info))
+            except PydanticCustomError as exc:  # told with its place in the list
+                bad.append(((i,), exc.message()))
+        if bad:
+            fail(*bad)
+        return tuple(urls)
+
+    def json_schema(self) -> JsonSchemaValue:
+        one = super().json_schema()
+        return {"anyOf": [one, {"type": "array", "items": one, "minItems": 1}]}
+
+
+class ReceiverConfig(Section):
+    """Where alerts go: a webhook, Slack, PagerDuty, Alertmanager or GitHub issues."""
+
+    name: SkipJsonSchema[Annotated[str, Key()]] = Field(default="", exclude=True)
+    """The receiver's name (its key under `alerts.receivers`)."""
+    type: Annotated[str, Choice(*RECEIVER_TYPES), Required(f"one of {', '.join(RECEIVER_TYPES)}")]
+    """What it speaks."""
+    url: Annotated[SecretUrl, _UrlOrUrls()] | None = None
+    """Where to POST (webhook, slack, alertmanager_webhook; a pagerduty override);
+    alertmanager: one Alertmanager or a list of them; github_issue: the REST API root
+    (default: `github.api_url`). A secret (a Slack webhook's path is its key; a URL may
+    carry `user:password@`): logs and errors show `scheme://host` at most."""
+    urls: Annotated[tuple[Annotated[SecretUrl, Url()], ...], Field(min_length=1)] = ()
     """alertmanager: every Alertmanager of the cluster (an HA pair), base URL or the full
-    ``/api/v2/alerts`` path; each one gets every post (YAML ``url`` and/or ``urls``).
-    Secrets, like ``url``."""
-    routing_key: Secret | None = field(default=None, repr=False)
-    """PagerDuty Events API v2 integration key."""
-    repo: str | None = None
-    """github_issue: ``owner/name`` to open issues in."""
-    token: Secret | None = field(default=None, repr=False)
-    """github_issue: token; defaults to the github section's token."""
-    labels: tuple[str, ...] = ()
+    `/api/v2/alerts` path; each one gets every post (with `url`, duplicates dropped).
+    Secrets, like `url`."""
+    routing_key: Annotated[Secret, SecretText()] | None = Field(default=None, repr=False)
+    """pagerduty: the Events API v2 integration key."""
+    repo: Annotated[str, Text()] | None = None
+    """github_issue: `owner/name` to open issues in."""
+    token: Annotated[Secret, SecretText()] | None = Field(default=None, repr=False)
+    """github_issue: a token; default: the github section's."""
+    labels: Annotated[tuple[str, ...], Strings()] = ()
     """github_issue: extra labels."""
-    timeout: float = 5.0
-    """Per-attempt timeout in seconds (more than zero)."""
-    max_attempts: int = 3
+    timeout: Annotated[float, Duration(positive=True)] = 5.0
+    """Per-attempt timeout."""
+    max_attempts: Annotated[int, Integer(1)] = 3
     """Delivery attempts per tick."""
 
-    def __post_init__(self) -> None:
-        if isinstance(self.url, str):  # built in code (tests, the demo): still a secret
-            object.__setattr__(self, "url", SecretUrl(self.url))
-        if any(isinstance(u, str) for u in self.urls):
-            wrapped = tuple(SecretUrl(u) if isinstance(u, str) else u for u in self.urls)
-            object.__setattr__(self, "urls", wrapped)
+    @model_validator(mode="after")
+    def _fits_its_type(self, info: ValidationInfo) -> Self:
+        """The keys its type needs; an alertmanager's ``url`` (one, or a list) joins its
+        ``urls``, and ``url`` is the first of them."""
+        problems: list[tuple[Where, str]] = []
+        url: Any = self.url
+        urls = self.urls
+        if self.type == "alertmanager" and (from_file(info) or isinstance(url, tuple)):
+            listed = (url if isinstance(url, tuple) else () if url is None else (url,)) + urls
+            urls = tuple({u.reveal(): u for u in listed}.values())
+            url = urls[0] if urls else None
+        elif self.type != "alertmanager":
+            if isinstance(url, tuple):
+                problems.append((("url",), "must be one URL (a list is for alertmanager)"))
+            if urls:
+                problems.append((("urls",), "is for alertmanager receivers only (use url)"))
+        if self.type in _URL_TYPES and url is None:
+            either = " (or urls)" if self.type == "alertmanager" else ""
+            a = "an" if self.type.startswith("a") else "a"
+            problems.append((("url",), f"is required{either} for {a} {self.type} receiver"))
+        if self.type == "pagerduty" and self.routing_key is None:
+            problems.append((("routing_key",), "is required for a pagerduty receiver"))
+        if self.type == "github_issue" and (self.repo is None or "/" not in self.repo):
+            problems.append((("repo",), "is required for a github_issue receiver, as owner/name"))
+        if problems:
+            fail(*problems)
+        if (url, urls) == (self.url, self.urls):
+            return self
+        return self.model_copy(update={"url": url, "urls": urls})
 
 
-@dataclass(frozen=True)
-class BuiltinAlertsConfig:
-    team: str = "dev-infra"
-    priority: str = "P2"
-    receivers: tuple[str, ...] = ()
+class BuiltinAlertsConfig(Section):
+    """The alerts that need no rule: unmatched jobs, GitHub unreachable or over budget,
+    clock skew, queue-time objectives burning."""
+
+    team: Annotated[str, Text()] = "dev-infra"
+    """The team paged."""
+    priority: Annotated[str, Choice(*PRIORITIES)] = "P2"
+    """Their priority."""
+    receivers: Annotated[tuple[str, ...], Strings()] = ()
     """Receivers of the built-in alerts; empty: every receiver."""
-    unmatched_jobs: bool = True
+    unmatched_jobs: Annotated[bool, Flag()] = True
     """Alert on jobs whose labels no runner type serves."""
-    github_unreachable_after: float = 600.0
+    github_unreachable_after: Annotated[float, Duration()] = 600.0
     """Alert when no poll of GitHub succeeded for this long."""
-    clock_skew_max: float = 60.0
-    """Alert when GitHub's or AWS's clock (their answers' ``Date``) is further than this
-    from ours; 0 turns the alert off (orphan cleanup still stops at a quarter of
-    ``boot_timeout``)."""
-    github_budget: bool = True
-    """Alert when GitHub's rate limit (``github.rate_limit_share`` of it) cannot cover
+    clock_skew_max: Annotated[float, Duration()] = 60.0
+    """Alert when GitHub's or AWS's clock (their answers' `Date`) is further than this from
+    ours; `0s` turns the alert off (orphan cleanup still stops at a quarter of
+    `boot_timeout`)."""
+    github_budget: Annotated[bool, Flag()] = True
+    """Alert when GitHub's rate limit (`github.rate_limit_share` of it) cannot cover
     re-listing the repositories with queued jobs every poll interval."""
-    queue_time_objective: bool = True
-    """Alert when a runner type's queue-time objective (its ``slo``) burns too fast."""
-    runbook_url: str = ""
-    dashboard_url: str = ""
+    queue_time_objective: Annotated[bool, Flag()] = True
+    """Alert when a runner type's queue-time objective (its `slo`) burns too fast."""
+    runbook_url: Annotated[str, Text()] = ""
+    """Their `Runbook:` line."""
+    dashboard_url: Annotated[str, Text()] = ""
+    """Their `Dashboard:` line."""
 
 
-@dataclass(frozen=True)
-class AlertsConfig:
+class AlertsConfig(Section):
+    """Alert rules, where alerts go, and the built-in alerts."""
+
+    rule_files: Annotated[tuple[str, ...], Strings()] = ()
+    """Glob patterns of YAML files with a `rules:` list each (relative to this file);
+    their rules come before `rules`."""
     rules: tuple[AlertRuleConfig, ...] = ()
-    receivers: Mapping[str, ReceiverConfig] = field(default_factory=dict)
-    builtin: BuiltinAlertsConfig = BuiltinAlertsConfig()
-    alertmanager_resend: float = 60.0
-    """Re-post firing alerts to ``alertmanager`` receivers at least this often (seconds;
-    Prometheus's ``--rules.alert.resend-delay``, 1m). Each post says the alert is valid
-    for 4 x max(this, poll_interval), so Alertmanager never expires an alert that still
-    fires, and does expire it if the controller dies."""
+    """Threshold alerts."""
+    receivers: Annotated[Mapping[str, ReceiverConfig], ByName()] = Field(default_factory=dict)
+    """Receivers, by name."""
+    builtin: BuiltinAlertsConfig = Field(default_factory=BuiltinAlertsConfig)
+    """The built-in alerts."""
+    alertmanager_resend: Annotated[float, Duration()] = 60.0
+    """Re-post firing alerts to `alertmanager` receivers at least this often (Prometheus's
+    `--rules.alert.resend-delay`, 1m). Each post says the alert is valid for
+    4 x max(this, `poll_interval`), so Alertmanager never expires an alert that still fires,
+    and does expire it if the controller dies."""
+
+    @field_validator("rule_files")
+    @classmethod
+    def _matched(cls, patterns: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        read = info.context.rule_files if isinstance(info.context, FileContext) else {}
+        unmatched = [
+            ((i,), f"no file matches {pattern!r}")
+            for i, pattern in enumerate(patterns)
+            if pattern in read and read[pattern] is None
+        ]
+        if unmatched:
+            fail(*unmatched)
+        return patterns
+
+    @field_validator("rules")
+    @classmethod
+    def _after_rule_files(
+        cls, rules: tuple[AlertRuleConfig, ...], info: ValidationInfo
+    ) -> tuple[AlertRuleConfig, ...]:
+        """The rule files' rules come first."""
+        read = info.context.rule_files if isinstance(info.context, FileContext) else {}
+        patterns = info.data.get("rule_files", ())
+        return tuple(r for p in patterns for r in read.get(p) or ()) + rules
+
+    @model_validator(mode="after")
+    def _receivers_known(self) -> Self:
+        """Every rule's receivers are configured."""
+        problems: list[tuple[Where, str]] = [
+            (("rules", i, "receivers"), f"unknown receiver {name!r}")
+            for i, rule in enumerate(self.rules)
+            for name in rule.receivers
+            if name not in self.receivers
+        ]
+        problems += [
+            (("builtin", "receivers"), f"unknown receiver {name!r}")
+            for name in self.builtin.receivers
+            if name not in self.receivers
+        ]
+        if problems:
+            fail(*problems)
+        return self
 
 
-_RULE_KEYS = (
-    "name",
-    "team",
-    "priority",
-    "description",
-    "runbook_url",
-    "dashboard_url",
-    "runner_types",
-    "exclude_runner_types",
-    "per_runner_type",
-    "max_queue_size",
-    "max_queue_time",
-    "match",
-    "min_job_age",
-    "for",
-    "repeat_interval",
-    "receivers",
-)
+class RuleFile(Section):
+    """A file of ``alerts.rule_files``."""
 
-
-def _rule(r: Reader, value: Any, p: str) -> AlertRuleConfig | None:
-    if not isinstance(value, dict):
-        r.problem(p, "must be a mapping")
-        return None
-    m = r.mapping(value, p, _RULE_KEYS)
-    rule = AlertRuleConfig(
-        name=r.string(m.get("name"), f"{p}.name"),
-        team=r.string(m.get("team"), f"{p}.team"),
-        priority=r.choice(m.get("priority"), f"{p}.priority", PRIORITIES, "P2"),
-        description=r.string(m.get("description"), f"{p}.description"),
-        receivers=r.string_list(m.get("receivers"), f"{p}.receivers"),
-        runbook_url=r.string(m.get("runbook_url"), f"{p}.runbook_url", ""),
-        dashboard_url=r.string(m.get("dashboard_url"), f"{p}.dashboard_url", ""),
-        runner_types=r.string_list(m.get("runner_types"), f"{p}.runner_types", default=("*",)),
-        exclude_runner_types=r.string_list(
-            m.get("exclude_runner_types"), f"{p}.exclude_runner_types", default=()
-        ),
-        per_runner_type=r.boolean(m.get("per_runner_type"), f"{p}.per_runner_type", False),
-        max_queue_size=r.optional_integer(m.get("max_queue_size"), f"{p}.max_queue_size"),
-        max_queue_time=r.optional_duration(m.get("max_queue_time"), f"{p}.max_queue_time"),
-        match=r.choice(m.get("match"), f"{p}.match", ("any", "all"), "any"),
-        min_job_age=r.duration(m.get("min_job_age"), f"{p}.min_job_age", 0.0),
-        for_=r.duration(m.get("for"), f"{p}.for", 0.0),
-        repeat_interval=r.duration(
-            m.get("repeat_interval"), f"{p}.repeat_interval", 4 * 3600.0, positive=True
-        ),
-    )
-    if rule.max_queue_size is None and rule.max_queue_time is None:
-        r.problem(p, "needs max_queue_size or max_queue_time (or both)")
-    return rule
-
-
-def _rule_files(r: Reader, patterns: tuple[str, ...], base: Path) -> tuple[AlertRuleConfig, ...]:
-    rules: list[AlertRuleConfig] = []
-    for i, pattern in enumerate(patterns):
-        full = pattern if os.path.isabs(pattern) else str(base / pattern)
-        matches = sorted(glob.glob(full))
-        if not matches:
-            r.problem(f"alerts.rule_files[{i}]", f"no file matches {pattern!r}")
-        for file in matches:
-            try:
-                parsed = read_yaml(file)
-            except YamlFileError as exc:
-                r.problem(file, f"cannot read rules: {exc}")
-                continue
-            for dup in parsed.duplicates:
-                r.problem(f"{file}: line {dup.line}: {dup.path}", dup.message)
-            doc = parsed.data
-            if isinstance(doc, dict):
-                doc = r.mapping(doc, file, ("rules",)).get("rules")
-            rules.extend(r.each(doc, f"{file}: rules", lambda v, p: _rule(r, v, p)))
-    return tuple(rules)
-
-
-def _receiver(r: Reader, name: str, value: Any) -> ReceiverConfig:
-    p = join_path("alerts.receivers", name)
-    m = r.mapping(
-        value,
-        p,
-        (
-            "type",
-            "url",
-            "urls",
-            "routing_key",
-            "repo",
-            "token",
-            "labels",
-            "timeout",
-            "max_attempts",
-        ),
-    )
-    rtype = r.choice(m.get("type"), f"{p}.type", RECEIVER_TYPES, "webhook")
-    if m.get("type") is None:
-        r.problem(f"{p}.type", f"is required (one of {', '.join(RECEIVER_TYPES)})")
-    urls: tuple[SecretUrl, ...] = ()
-    if rtype == "alertmanager":
-        urls = _alertmanager_urls(r, m.get("url"), m.get("urls"), p)
-        url = urls[0] if urls else None
-    else:
-        if m.get("urls") is not None:
-            r.problem(f"{p}.urls", "is for alertmanager receivers only (use url)")
-        url = r.url(m.get("url"), f"{p}.url")
-    rc = ReceiverConfig(
-        name=name,
-        type=rtype,
-        url=url,
-        urls=urls,
-        routing_key=r.secret(m.get("routing_key"), f"{p}.routing_key"),
-        repo=r.optional_string(m.get("repo"), f"{p}.repo"),
-        token=r.secret(m.get("token"), f"{p}.token"),
-        labels=r.string_list(m.get("labels"), f"{p}.labels", default=()),
-        timeout=r.duration(m.get("timeout"), f"{p}.timeout", 5.0, positive=True),
-        max_attempts=r.integer(m.get("max_attempts"), f"{p}.max_attempts", 3, minimum=1),
-    )
-    given = m.get("url") is not None or m.get("urls") is not None  # if wrong: said already
-    if rtype in _URL_TYPES and not given:
-        either = " (or urls)" if rtype == "alertmanager" else ""
-        a = "an" if rtype.startswith("a") else "a"
-        r.problem(f"{p}.url", f"is required{either} for {a} {rtype} receiver")
-    if rtype == "pagerduty" and rc.routing_key is None:
-        r.problem(f"{p}.routing_key", "is required for a pagerduty receiver")
-    if rtype == "github_issue" and (rc.repo is None or "/" not in rc.repo):
-        r.problem(f"{p}.repo", "is required for a github_issue receiver, as owner/name")
-    return rc
-
-
-def _alertmanager_urls(r: Reader, url: Any, urls: Any, p: str) -> tuple[SecretUrl, ...]:
-    """``url`` (one, or a list) plus ``urls``: every Alertmanager, each http(s)://host,
-    each a secret like any receiver URL (never echoed in a problem)."""
-    items: list[tuple[Any, str]] = []
-    for key, value in (("url", url), ("urls", urls)):
-        if isinstance(value, list):
-            if not value:
-                r.problem(f"{p}.{key}", "must be a non-empty list")
-            items += [(u, f"{p}.{key}[{i}]") for i, u in enumerate(value)]
-        elif value is not None and key == "url":
-            items.append((value, f"{p}.url"))
-        elif value is not None:
-            r.problem(f"{p}.urls", "must be a list of URLs")
-    found = [r.url(u, path) for u, path in items]
-    unique = {u.reveal(): u for u in found if u is not None}
-    return tuple(unique.values())
-
-
-def read_alerts(r: Reader, value: Any, base: Path) -> AlertsConfig:
-    """The ``alerts`` section, rule files included (globs relative to ``base``)."""
-    m = r.mapping(
-        value, "alerts", ("rule_files", "rules", "receivers", "builtin", "alertmanager_resend")
-    )
-    files = r.string_list(m.get("rule_files"), "alerts.rule_files", default=())
-    rules = _rule_files(r, files, base) + r.each(
-        m.get("rules"), "alerts.rules", lambda v, p: _rule(r, v, p)
-    )
-    raw_receivers = m.get("receivers") or {}
-    if not isinstance(raw_receivers, dict):
-        r.problem("alerts.receivers", "must be a mapping of name -> receiver")
-        raw_receivers = {}
-    receivers = {str(n): _receiver(r, str(n), body) for n, body in raw_receivers.items()}
-    b = r.mapping(
-        m.get("builtin"),
-        "alerts.builtin",
-        (
-            "team",
-            "priority",
-            "receivers",
-            "unmatched_jobs",
-            "github_budget",
-            "github_unreachable_after",
-            "clock_skew_max",
-            "queue_time_objective",
-            "runbook_url",
-            "dashboard_url",
-        ),
-    )
-    builtin = BuiltinAlertsConfig(
-        team=r.string(b.get("team"), "alerts.builtin.team", "dev-infra"),
-        priority=r.choice(b.get("priority"), "alerts.builtin.priority", PRIORITIES, "P2"),
-        receivers=r.string_list(b.get("receivers"), "alerts.builtin.receivers", default=()),
-        unmatched_jobs=r.boolean(b.get("unmatched_jobs"), "alerts.builtin.unmatched_jobs", True),
-        github_budget=r.boolean(b.get("github_budget"), "alerts.builtin.github_budget", True),
-        github_unreachable_after=r.duration(
-            b.get("github_unreachable_after"), "alerts.builtin.github_unreachable_after", 600.0
-        ),
-        clock_skew_max=r.duration(b.get("clock_skew_max"), "alerts.builtin.clock_skew_max", 60.0),
-        queue_time_objective=r.boolean(
-            b.get("queue_time_objective"), "alerts.builtin.queue_time_objective", True
-        ),
-        runbook_url=r.string(b.get("runbook_url"), "alerts.builtin.runbook_url", ""),
-        dashboard_url=r.string(b.get("dashboard_url"), "alerts.builtin.dashboard_url", ""),
-    )
-    resend = r.duration(m.get("alertmanager_resend"), "alerts.alertmanager_resend", 60.0)
-    return AlertsConfig(
-        rules=rules, receivers=receivers, builtin=builtin, alertmanager_resend=resend
-    )
+    rules: tuple[AlertRuleConfig, ...] = ()
+    """Threshold alerts, as under `alerts.rules`."""

@@ -3,9 +3,9 @@
 One or more ``<number><unit>`` parts, units ``d``, ``h``, ``m``, ``s``, ``ms``, largest
 first, each at most once (``30s``, ``5m``, ``1h30m``, ``1.5h``, ``500ms``, ``0s``). A bare
 number (``30``, ``"90"``) is refused: is it seconds or minutes? No duration may exceed
-:data:`MAX_DURATION`. It lives apart from :class:`~autoscaler.config.reader.Reader`
-because code outside the configuration parses the same text (``simulate --sweep``, the
-job history's ``--since``) and messages print durations back in it.
+:data:`MAX_DURATION`. Pure and free of pydantic: code outside the configuration parses
+the same text (``simulate --sweep``, the job history's ``--since``) and messages print
+durations back in it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ DURATION_HINT = "a duration like 30s, 5m or 4h"
 #: The longest duration any key accepts (a longer one overflows date arithmetic, and no
 #: timeout, interval or back-off of a CI controller is meaningfully longer).
 MAX_DURATION = 365 * 86400.0
+#: The same grammar for the JSON Schema (ECMA-262): each unit at most once, largest first.
+DURATION_PATTERN = "^(?=.)" + "".join(f"([0-9]+([.][0-9]+)?{u})?" for u in _UNIT_ORDER) + "$"
 
 
 def parse_duration(text: str) -> float:
@@ -50,7 +52,7 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _why(text: str) -> str:
+def why_not_a_duration(text: str) -> str:
     """What is wrong with a duration that does not parse, when it is a common slip."""
     text = text.strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", text):

@@ -25,11 +25,9 @@ runner for each of them. An existing file keeps its meaning; a new one says what
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
-from autoscaler.config.reader import Reader
+from autoscaler.config.values import Section, Text
 
 #: The runner modes a type may ask for.
 EPHEMERAL, PERSISTENT = "ephemeral", "persistent"
@@ -39,37 +37,27 @@ DEFAULT_MODE = PERSISTENT
 #: GitHub's runner group "Default".
 DEFAULT_RUNNER_GROUP_ID = 1
 
-_PATH = re.compile(r"^(/[A-Za-z0-9_.\-]+)+$")
+_PATH = r"^(/[A-Za-z0-9_.\-]+)+$"
 
 
-@dataclass(frozen=True)
-class JitConfig:
-    """Where JIT configurations are handed to instances."""
+class JitConfig(Section):
+    """Where ephemeral runners' just-in-time configurations are handed to instances."""
 
-    parameter_path: str = "/ci-autoscaler/jit"
+    parameter_path: Annotated[
+        str,
+        Text(
+            _PATH,
+            "an SSM parameter path such as /ci-autoscaler/jit (a leading '/', letters,"
+            " digits, '_', '.', '-', no trailing '/')",
+        ),
+    ] = "/ci-autoscaler/jit"
     """SSM Parameter Store path: an instance's config is the SecureString
-    ``<parameter_path>/<pool>/<instance id>``. The controller's role may write and delete
+    `<parameter_path>/<pool>/<instance id>`. The controller's role may write and delete
     under this path only; each instance may read its own parameter only."""
-    work_folder: str = "_work"
+    work_folder: Annotated[str, Text()] = "_work"
     """The runner's work folder, relative to its install directory (GitHub's
-    ``work_folder``)."""
+    `work_folder`)."""
 
     def parameter_name(self, pool: str, instance_id: str) -> str:
         """The SSM parameter an instance of ``pool`` reads its JIT config from."""
         return f"{self.parameter_path}/{pool}/{instance_id}"
-
-
-def read_jit(r: Reader, value: Any) -> JitConfig:
-    """``jit: {parameter_path, work_folder}``; both optional."""
-    m = r.mapping(value, "jit", ("parameter_path", "work_folder"))
-    path = r.string(m.get("parameter_path"), "jit.parameter_path", JitConfig.parameter_path)
-    if r.ok("jit.parameter_path") and not _PATH.match(path):
-        r.problem(
-            "jit.parameter_path",
-            "must be an SSM parameter path such as /ci-autoscaler/jit (a leading '/',"
-            " letters, digits, '_', '.', '-', no trailing '/')",
-        )
-    folder = r.string(m.get("work_folder"), "jit.work_folder", JitConfig.work_folder)
-    if r.ok("jit.work_folder") and not folder.strip():
-        r.problem("jit.work_folder", "must not be empty")
-    return JitConfig(parameter_path=path, work_folder=folder)

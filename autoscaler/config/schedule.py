@@ -1,5 +1,4 @@
-"""``min_idle`` as a number, a weekly UTC schedule, or predicted from the arrival rate: a
-frozen value and its config reader.
+"""``min_idle`` as a number, a weekly UTC schedule, or predicted from the arrival rate.
 
 ```yaml
 min_idle: 2                       # always 2
@@ -27,27 +26,105 @@ every day. :meth:`MinIdle.at` is pure: the policy passes ``now``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Self
 
-from autoscaler.config.reader import Reader
+from pydantic import (
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationInfo,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticUseDefault, core_schema
+
+from autoscaler.config.values import (
+    Duration,
+    Fraction,
+    Integer,
+    Required,
+    Section,
+    Unset,
+    Value,
+    fail,
+    from_file,
+    written,
+    wrong,
+)
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_DAY_MINUTES = 24 * 60
 _HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+_DAY_MINUTES = 24 * 60
 
 
-@dataclass(frozen=True)
-class IdleWindow:
-    """``min_idle`` warm runners from ``start`` to ``end`` (minutes of the UTC day)."""
+class Clock(Value):
+    """A UTC time of day ``"HH:MM"`` as minutes since midnight; ``end``: ``"24:00"`` too."""
 
-    start: int
-    end: int
-    """Exclusive; below ``start``: the window ends the next day."""
-    min_idle: int
-    days: frozenset[int] = frozenset()
-    """Weekdays (0 = Monday) the window starts on; empty: every day."""
+    def __init__(self, *, end: bool = False) -> None:
+        self.end = end
+
+    def check(self, value: Any, info: ValidationInfo) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not from_file(info):
+                return value
+            raise wrong(
+                'must be a quoted "HH:MM" string (YAML reads an unquoted 18:00 as a number)'
+            )
+        text = str(value).strip()
+        if self.end and text == "24:00":
+            return _DAY_MINUTES
+        match = _HHMM.match(text)
+        if match is None:
+            raise wrong(f'must be a time "HH:MM" from 00:00 to 23:59, got {value!r}')
+        return int(match.group(1)) * 60 + int(match.group(2))
+
+    def json_schema(self) -> JsonSchemaValue:
+        last = "|24:00" if self.end else ""
+        return {"type": "string", "pattern": written(f"^(([01][0-9]|2[0-3]):[0-5][0-9]{last})$")}
+
+
+class Days(Value):
+    """Weekday names (``mon`` ... ``sun``) as numbers, 0 for Monday."""
+
+    def check(self, value: Any, info: ValidationInfo) -> frozenset[int]:
+        if isinstance(value, frozenset | set) and not from_file(info):
+            return frozenset(value)
+        if not isinstance(value, list) or not value:
+            raise wrong(f"must be a non-empty list of {', '.join(DAYS)}")
+        names = [str(day).strip().lower() for day in value]
+        bad = [
+            ((i,), f"must be one of {', '.join(DAYS)}, got {day!r}")
+            for i, (day, name) in enumerate(zip(value, names, strict=True))
+            if name not in DAYS
+        ]
+        if bad:
+            fail(*bad)
+        return frozenset(DAYS.index(name) for name in names)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "array", "items": {"enum": list(DAYS)}, "minItems": 1}
+
+
+class IdleWindow(Section):
+    """Warm runners kept from `from` to `to` (UTC), on `days`."""
+
+    start: Annotated[int, Clock(), Required('"HH:MM", UTC')] = Field(alias="from")
+    """Start of the window, `"HH:MM"` UTC (inclusive); quote it (YAML reads an unquoted
+    18:00 as a number)."""
+    end: Annotated[int, Clock(end=True), Required('"HH:MM", UTC')] = Field(alias="to")
+    """End of the window, `"HH:MM"` UTC (exclusive; `"24:00"`: the end of the day).
+    Earlier than `from`: the window ends the next day."""
+    min_idle: Annotated[int, Integer()]
+    """Warm idle runners kept inside the window."""
+    days: Annotated[frozenset[int], Days()] = frozenset()
+    """Weekdays the window starts on (`mon` ... `sun`); absent: every day."""
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Self:
+        if self.start == self.end:
+            fail(((), "from and to must differ (a whole day: use default)"))
+        return self
 
     def covers(self, now: datetime) -> bool:
         utc = now.astimezone(UTC)
@@ -61,28 +138,38 @@ class IdleWindow:
         return inside and (not self.days or day in self.days)
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """Warm runners from the recent arrival rate (an option: ``min_idle.predict``)."""
+class Prediction(Section):
+    """Warm runners from the recent arrival rate (Poisson arrivals)."""
 
-    window: float = 900.0
-    """Arrivals are counted over this many seconds."""
-    lead: float = 60.0
-    """Keep warm runners for the jobs expected within this many seconds."""
-    quantile: float = 0.9
-    """Enough for this share of such periods (Poisson arrivals)."""
-    max: int = 10
+    window: Annotated[float, Duration(positive=True)] = 900.0
+    """Arrivals are counted over this long."""
+    lead: Annotated[float, Duration(positive=True)] = 60.0
+    """Warm runners are kept for the jobs expected within this long."""
+    quantile: Annotated[float, Fraction()] = 0.9
+    """Enough for this share of such periods."""
+    max: Annotated[int, Integer()] = 10
     """Never more predicted warm runners than this."""
 
 
-@dataclass(frozen=True)
-class MinIdle:
-    """Warm idle runners to keep: ``default``, or the first window of ``schedule`` that
-    covers the time; with ``predict``, at least what the arrival rate calls for."""
+class MinIdle(Section):
+    """Warm idle runners to keep: `default`, or the first window of `schedule` that covers
+    the time; with `predict`, at least what the arrival rate calls for. A plain number
+    `n` is `{default: n}`."""
 
-    default: int = 0
+    default: Annotated[int, Integer()] = 0
+    """Warm idle runners outside every window."""
     schedule: tuple[IdleWindow, ...] = ()
+    """Windows of the week (UTC), the first that covers the time wins."""
     predict: Prediction | None = None
+    """Also keep the warm runners the recent arrival rate calls for."""
+
+    @model_validator(mode="after")
+    def _windows(self, info: ValidationInfo) -> Self:
+        """A mapping says what it adds to a plain number: windows, a prediction or both."""
+        emptied = "schedule" in self.model_fields_set and not self.schedule
+        if from_file(info) and (emptied or (not self.schedule and self.predict is None)):
+            fail((("schedule",), "must be a non-empty list of windows (or use an integer)"))
+        return self
 
     def at(self, now: datetime) -> int:
         for window in self.schedule:
@@ -97,89 +184,32 @@ class MinIdle:
         return max([self.default, predicted, *(w.min_idle for w in self.schedule)])
 
 
-def _minute(r: Reader, value: Any, path: str, *, end: bool) -> int | None:
-    if value is None:
-        r.problem(path, 'is required ("HH:MM", UTC)')
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        r.problem(
-            path, 'must be a quoted "HH:MM" string (YAML reads an unquoted 18:00 as a number)'
+class CountOrMinIdle:
+    """``min_idle``'s two forms: a plain count, or the mapping it abbreviates."""
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        count = Integer()
+
+        def read(value: Any, inner: core_schema.ValidatorFunctionWrapHandler, info: Any) -> Any:
+            if isinstance(value, Unset):
+                raise PydanticUseDefault
+            if isinstance(value, list):
+                raise wrong("must be an integer or a mapping {default, schedule, predict}")
+            if isinstance(value, dict | MinIdle):
+                return inner(value)
+            return MinIdle(default=count.check(value, info))
+
+        return core_schema.with_info_wrap_validator_function(
+            read,
+            handler(source),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda m: m.default if not m.schedule and m.predict is None else m
+            ),
         )
-        return None
-    text = str(value).strip()
-    if end and text == "24:00":
-        return _DAY_MINUTES
-    match = _HHMM.match(text)
-    if match is None:
-        r.problem(path, f'must be a time "HH:MM" from 00:00 to 23:59, got {value!r}')
-        return None
-    return int(match.group(1)) * 60 + int(match.group(2))
 
-
-def _days(r: Reader, value: Any, path: str) -> frozenset[int]:
-    if value is None:
-        return frozenset()
-    if not isinstance(value, list) or not value:
-        r.problem(path, f"must be a non-empty list of {', '.join(DAYS)}")
-        return frozenset()
-    out = set()
-    for i, day in enumerate(value):
-        name = str(day).strip().lower()
-        if name not in DAYS:
-            r.problem(f"{path}[{i}]", f"must be one of {', '.join(DAYS)}, got {day!r}")
-        else:
-            out.add(DAYS.index(name))
-    return frozenset(out)
-
-
-def _window(r: Reader, value: Any, path: str) -> IdleWindow | None:
-    if not isinstance(value, dict):
-        r.problem(path, "must be a mapping {days, from, to, min_idle}")
-        return None
-    m = r.mapping(value, path, ("days", "from", "to", "min_idle"))
-    days = _days(r, m.get("days"), f"{path}.days")
-    start = _minute(r, m.get("from"), f"{path}.from", end=False)
-    end = _minute(r, m.get("to"), f"{path}.to", end=True)
-    count = r.integer(m.get("min_idle"), f"{path}.min_idle")
-    if start is None or end is None:
-        return None
-    if start == end:
-        r.problem(path, "from and to must differ (a whole day: use default)")
-        return None
-    return IdleWindow(start, end, count, days)
-
-
-def _prediction(r: Reader, value: Any, path: str) -> Prediction | None:
-    if value is None:
-        return None
-    m = r.mapping(value, path, ("window", "lead", "quantile", "max"))
-    d = Prediction()
-    window = r.duration(m.get("window"), f"{path}.window", d.window)
-    lead = r.duration(m.get("lead"), f"{path}.lead", d.lead)
-    quantile = m.get("quantile", d.quantile)
-    if isinstance(quantile, bool) or not isinstance(quantile, (int, float)) or not 0 < quantile < 1:
-        r.problem(f"{path}.quantile", f"must be a number between 0 and 1, got {quantile!r}")
-        quantile = d.quantile
-    if window <= 0 or lead <= 0:
-        r.problem(path, "window and lead must be greater than zero")
-    return Prediction(window, lead, float(quantile), r.integer(m.get("max"), f"{path}.max", d.max))
-
-
-def read_min_idle(r: Reader, value: Any, path: str) -> MinIdle:
-    """``min_idle`` from YAML: an integer, or ``{default, schedule: [window, ...], predict}``."""
-    if not isinstance(value, dict):
-        if isinstance(value, list):
-            r.problem(path, "must be an integer or a mapping {default, schedule, predict}")
-            return MinIdle()
-        return MinIdle(r.integer(value, path, 0))
-    m = r.mapping(value, path, ("default", "schedule", "predict"))
-    default = r.integer(m.get("default"), f"{path}.default", 0)
-    predict = _prediction(r, m.get("predict"), f"{path}.predict")
-    raw = m.get("schedule")
-    if raw is None and predict is not None:
-        return MinIdle(default, (), predict)
-    if raw is None or (isinstance(raw, list) and not raw):
-        r.problem(f"{path}.schedule", "must be a non-empty list of windows (or use an integer)")
-        return MinIdle(default, (), predict)
-    windows = r.each(raw, f"{path}.schedule", lambda v, p: _window(r, v, p))
-    return MinIdle(default, windows, predict)
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"anyOf": [Integer().json_schema(), handler(schema)]}

@@ -1,20 +1,57 @@
-"""The configuration's frozen, typed values: one dataclass per section, a docstring per field.
+"""The configuration's schema: one frozen pydantic model per section, a docstring per key.
 
-Durations are float seconds. Built by :mod:`autoscaler.config.load` (validated once, every
-problem reported together); read everywhere else.
+The models are the file's format: their keys are the YAML keys (``extra="forbid"``),
+their docstrings the descriptions of the JSON Schema (``ci-autoscaler config schema``)
+editors and the docs read. Durations are held as float seconds. A file is read by
+:mod:`autoscaler.config.load`; everything else reads the frozen values.
+
+The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``,
+``simulation``, and ``min_idle`` (:mod:`~autoscaler.config.schedule`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic.functional_validators import ModelWrapValidatorHandler
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 
 from autoscaler.config.alerts import AlertsConfig
-from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, EPHEMERAL, JitConfig
+from autoscaler.config.durations import format_seconds
+from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, EPHEMERAL, MODES, JitConfig
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.config.schedule import MinIdle
+from autoscaler.config.schedule import CountOrMinIdle, MinIdle
 from autoscaler.config.simulation import SimulationConfig
+from autoscaler.config.values import (
+    Address,
+    ByName,
+    Choice,
+    Duration,
+    FileContext,
+    Flag,
+    Fraction,
+    Integer,
+    Key,
+    Labels,
+    Listen,
+    Required,
+    SecretText,
+    Section,
+    Strings,
+    Text,
+    Url,
+    Value,
+    Where,
+    fail,
+    from_file,
+    together,
+    wrong,
+)
 from autoscaler.domain import RunnerType
-from autoscaler.secrets import Secret, SecretUrl
+from autoscaler.secrets import Secret, SecretUrl, shown
 
 #: The alert state file when the config names none (the image's working directory is its
 #: state volume, /var/lib/ci-autoscaler).
@@ -27,53 +64,110 @@ MAX_POLL_INTERVAL = 3600.0
 #: GitHub-hosted runner labels (ubuntu-latest, windows-2022, macos-14, ...).
 DEFAULT_HOSTED_LABELS = ("ubuntu-*", "windows-*", "macos-*")
 
+#: The state backends: one process on one disk, or a DynamoDB table shared by controllers.
+SQLITE, DYNAMODB = "sqlite", "dynamodb"
 
-@dataclass(frozen=True)
-class GitHubAppConfig:
-    app_id: int
+#: The shortest ``state.lease_duration`` accepted: the lease is renewed every third of it
+#: and checked with a fifth of it as the safety margin, and a DynamoDB request must fit.
+MIN_LEASE_DURATION = 1.0
+
+MIN_BOOT_TIMEOUT = 10.0
+"""The shortest ``boot_timeout`` accepted, in seconds. No EC2 instance boots and registers
+a runner faster; below it every new instance would be judged an orphan (``0s`` made each
+one a candidate the moment it launched). The orphan check's clock-skew guard, a quarter of
+``boot_timeout``, must also stay above the one-second resolution of the ``Date`` headers
+and launch times it compares."""
+
+#: DynamoDB's table-name rule.
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_.-]{3,255}")
+
+
+class KeyFile(Value):
+    """A PEM file's path (relative to the config file), read at load into a :class:`Secret`."""
+
+    def check(self, value: Any, info: ValidationInfo) -> Secret:
+        if isinstance(value, Secret):
+            return value
+        if not isinstance(value, str) or not value.strip():
+            raise wrong("must be a non-empty string")
+        base = info.context.base_dir if isinstance(info.context, FileContext) else Path.cwd()
+        try:
+            return Secret((base / value).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise wrong(f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise wrong("is not UTF-8 text (a PEM key is ASCII)") from None
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "string", "minLength": 1}
+
+
+class GitHubAppConfig(Section):
+    """A GitHub App's credentials, instead of a token (a higher rate limit)."""
+
+    app_id: Annotated[int, Integer(1)]
     """The GitHub App's id."""
-    installation_id: int
+    installation_id: Annotated[int, Integer(1)]
     """The installation of the app on the owner (org or user)."""
-    private_key: Secret = field(repr=False)
-    """The app's PEM private key, read from ``private_key_file`` at load."""
+    private_key: Annotated[Secret, KeyFile()] = Field(alias="private_key_file", repr=False)
+    """The app's PEM private key file, relative to the config file or absolute; read at
+    load."""
 
 
-@dataclass(frozen=True)
-class GitHubConfig:
-    owner: str
+class GitHubConfig(Section):
+    """How the controller reaches GitHub: the API, the owner, one credential."""
+
+    owner: Annotated[str, Text()]
     """The org (or user) whose repositories and self-hosted runners are watched."""
-    api_url: str = "https://api.github.com"
-    """REST API root; GitHub Enterprise Server: ``https://HOST/api/v3``."""
-    repos: tuple[str, ...] | None = None
-    """Repository names to watch; ``None`` lists every repository of the owner."""
-    token: Secret | None = field(default=None, repr=False)
-    """A token with Actions read and org self-hosted runner read/write."""
-    app: GitHubAppConfig | None = field(default=None, repr=False)
+    api_url: Annotated[
+        str, Text("^https?://", "an http(s) URL"), AfterValidator(lambda url: url.rstrip("/"))
+    ] = "https://api.github.com"
+    """REST API root; GitHub Enterprise Server: `https://HOST/api/v3`."""
+    repos: Annotated[tuple[str, ...], Strings()] | None = None
+    """Repository names to watch; absent: every repository of the owner."""
+    token: Annotated[Secret, SecretText()] | None = Field(default=None, repr=False)
+    """A token with Actions read and org self-hosted runner read/write (or `app`)."""
+    app: GitHubAppConfig | None = Field(default=None, repr=False)
     """GitHub App credentials, instead of a token."""
-    timeout: float = 10.0
-    """Per-request timeout in seconds (connect, read, write and pool); more than zero."""
-    max_concurrency: int = 16
-    """Requests in flight at once."""
-    hosted_labels: tuple[str, ...] = DEFAULT_HOSTED_LABELS
+    timeout: Annotated[float, Duration(positive=True)] = 10.0
+    """Per-request timeout (connect, read, write and pool)."""
+    max_concurrency: Annotated[int, Integer(1)] = 16
+    """Requests in flight at once (a fixed pool of workers)."""
+    hosted_labels: Annotated[tuple[str, ...], Strings(lower=True)] = DEFAULT_HOSTED_LABELS
     """Globs of GitHub-hosted runner labels: an unmatched job asking for one is not ours."""
-    rate_limit_share: float = 0.8
-    """Share of the primary rate limit (``x-ratelimit-limit`` per hour) the poll may spend;
+    rate_limit_share: Annotated[float, Fraction(up_to_one=True)] = 0.8
+    """Share of the primary rate limit (`x-ratelimit-limit` per hour) the poll may spend;
     the rest is left to other users of the same credentials. Over it, quiet repositories
     are re-listed less often, then busy ones (the "GitHub budget too small" alert)."""
-    proxy: SecretUrl | None = field(default=None, repr=False)
+    proxy: Annotated[SecretUrl, Url()] | None = Field(default=None, repr=False)
     """An HTTP(S) proxy every GitHub request goes through (an egress proxy of the VPC),
-    ``http://[user:password@]host:port``; None: straight to ``api_url``. The environment's
-    ``HTTPS_PROXY`` is not read: configuration is the one place settings come from."""
+    `http://[user:password@]host:port`; absent: straight to `api_url`. The environment's
+    `HTTPS_PROXY` is not read: configuration is the one place settings come from."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_credential(
+        cls, value: Any, handler: ModelWrapValidatorHandler[GitHubConfig], info: ValidationInfo
+    ) -> GitHubConfig:
+        """Exactly one of ``token`` and ``app`` (said whatever else is wrong)."""
+        if not from_file(info) or not isinstance(value, dict):
+            return handler(value)
+        given = [key for key in ("token", "app") if value.get(key) is not None]
+        problems: list[tuple[Where, str]] = []
+        if not given:
+            problems.append(((), "needs either token or app"))
+        elif len(given) == 2:
+            problems.append(((), "set token or app, not both"))
+        return together(value, handler, problems)  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class QueueObjective:
-    """A queue-time objective: ``objective`` of the type's jobs start within ``queue_time``."""
+class QueueObjective(Section):
+    """A queue-time objective: `objective` of the type's jobs start within `queue_time`."""
 
-    queue_time: float
-    """Seconds a job may wait for a runner and still count as good."""
-    objective: float
-    """The share of jobs that must start within ``queue_time`` (0 < objective < 1)."""
+    queue_time: Annotated[float, Duration(positive=True)]
+    """How long a job may wait for a runner and still count as good."""
+    objective: Annotated[float, Fraction(), Required("a share such as 0.95")]
+    """The share of jobs that must start within `queue_time` (0 < objective < 1)."""
 
     @property
     def error_budget(self) -> float:
@@ -81,37 +175,54 @@ class QueueObjective:
         return 1.0 - self.objective
 
 
-@dataclass(frozen=True)
-class RunnerTypeConfig:
-    name: str
-    """The runner type's name (the key under ``runner_types``)."""
-    labels: frozenset[str]
-    """Labels every runner of this type carries (lower-cased)."""
-    pools: tuple[str, ...] = ()
+def _boots(seconds: float) -> float:
+    if seconds < MIN_BOOT_TIMEOUT:
+        raise wrong(
+            f"must be at least {MIN_BOOT_TIMEOUT:.0f}s: an instance needs that long to"
+            " boot and register its runner, or it is terminated as an orphan"
+        )
+    return seconds
+
+
+class RunnerTypeConfig(Section):
+    """Runners with one label set, and the pools that provide them."""
+
+    name: SkipJsonSchema[Annotated[str, Key()]] = Field(default="", exclude=True)
+    """The runner type's name (its key under `runner_types`)."""
+    labels: Annotated[frozenset[str], Labels()]
+    """Labels every runner of this type carries (compared case-insensitively)."""
+    pools: Annotated[tuple[str, ...], Strings()] = ()
     """Auto Scaling group names, tried in this order."""
-    min_idle: MinIdle = field(default_factory=MinIdle)
-    """Warm runners kept idle: a number, or a weekly UTC schedule
-    (:mod:`autoscaler.config.schedule`); ask it with ``min_idle.at(now)``."""
-    max: int | None = None
+    min_idle: Annotated[MinIdle, CountOrMinIdle()] = Field(default_factory=MinIdle)
+    """Warm runners kept idle: a number, a weekly UTC schedule, or predicted from the
+    arrival rate."""
+    max: Annotated[int, Integer()] | None = None
     """Never more instances than this across the type's pools (nor the ASG MaxSize)."""
-    priority: int = 0
+    priority: Annotated[int, Integer()] = 0
     """Higher gets capacity first under a shared budget."""
-    idle_timeout: float = 120.0
+    idle_timeout: Annotated[float, Duration()] = 120.0
     """An idle runner older than this may be scaled in. Two minutes, about one boot: the
-    replays of ``make bench`` (README "How good is the scaling?") show 10 minutes costing
-    15-35% more runner-hours for a few seconds of p95 queue time."""
-    boot_timeout: float = 900.0
-    """An instance with no registered runner after this long is an orphan."""
+    replays of `make bench` show 10 minutes costing 15-35% more runner-hours for a few
+    seconds of p95 queue time."""
+    boot_timeout: Annotated[float, Duration(), AfterValidator(_boots)] = 900.0
+    """An instance with no registered runner after this long is an orphan (at least
+    `10s`)."""
     slo: QueueObjective | None = None
-    """Optional queue-time objective (``slo: {queue_time: 5m, objective: 0.95}``): exported
-    as metrics and watched by the built-in "Queue-time objective burning" alert."""
-    mode: str = DEFAULT_MODE
-    """``ephemeral`` (one job per machine, registered just in time by the controller) or
-    ``persistent`` (machines register their own runner and run job after job). New configs
-    say ``ephemeral``; the default stays ``persistent`` so an existing file keeps its
-    meaning (:mod:`autoscaler.config.jit` says why)."""
-    runner_group_id: int = DEFAULT_RUNNER_GROUP_ID
+    """A queue-time objective (`{queue_time: 5m, objective: 0.95}`): exported as metrics
+    and watched by the built-in "Queue-time objective burning" alert."""
+    mode: Annotated[str, Choice(*MODES)] = DEFAULT_MODE
+    """`ephemeral`: one job per machine, registered just in time by the controller;
+    `persistent`: machines register their own runner and run job after job. New configs
+    say `ephemeral`; the default stays `persistent` so that a file written before this
+    key keeps its meaning."""
+    runner_group_id: Annotated[int, Integer(1)] = DEFAULT_RUNNER_GROUP_ID
     """The GitHub runner group ephemeral runners join (1: Default)."""
+
+    @model_validator(mode="after")
+    def _min_idle_fits(self) -> Self:
+        if self.max is not None and self.min_idle.maximum > self.max:
+            fail((("min_idle",), f"must not exceed max ({self.max})"))
+        return self
 
     @property
     def runner_type(self) -> RunnerType:
@@ -123,146 +234,264 @@ class RunnerTypeConfig:
         return self.mode == EPHEMERAL
 
 
-@dataclass(frozen=True)
-class BudgetConfig:
-    name: str
-    """The budget's name (the key under ``budgets``)."""
-    max_instances: int
+class BudgetConfig(Section):
+    """Instances some runner types may hold together."""
+
+    name: SkipJsonSchema[Annotated[str, Key()]] = Field(default="", exclude=True)
+    """The budget's name (its key under `budgets`)."""
+    max_instances: Annotated[int, Integer()]
     """Instances the matching runner types may hold together."""
-    runner_types: tuple[str, ...]
+    runner_types: Annotated[tuple[str, ...], Strings()]
     """Glob patterns over runner type names."""
 
 
-@dataclass(frozen=True)
-class RetryConfig:
-    max_attempts: int = 4
+def _backoff(initial: float, maximum: float, keys: tuple[str, str]) -> None:
+    """A back-off that starts above its own cap is a typo in one of the two."""
+    if initial > maximum:
+        got = f"({format_seconds(maximum)}), got {format_seconds(initial)}"
+        fail(((keys[0],), f"must not exceed {keys[1]} {got}"))
+
+
+class RetryConfig(Section):
+    """Our retry policy around every AWS call: full-jitter exponential back-off."""
+
+    max_attempts: Annotated[int, Integer(1)] = 4
     """Attempts per cloud call, the first included."""
-    deadline: float = 30.0
-    """No new attempt starts after this many seconds (more than zero)."""
-    initial_backoff: float = 0.5
-    """Upper bound of the first full-jitter wait, in seconds; doubles each attempt; at
-    most ``max_backoff``."""
-    max_backoff: float = 8.0
-    """Cap on one wait, in seconds."""
+    deadline: Annotated[float, Duration(positive=True)] = 30.0
+    """No new attempt starts after this long."""
+    initial_backoff: Annotated[float, Duration()] = 0.5
+    """Upper bound of the first wait; doubles each attempt; at most `max_backoff`."""
+    max_backoff: Annotated[float, Duration()] = 8.0
+    """Cap on one wait."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        _backoff(self.initial_backoff, self.max_backoff, ("initial_backoff", "max_backoff"))
+        return self
 
 
-@dataclass(frozen=True)
-class AwsConfig:
-    region: str = "us-east-1"
+class AwsConfig(Section):
+    """Where the runner pools are, and how AWS calls are retried."""
+
+    region: Annotated[str, Text()] = "us-east-1"
     """AWS region of the runner pools."""
-    endpoint_url: str | None = None
+    endpoint_url: Annotated[str, Text()] | None = None
     """Set for moto or another AWS-compatible endpoint."""
-    retry: RetryConfig = RetryConfig()
+    retry: RetryConfig = Field(default_factory=RetryConfig)
     """Our retry policy around every AWS call."""
-    botocore_max_attempts: int = 1
-    """botocore's own ``total_max_attempts`` (1: botocore does not retry; we do)."""
-    interruption_queue_url: str | None = None
+    botocore_max_attempts: Annotated[int, Integer(1)] = 1
+    """botocore's own `total_max_attempts` (1: botocore does not retry; we do)."""
+    interruption_queue_url: (
+        Annotated[str, Text("^https?://", "an SQS queue URL (https://...)")] | None
+    ) = None
     """The SQS queue EventBridge fills with the managed groups' EC2 Spot interruption
-    warnings, rebalance recommendations and state changes (terraform creates it); None:
+    warnings, rebalance recommendations and state changes (terraform creates it); absent:
     interruptions are not watched."""
 
 
-@dataclass(frozen=True)
-class ScalingConfig:
-    enabled: bool = True
+class ScalingConfig(Section):
+    """Limits of each tick's changes, and the back-off of pools out of capacity."""
+
+    enabled: Annotated[bool, Flag()] = True
     """False: observe and alert only, never touch a pool."""
-    max_scale_in_per_tick: int = 20
+    max_scale_in_per_tick: Annotated[int, Integer()] = 20
     """Idle runners removed per tick at most (5 left runners idle for half an hour after a
     300-job matrix push in the replays)."""
-    max_cleanup_per_tick: int = 5
+    max_cleanup_per_tick: Annotated[int, Integer()] = 5
     """Orphan instances and stale runners cleaned up per tick at most."""
-    capacity_backoff_initial: float = 300.0
+    capacity_backoff_initial: Annotated[float, Duration()] = 300.0
     """How long a pool out of capacity is skipped at first; doubles each time; at most
-    ``capacity_backoff_max``."""
-    capacity_backoff_max: float = 1800.0
+    `capacity_backoff_max`."""
+    capacity_backoff_max: Annotated[float, Duration()] = 1800.0
     """Cap on the capacity back-off."""
 
-
-#: The state backends: one process on one disk, or a DynamoDB table shared by controllers.
-SQLITE, DYNAMODB = "sqlite", "dynamodb"
-
-#: The shortest ``state.lease_duration`` accepted: the lease is renewed every third of it
-#: and checked with a fifth of it as the safety margin, and a DynamoDB request must fit.
-MIN_LEASE_DURATION = 1.0
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        keys = ("capacity_backoff_initial", "capacity_backoff_max")
+        _backoff(self.capacity_backoff_initial, self.capacity_backoff_max, keys)
+        return self
 
 
-@dataclass(frozen=True)
-class StateConfig:
-    backend: str = SQLITE
-    """Where what must survive a restart lives (alert states, the outbox, capacity back-off,
-    pending terminations, the GitHub ETag cache): ``sqlite``, one process on one disk, or
-    ``dynamodb``, one table several controllers share, with a leader lease."""
-    path: str | None = DEFAULT_STATE_PATH
-    """``sqlite``: the file, relative to the working directory (the image's is the state
-    volume); ``":memory:"`` keeps it in memory, lost on restart."""
-    table: str = ""
-    """``dynamodb``: the table's name (region and endpoint from ``aws``); create it with
-    ``ci-autoscaler state create-table`` or the terraform module."""
-    lease_duration: float = 30.0
-    """``dynamodb``: how long a leader may act after its last renewal. Renewed every third
+class StateConfig(Section):
+    """Where what must survive a restart lives (alert states, the outbox, capacity
+    back-off, pending terminations, the GitHub ETag cache)."""
+
+    backend: Annotated[str, Choice(SQLITE, DYNAMODB)] = SQLITE
+    """`sqlite`: one process on one disk; `dynamodb`: one table several controllers
+    share, with a leader lease."""
+    path: Annotated[str, Text()] | None = DEFAULT_STATE_PATH
+    """`sqlite`: the file, relative to the working directory (the image's is the state
+    volume); `":memory:"` keeps it in memory, lost on restart."""
+    table: Annotated[str, Text()] = ""
+    """`dynamodb`: the table's name (region and endpoint from `aws`); create it with
+    `ci-autoscaler state create-table` or the terraform module."""
+    lease_duration: Annotated[float, Duration()] = 30.0
+    """`dynamodb`: how long a leader may act after its last renewal. Renewed every third
     of it; a follower takes over once the lease went unrenewed this long; a leader stops
-    acting with a fifth of it still left (the safety margin)."""
+    acting with a fifth of it still left (the safety margin). At least `1s`."""
+
+    @model_validator(mode="after")
+    def _backend_keys(self) -> Self:
+        """A key of the backend not chosen is refused rather than ignored."""
+        given = self.model_fields_set
+        problems: list[tuple[Where, str]] = []
+        if self.backend == DYNAMODB:
+            if "path" in given:
+                problems.append(
+                    (("path",), "is the SQLite file; backend dynamodb keeps state in a table")
+                )
+            if not self.table:
+                problems.append(
+                    (("table",), "is required with backend dynamodb (the table's name)")
+                )
+            elif not _TABLE_NAME.fullmatch(self.table):
+                problems.append(
+                    (
+                        ("table",),
+                        "must be 3-255 characters of letters, digits, '_', '-' or '.' "
+                        f"(a DynamoDB table name), got {shown(self.table)}",
+                    )
+                )
+            if self.lease_duration < MIN_LEASE_DURATION:
+                problems.append(
+                    (
+                        ("lease_duration",),
+                        f"must be at least {MIN_LEASE_DURATION:.0f}s (renewed every third of it)",
+                    )
+                )
+        else:
+            problems += [
+                ((key,), "applies to backend dynamodb only (set state.backend)")
+                for key in ("table", "lease_duration")
+                if key in given
+            ]
+        if problems:
+            fail(*problems)
+        return self
 
 
-@dataclass(frozen=True)
-class WebhookConfig:
-    """GitHub ``workflow_job`` webhooks: react to a queued job at once, poll to reconcile."""
+class WebhookConfig(Section):
+    """GitHub `workflow_job` webhooks: react to a queued job at once, poll to reconcile."""
 
-    secret: Secret = field(repr=False)
-    """The webhook's secret: every delivery's ``X-Hub-Signature-256`` is checked with it."""
-    listen_host: str = "0.0.0.0"
-    listen_port: int = 9465
-    """Where ``POST /github/webhook`` is served (a listener of its own, never /metrics)."""
-    reconcile_interval: float = 300.0
-    """Seconds between reconcile polls while webhooks flow (lean: the jobs of runs the
-    index cannot be wrong about are not re-read); when none arrives for longer, the
-    controller polls every ``poll_interval`` again (the full poll) until they do."""
-    max_body_bytes: int = 1_048_576
-    """A delivery larger than this is refused with 413 unread (a ``workflow_job`` payload
-    is a few tens of KiB)."""
-    queue_size: int = 1000
+    secret: Annotated[Secret, SecretText(), Required("GitHub signs every delivery with it")] = (
+        Field(repr=False)
+    )
+    """The webhook's secret: every delivery's `X-Hub-Signature-256` is checked with it."""
+    listen: Annotated[Address, Listen()] = Address("0.0.0.0", 9465)
+    """Where `POST /github/webhook` is served (a listener of its own, never /metrics)."""
+    reconcile_interval: Annotated[float, Duration(positive=True)] = 300.0
+    """Time between reconcile polls while webhooks flow (lean: the jobs of runs the index
+    cannot be wrong about are not re-read); when none arrives for longer, the controller
+    polls every `poll_interval` again (the full poll) until they do."""
+    max_body_bytes: Annotated[int, Integer(1024)] = 1_048_576
+    """A delivery larger than this is refused with 413 unread (a `workflow_job` payload is
+    a few tens of KiB)."""
+    queue_size: Annotated[int, Integer(1)] = 1000
     """Verified deliveries waiting for the tick; when full the listener answers 503, so
     GitHub marks the delivery failed and the reconcile catches it. Only without a state
-    store: ``run`` writes each delivery to the store's job index at once instead (a store
+    store: `run` writes each delivery to the store's job index at once instead (a store
     that cannot take it: 503 likewise)."""
-    debounce: float = 0.2
-    """Seconds a queued event waits for more before it wakes the tick: a 100-job matrix
+    debounce: Annotated[float, Duration(maximum=10.0)] = 0.2
+    """How long a queued event waits for more before it wakes the tick: a 100-job matrix
     is one scale-up, not 100."""
-    hook_id: int | None = None
+    hook_id: Annotated[int, Integer(1)] | None = None
     """The organization webhook's id (*Settings > Webhooks*, the number in its URL): at
     each reconcile the controller reads the hook's delivery log, redelivers the
-    ``workflow_job`` deliveries GitHub failed to make (GitHub never does on its own) and,
+    `workflow_job` deliveries GitHub failed to make (GitHub never does on its own) and,
     when the log shows none lost since the last reconcile, skips the runs and jobs
     listings it makes only in case one was: a run's jobs are listed when its hour is up
     (the bound on a delivery GitHub never attempted), the runs listings once an hour. Needs
-    the token's ``admin:org_hook`` scope (an App: the *Webhooks* organization permission,
-    read and write). ``None``: no log read, the lean reconcile alone."""
+    the token's `admin:org_hook` scope (an App: the *Webhooks* organization permission,
+    read and write). Absent: no log read, the lean reconcile alone."""
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.host
+
+    @property
+    def listen_port(self) -> int:
+        return self.listen.port
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Section):
+    """The ci-autoscaler configuration file."""
+
+    poll_interval: Annotated[float, Duration(positive=True, maximum=MAX_POLL_INTERVAL)] = 30.0
+    """Time between ticks (more than `0s`, at most `1h`)."""
+    listen: Annotated[Address, Listen()] = Address("0.0.0.0", 9464)
+    """Where /metrics, /healthz, /readyz and the page for on-call are served, `HOST:PORT`."""
+    log_level: Annotated[str, Choice("debug", "info", "warning", "error")] = "info"
+    """Log lines to stderr from this level."""
     github: GitHubConfig
-    runner_types: tuple[RunnerTypeConfig, ...]
-    poll_interval: float = 30.0
-    """Seconds between ticks (more than zero, at most :data:`MAX_POLL_INTERVAL`)."""
-    listen_host: str = "0.0.0.0"
-    listen_port: int = 9464
-    """Where /metrics, /healthz and /readyz are served."""
-    log_level: str = "info"
-    aws: AwsConfig = AwsConfig()
-    budgets: tuple[BudgetConfig, ...] = ()
-    scaling: ScalingConfig = ScalingConfig()
-    state: StateConfig = StateConfig()
-    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    """GitHub: the API, the owner, the credential."""
+    runner_types: Annotated[
+        tuple[RunnerTypeConfig, ...], ByName(minimum=1), Required("at least one runner type")
+    ]
+    """The runner types, by name: each a label set and its pools."""
+    budgets: Annotated[tuple[BudgetConfig, ...], ByName()] = ()
+    """Shared instance budgets over runner types, by name."""
+    scaling: ScalingConfig = Field(default_factory=ScalingConfig)
+    """Limits of each tick's changes, and the capacity back-off."""
+    aws: AwsConfig = Field(default_factory=AwsConfig)
+    """AWS: region, endpoint, retries, the Spot interruption queue."""
+    state: StateConfig = Field(default_factory=StateConfig)
+    """Where what must survive a restart lives."""
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    """Alert rules, receivers and the built-in alerts."""
     webhook: WebhookConfig | None = None
-    """GitHub webhooks (``None``: polling alone)."""
-    simulation: SimulationConfig = field(default_factory=SimulationConfig)
-    """Only ``ci-autoscaler simulate`` reads it: the emulated fleet's boot times and
+    """GitHub webhooks; absent: polling alone."""
+    simulation: SimulationConfig = Field(default_factory=SimulationConfig)
+    """Only `ci-autoscaler simulate` reads it: the emulated fleet's boot times and
     outages."""
-    jit: JitConfig = field(default_factory=JitConfig)
+    jit: JitConfig = Field(default_factory=JitConfig)
     """Where ephemeral runners' JIT configs are handed over (SSM parameter path)."""
-    job_retry: JobRetryConfig = field(default_factory=JobRetryConfig)
+    job_retry: JobRetryConfig = Field(default_factory=JobRetryConfig)
     """Re-run jobs lost to infrastructure (off by default: it writes to repositories)."""
+
+    @field_validator("runner_types")
+    @classmethod
+    def _told_apart(cls, types: tuple[RunnerTypeConfig, ...]) -> tuple[RunnerTypeConfig, ...]:
+        """Each pool serves one type; each type has a label set of its own."""
+        problems: list[tuple[Where, str]] = []
+        pools: dict[str, str] = {}
+        label_sets: dict[frozenset[str], str] = {}
+        for rt in types:
+            for pool in rt.pools:
+                if pool in pools:
+                    problems.append(
+                        (
+                            (rt.name, "pools"),
+                            f"pool {pool!r} is already used by runner type {pools[pool]!r}",
+                        )
+                    )
+                pools[pool] = rt.name
+            if rt.labels in label_sets:
+                problems.append(
+                    (
+                        (rt.name, "labels"),
+                        f"same labels as runner type {label_sets[rt.labels]!r}: a job could "
+                        "not tell the two apart (give each type a label of its own)",
+                    )
+                )
+            label_sets.setdefault(rt.labels, rt.name)
+        if problems:
+            fail(*problems)
+        return types
+
+    @model_validator(mode="after")
+    def _private_metrics(self) -> Self:
+        hook = self.webhook
+        if hook is not None and hook.listen == self.listen and self.listen.port:
+            fail((("webhook", "listen"), "must differ from listen (/metrics stays private)"))
+        return self
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.host
+
+    @property
+    def listen_port(self) -> int:
+        return self.listen.port
 
     def runner_type(self, name: str) -> RunnerTypeConfig:
         for rt in self.runner_types:

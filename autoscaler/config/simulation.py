@@ -21,176 +21,185 @@ policy is replayed against (:mod:`autoscaler.sim`).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Self
 
-from autoscaler.config.reader import Reader, join_path
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic.functional_validators import ModelWrapValidatorHandler
+from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
+
+from autoscaler.config.values import (
+    ByName,
+    Duration,
+    FileContext,
+    Integer,
+    Key,
+    Required,
+    Section,
+    Text,
+    Value,
+    fail,
+    together,
+    wrong,
+)
 
 #: The largest MaxSize assumed for a pool whose type has no ``max`` and whose simulated
 #: group names none.
 DEFAULT_MAX_SIZE = 1000
 
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "BootTime",
+    "Outage",
+    "SimPoolConfig",
+    "SimulationConfig",
+    "TimePoint",
+]
+
+
 #: An outage edge: seconds from the trace's start, or an absolute UTC time.
 TimePoint = float | datetime
 
 
-@dataclass(frozen=True)
-class BootTime:
+class Moment(Value):
+    """A duration from the trace's start (``10h``), or an ISO-8601 UTC time."""
+
+    def check(self, value: Any, info: ValidationInfo) -> TimePoint:
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if isinstance(value, str) and "T" in value:
+            try:
+                parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            except ValueError:
+                raise wrong(f"not an ISO-8601 time: {value!r}") from None
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return float(Duration().check(value, info))
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"anyOf": [Duration().json_schema(), {"type": "string", "format": "date-time"}]}
+
+
+class BootTime(Section):
     """Launch to registered runner, as a lognormal distribution fitted to two quantiles."""
 
-    p50: float = 90.0
-    """Median seconds from launch to a registered runner."""
-    p95: float = 240.0
-    """95th percentile of the same (>= p50; equal: every boot takes exactly p50)."""
+    p50: Annotated[float, Duration(positive=True)] = 90.0
+    """Median time from launch to a registered runner."""
+    p95: Annotated[float, Duration(positive=True)] = Field(
+        default_factory=lambda given: max(given.get("p50", 0.0), 240.0)
+    )
+    """95th percentile of the same (at least `p50`; equal: every boot takes exactly `p50`).
+    Absent: 240s, or `p50` when that is longer."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.p95 < self.p50:
+            fail((("p95",), f"must be at least p50 ({self.p50:g}s)"))
+        return self
+
+    def under(self, base: BootTime) -> BootTime:
+        """This boot time with the quantiles it does not set taken from ``base`` (a p95
+        below the p50 this gives is refused by the caller)."""
+        given = self.model_fields_set
+        p50 = self.p50 if "p50" in given else base.p50
+        p95 = self.p95 if "p95" in given else max(p50, base.p95)
+        return self.model_copy(update={"p50": p50, "p95": p95})
 
 
-@dataclass(frozen=True)
-class SimPoolConfig:
-    name: str
-    """The pool (Auto Scaling group) name, as in ``runner_types.*.pools``."""
+class SimPoolConfig(Section):
+    """A pool's own emulation, over the section's."""
+
+    name: SkipJsonSchema[Annotated[str, Key()]] = Field(default="", exclude=True)
+    """The pool (Auto Scaling group) name, as in `runner_types.*.pools`."""
     boot_time: BootTime | None = None
-    """This pool's boot time; None: the section's ``boot_time``."""
-    max_size: int | None = None
-    """The group's MaxSize; None: the runner type's ``max``, else :data:`DEFAULT_MAX_SIZE`."""
+    """This pool's boot time; absent: the section's `boot_time` (a quantile left out is
+    the section's too)."""
+    max_size: Annotated[int, Integer(1)] | None = None
+    """The group's MaxSize; absent: the runner type's `max`, else 1000."""
 
 
-@dataclass(frozen=True)
-class Outage:
-    """A pool out of capacity from ``start`` to ``end``: scale-ups are accepted and fail
-    later (a Failed scaling activity), the way EC2 Auto Scaling reports it."""
+class Outage(Section):
+    """A pool out of capacity from `from` to `to`: scale-ups are accepted and fail later
+    (a Failed scaling activity), the way EC2 Auto Scaling reports it."""
 
-    pool: str
+    pool: Annotated[str, Text()]
     """The pool that cannot launch."""
-    start: TimePoint
-    """Seconds from the trace's start, or a UTC time."""
-    end: TimePoint
-    """Exclusive; same forms as ``start``."""
+    start: Annotated[
+        TimePoint, Moment(), Required('a duration from the trace start like 10h, or "...Z"')
+    ] = Field(alias="from")
+    """A duration from the trace's start (`10h`), or an ISO-8601 UTC time."""
+    end: Annotated[
+        TimePoint, Moment(), Required('a duration from the trace start like 10h, or "...Z"')
+    ] = Field(alias="to")
+    """Exclusive; same forms as `from`."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        same_kind = type(self.start) is type(self.end)
+        if same_kind and self.end <= self.start:  # type: ignore[operator]
+            fail(((), "from must be before to"))
+        return self
 
 
-@dataclass(frozen=True)
-class SimulationConfig:
-    seed: int = 0
+class SimulationConfig(Section):
+    """Only `ci-autoscaler simulate` reads this section: the emulated fleet's boot times
+    and outages."""
+
+    seed: Annotated[int, Integer()] = 0
     """Seeds boot times and which idle runner GitHub hands a job to."""
-    boot_time: BootTime = BootTime()
-    """Every pool's boot time unless ``pools`` overrides it."""
-    pools: tuple[SimPoolConfig, ...] = ()
-    """Per-pool overrides."""
+    boot_time: BootTime = Field(default_factory=BootTime)
+    """Every pool's boot time unless `pools` overrides it."""
+    pools: Annotated[tuple[SimPoolConfig, ...], ByName()] = ()
+    """Per-pool overrides, by pool name."""
     outages: tuple[Outage, ...] = ()
     """Capacity outages."""
-    reaction: float | None = None
-    """Webhooks: decide this many seconds after a job is queued (besides every
-    ``poll_interval``); None: polling only."""
+    reaction: Annotated[float, Duration(positive=True)] | None = None
+    """Webhooks: decide this long after a job is queued (besides every `poll_interval`);
+    absent: polling only."""
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _known_pools(
+        cls, value: Any, handler: ModelWrapValidatorHandler[SimulationConfig], info: ValidationInfo
+    ) -> SimulationConfig:
+        """Every pool named here is a runner type's (a check of the names, told with
+        whatever else is wrong in the section)."""
+        known = info.context.pools if isinstance(info.context, FileContext) else None
+        if known is None or not isinstance(value, dict):
+            return handler(value)
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        pools = value.get("pools")
+        if isinstance(pools, dict):
+            problems += [
+                (("pools", str(n)), "not a pool of any runner type")
+                for n in pools
+                if n not in known
+            ]
+        outages = value.get("outages")
+        for i, o in enumerate(outages if isinstance(outages, list) else []):
+            pool = o.get("pool") if isinstance(o, dict) else None
+            if isinstance(pool, str) and pool not in known:
+                problems.append((("outages", i, "pool"), "not a pool of any runner type"))
+        return together(value, handler, problems)  # type: ignore[no-any-return]
+
+    @field_validator("pools")
+    @classmethod
+    def _pools_inherit(
+        cls, pools: tuple[SimPoolConfig, ...], info: ValidationInfo
+    ) -> tuple[SimPoolConfig, ...]:
+        """A pool's boot time takes the quantiles it leaves out from the section's."""
+        section = info.data.get("boot_time")
+        if section is None or all(p.boot_time is None for p in pools):
+            return pools
+        out = []
+        for p in pools:
+            boot = None if p.boot_time is None else p.boot_time.under(section)
+            if boot is not None and boot.p95 < boot.p50:
+                fail(((p.name, "boot_time", "p95"), f"must be at least p50 ({boot.p50:g}s)"))
+            out.append(p if boot is None else p.model_copy(update={"boot_time": boot}))
+        return tuple(out)
 
     def pool(self, name: str) -> SimPoolConfig:
         for p in self.pools:
             if p.name == name:
                 return p
-        return SimPoolConfig(name)
-
-
-def _boot_time(r: Reader, value: Any, path: str, default: BootTime) -> BootTime:
-    m = r.mapping(value, path, ("p50", "p95"))
-    p50 = r.duration(m.get("p50"), f"{path}.p50", default.p50)
-    p95 = r.duration(m.get("p95"), f"{path}.p95", max(p50, default.p95))
-    if p50 <= 0:
-        r.problem(f"{path}.p50", "must be greater than zero")
-        return default
-    if p95 < p50:
-        r.problem(f"{path}.p95", f"must be at least p50 ({p50:g}s)")
-        return default
-    return BootTime(p50, p95)
-
-
-def _time_point(r: Reader, value: Any, path: str) -> TimePoint | None:
-    """``10h`` / seconds from the trace's start, or an ISO-8601 UTC time (YAML may have
-    parsed it already)."""
-    if value is None:
-        r.problem(path, 'is required (a duration from the trace start like 10h, or "...Z")')
-        return None
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    if isinstance(value, str) and "T" in value:
-        try:
-            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            r.problem(path, f"not an ISO-8601 time: {value!r}")
-            return None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    before = len(r.problems)
-    seconds = r.duration(value, path)
-    return None if len(r.problems) > before else seconds
-
-
-def _seconds(point: TimePoint) -> float:
-    return point.timestamp() if isinstance(point, datetime) else point
-
-
-def _outage(r: Reader, value: Any, path: str) -> Outage | None:
-    if not isinstance(value, dict):
-        r.problem(path, "must be a mapping {pool, from, to}")
-        return None
-    m = r.mapping(value, path, ("pool", "from", "to"))
-    pool = r.string(m.get("pool"), f"{path}.pool")
-    start = _time_point(r, m.get("from"), f"{path}.from")
-    end = _time_point(r, m.get("to"), f"{path}.to")
-    if start is None or end is None or not pool:
-        return None
-    both_offsets = isinstance(start, float) and isinstance(end, float)
-    both_times = isinstance(start, datetime) and isinstance(end, datetime)
-    if (both_offsets or both_times) and _seconds(end) <= _seconds(start):
-        r.problem(path, "from must be before to")
-        return None
-    return Outage(pool, start, end)
-
-
-def _pools(r: Reader, value: Any, default: BootTime) -> tuple[SimPoolConfig, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        r.problem("simulation.pools", "must be a mapping of pool -> {boot_time, max_size}")
-        return ()
-    out = []
-    for name, body in value.items():
-        p = join_path("simulation.pools", str(name))
-        m = r.mapping(body, p, ("boot_time", "max_size"))
-        boot = (
-            None
-            if m.get("boot_time") is None
-            else _boot_time(r, m["boot_time"], f"{p}.boot_time", default)
-        )
-        out.append(
-            SimPoolConfig(
-                str(name), boot, r.optional_integer(m.get("max_size"), f"{p}.max_size", minimum=1)
-            )
-        )
-    return tuple(out)
-
-
-def read_simulation(r: Reader, value: Any) -> SimulationConfig:
-    """The ``simulation`` section (every key optional)."""
-    path = "simulation"
-    m = r.mapping(value, path, ("seed", "boot_time", "pools", "outages", "reaction"))
-    boot = _boot_time(r, m.get("boot_time"), f"{path}.boot_time", BootTime())
-    reaction = r.optional_duration(m.get("reaction"), f"{path}.reaction")
-    if reaction is not None and (reaction <= 0 or not math.isfinite(reaction)):
-        r.problem(f"{path}.reaction", "must be greater than zero (or null: polling only)")
-        reaction = None
-    return SimulationConfig(
-        seed=r.integer(m.get("seed"), f"{path}.seed", 0),
-        boot_time=boot,
-        pools=_pools(r, m.get("pools"), boot),
-        outages=r.each(m.get("outages"), f"{path}.outages", lambda v, p: _outage(r, v, p)),
-        reaction=reaction,
-    )
-
-
-def check_pools(r: Reader, simulation: SimulationConfig, known: set[str]) -> None:
-    """Every pool the section names must be a configured runner type's pool."""
-    for p in simulation.pools:
-        if p.name not in known:
-            r.problem(join_path("simulation.pools", p.name), "not a pool of any runner type")
-    for o in simulation.outages:
-        if o.pool not in known:
-            r.problem("simulation.outages", f"pool {o.pool!r} is not a pool of any runner type")
+        return SimPoolConfig(name=name)

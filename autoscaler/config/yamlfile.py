@@ -1,10 +1,12 @@
 """Reading a YAML file strictly: UTF-8 only, no duplicate keys, line numbers kept.
 
 PyYAML keeps the last of two equal keys silently (``poll_interval: 30s`` on line 3 and
-``poll_interval: 1h`` on line 40: the second wins, and nobody is told).
-:class:`UniqueKeyLoader` is a ``SafeLoader`` that records every duplicated key of every
-mapping, at any depth, with both lines; the caller reports them with the other problems.
-A merge key (``<<: *defaults``) overriding an anchored value is not a duplicate.
+``poll_interval: 1h`` on line 40: the second wins, and nobody is told). The document is
+composed first (libyaml's C parser where PyYAML has it: the pure-Python scanner is most of
+a load's time), and the node tree, which still holds every key, is walked for each
+duplicated key of every mapping, at any depth, with both lines; the caller reports them
+with the other problems. A merge key (``<<: *defaults``) overriding an anchored value is
+not a duplicate.
 
 :func:`read_yaml` also keeps the line of every path (``runner_types.gpu.max`` -> 12), so
 problems can be told in the order of the file, each with its line. Whatever cannot be
@@ -56,36 +58,19 @@ class YamlDocument:
     duplicates: tuple[DuplicateKey, ...] = ()
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """A SafeLoader that records duplicated mapping keys instead of keeping the last."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self.duplicates: list[tuple[yaml.MappingNode, str, int, int]] = []
-
-    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
-        node: yaml.MappingNode = super().compose_mapping_node(anchor)
-        seen: dict[tuple[str, str], int] = {}
-        for key, _ in node.value:
-            if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
-                continue
-            line, ident = key.start_mark.line + 1, (key.tag, key.value)
-            if ident in seen:
-                self.duplicates.append((node, str(key.value), line, seen[ident]))
-            else:
-                seen[ident] = line
-        return node
+#: libyaml's loader when PyYAML was built with it (the same documents, parsed in C).
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _walk(root: yaml.Node) -> tuple[dict[str, int], dict[int, str]]:
-    """(path -> line, id(mapping node) -> its path), each node visited once (aliases and
+def _walk(root: yaml.Node) -> tuple[dict[str, int], tuple[DuplicateKey, ...]]:
+    """(path -> line, every duplicated key), each node visited once (aliases and
     recursive documents cannot make it loop or blow up)."""
     lines: dict[str, int] = {}
-    paths: dict[int, str] = {}
+    duplicates: list[DuplicateKey] = []
     seen: set[int] = set()
     stack: list[tuple[yaml.Node, str]] = [(root, "")]
     while stack:
@@ -94,12 +79,18 @@ def _walk(root: yaml.Node) -> tuple[dict[str, int], dict[int, str]]:
             continue
         seen.add(id(node))
         if isinstance(node, yaml.MappingNode):
-            paths[id(node)] = path
             children = [
                 (_join(path, str(key.value)), key, value)
                 for key, value in node.value
                 if isinstance(key, yaml.ScalarNode) and key.tag != _MERGE_TAG
             ]
+            first: dict[tuple[str, str], int] = {}
+            for child, key, _ in children:
+                line, ident = key.start_mark.line + 1, (key.tag, key.value)
+                if ident in first:
+                    duplicates.append(DuplicateKey(child, str(key.value), line, first[ident]))
+                else:
+                    first[ident] = line
         elif isinstance(node, yaml.SequenceNode):
             children = [(f"{path}[{i}]", item, item) for i, item in enumerate(node.value)]
         else:
@@ -107,16 +98,17 @@ def _walk(root: yaml.Node) -> tuple[dict[str, int], dict[int, str]]:
         for child, marked, _ in children:  # the first of duplicates keeps its line
             lines.setdefault(child, marked.start_mark.line + 1)
         stack.extend((value, child) for child, _, value in reversed(children))
-    return lines, paths
+    return lines, tuple(duplicates)
 
 
 def parse_yaml(text: str) -> YamlDocument:
     """Parse ``text`` (one document). Raises YamlFileError when it is not YAML."""
-    loader = UniqueKeyLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return YamlDocument(None)
+        lines, duplicates = _walk(node)  # before construction merges `<<` keys in
         data = loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise YamlFileError(f"not valid YAML: {scrub(yaml_where(exc))}") from None
@@ -124,11 +116,6 @@ def parse_yaml(text: str) -> YamlDocument:
         raise YamlFileError("not valid YAML: nested too deeply") from None
     finally:
         loader.dispose()
-    lines, paths = _walk(node)
-    duplicates = tuple(
-        DuplicateKey(_join(paths.get(id(mapping), ""), key), key, line, first)
-        for mapping, key, line, first in loader.duplicates
-    )
     return YamlDocument(data, lines, duplicates)
 
 

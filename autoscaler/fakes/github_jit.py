@@ -1,4 +1,5 @@
-"""The fake GitHub's just-in-time runner registration, as GitHub documents it.
+"""The fake GitHub's runner registration, as GitHub documents it: just-in-time configs and
+registration tokens.
 
 ``POST /orgs/{org}/actions/runners/generate-jitconfig`` and
 ``POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig`` with ``{"name",
@@ -9,6 +10,13 @@ config works once (the configs issued are the state's ``JitRegistry``). ``409`` 
 runner of that name exists, ``422`` for a body GitHub would refuse (missing fields, bad
 labels, a runner group that does not exist), ``404`` for an org path on a user owner,
 ``403`` when the credentials lack "Self-hosted runners: write" (``JitRegistry.forbidden``).
+
+``POST /orgs/{org}/actions/runners/registration-token`` and
+``POST /repos/{owner}/{repo}/actions/runners/registration-token``: ``201`` with ``{"token",
+"expires_at"}``, an hour from now on the fake's clock (the tokens issued are the
+``JitRegistry``'s too). A machine running ``config.sh`` with the token registers a runner
+of its choosing (``GitHubState.register_with_token``) until the token expires; the same
+403 switch applies.
 """
 
 from __future__ import annotations
@@ -17,11 +25,13 @@ import json
 import re
 from typing import Any
 
-from autoscaler.fakes.github_shapes import Reply, error_reply, runner_json
+from autoscaler.fakes.github_shapes import Reply, error_reply, iso, runner_json
 from autoscaler.fakes.github_state import GitHubState
 
 ORG_JIT = re.compile(r"^/orgs/([^/]+)/actions/runners/generate-jitconfig$")
 REPO_JIT = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners/generate-jitconfig$")
+ORG_TOKEN = re.compile(r"^/orgs/([^/]+)/actions/runners/registration-token$")
+REPO_TOKEN = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runners/registration-token$")
 MAX_LABELS = 100
 _FORBIDDEN = "Resource not accessible by integration"
 
@@ -71,3 +81,12 @@ def generate(fake: GitHubState, repo: str | None, raw: bytes, headers: dict[str,
         runner.online, runner.ephemeral = False, True
         encoded = registry.issue(runner_id)
         return Reply(201, {"runner": runner_json(runner), "encoded_jit_config": encoded}, headers)
+
+
+def registration_token(fake: GitHubState, repo: str | None, headers: dict[str, str]) -> Reply:
+    """Answer one registration-token request (the owner was checked by the caller)."""
+    registry = fake.jit
+    if registry.forbidden:
+        return error_reply(403, _FORBIDDEN, headers)
+    token, expires = registry.issue_token(fake.clock(), repo)
+    return Reply(201, {"token": token, "expires_at": iso(expires)}, headers)

@@ -15,7 +15,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from autoscaler.fakes.github_app import app_token, authorized, installation_token
 from autoscaler.fakes.github_deliveries import ATTEMPTS, DELIVERIES, list_deliveries, redeliver
-from autoscaler.fakes.github_jit import ORG_JIT, REPO_JIT, generate
+from autoscaler.fakes.github_jit import (
+    ORG_JIT,
+    ORG_TOKEN,
+    REPO_JIT,
+    REPO_TOKEN,
+    generate,
+    registration_token,
+)
 from autoscaler.fakes.github_listing import (
     RUN,
     BadQuery,
@@ -135,6 +142,14 @@ class Handler(BaseHTTPRequestHandler):
                 if not owner_serves(fake, m.group(1), orgs=False) or repo_of(fake, path) is None:
                     return error_reply(404, "Not Found", _rate_headers(fake, count=True))
                 return generate(fake, m.group(2), self.body, _rate_headers(fake, count=True))
+            if method == "POST" and (m := ORG_TOKEN.match(path)):
+                if not owner_serves(fake, m.group(1), orgs=True):
+                    return error_reply(404, "Not Found", _rate_headers(fake, count=True))
+                return registration_token(fake, None, _rate_headers(fake, count=True))
+            if method == "POST" and (m := REPO_TOKEN.match(path)):
+                if not owner_serves(fake, m.group(1), orgs=False) or repo_of(fake, path) is None:
+                    return error_reply(404, "Not Found", _rate_headers(fake, count=True))
+                return registration_token(fake, m.group(2), _rate_headers(fake, count=True))
             if method == "POST" and (m := ATTEMPTS.match(path)):
                 return redeliver(fake, m.group(1), m.group(2), m.group(3), self._rate)
             if method == "GET" and (m := DELIVERIES.match(path)):

@@ -12,7 +12,7 @@ import re
 import secrets
 import threading
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from autoscaler.fakes.github_issues import FakeIssue, IssueTracker
@@ -46,8 +46,13 @@ RUN_CONCLUSIONS = frozenset(
 )
 
 
+#: How long a registration token works, as GitHub documents it.
+TOKEN_LIFETIME = timedelta(hours=1)
+
+
 class JitRegistry:
-    """JIT configs issued and not yet used, the runner groups that exist, the 403 switch."""
+    """JIT configs issued and not yet used, registration tokens and their expiry, the
+    runner groups that exist, the 403 switch."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -57,8 +62,11 @@ class JitRegistry:
         self.groups: set[int] = {1}
         #: True: the credentials lack "Self-hosted runners: write" (403).
         self.forbidden = False
-        #: Configs issued, ever (a test counts them).
+        #: Configs issued, ever (a test counts them, or looks for them in logs).
         self.issued = 0
+        self.configs: list[str] = []
+        #: Registration token -> (expiry, the repository it registers at; None: the org).
+        self.tokens: dict[str, tuple[datetime, str | None]] = {}
 
     def issue(self, runner_id: int) -> str:
         with self.lock:
@@ -66,7 +74,24 @@ class JitRegistry:
             encoded = base64.b64encode(json.dumps(payload).encode()).decode()
             self.unused[encoded] = runner_id
             self.issued += 1
+            self.configs.append(encoded)
             return encoded
+
+    def issue_token(self, now: datetime, repo: str | None) -> tuple[str, datetime]:
+        with self.lock:
+            token = secrets.token_hex(15).upper()
+            expires = now + TOKEN_LIFETIME
+            self.tokens[token] = (expires, repo)
+            return token, expires
+
+    def check_token(self, token: str, now: datetime) -> str | None:
+        """The repository a valid token registers at (None: the org); ValueError when it
+        was never issued or has expired."""
+        with self.lock:
+            found = self.tokens.get(token)
+        if found is None or now >= found[0]:
+            raise ValueError("this registration token expired, or was never issued")
+        return found[1]
 
     def take(self, encoded: str) -> int:
         """The runner a config registers; ValueError when it was used or never issued."""
@@ -262,6 +287,17 @@ class GitHubState:
                 raise ValueError("the runner of this JIT config was deleted")
             runner.online = True
             return runner_id
+
+    def register_with_token(self, token: str, name: str, labels: Sequence[str]) -> int:
+        """A machine runs ``config.sh --token``: a runner of ``name`` registers (online,
+        idle) where the token was issued (the org, or its repository). Returns its id;
+        ValueError when the token expired or was never issued, or the name is taken
+        (``config.sh --unattended`` without ``--replace`` stops there)."""
+        repo = self.jit.check_token(token, self.clock())
+        with self.lock:
+            if any(r.name == name for r in self._runners.values()):
+                raise ValueError(f"a runner named {name} exists already")
+            return self.register_runner(name, labels, repo)
 
     def remove_runner(self, runner_id: int) -> None:
         """Deregister a runner. KeyError when unknown, ValueError when busy (the 422)."""

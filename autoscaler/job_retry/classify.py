@@ -34,11 +34,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.domain import CANCELLED, CompletedJob
 from autoscaler.job_retry.model import BY_AWS, TERMINATED, InstanceEvent
 from autoscaler.ports import instance_id_of
+
+if TYPE_CHECKING:
+    from autoscaler.config.job_retry import JobRetryConfig
 
 SPOT = "spot_interruption"
 INSTANCE_TERMINATED = "instance_terminated"

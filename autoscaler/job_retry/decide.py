@@ -24,11 +24,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.domain import CompletedJob
 from autoscaler.job_retry.classify import Verdict
 from autoscaler.job_retry.ledger import Exhausted, Ledger, Rerun
+
+if TYPE_CHECKING:
+    from autoscaler.config.job_retry import JobRetryConfig
 
 RERUN = "rerun"
 SKIP = "skip"

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 #: Records are kept this long (then a job id could be asked again; none will be).
 RETENTION = timedelta(days=3)
 #: After a 403 the repository is left alone this long; then one re-run may probe again.
+#: The denial itself is remembered until a re-run there goes through (or for RETENTION):
+#: its alert stays one page across the probes that fail.
 DENIED_PAUSE = timedelta(hours=6)
 #: An exhausted job's alert fires this long, then resolves (it is a notification).
 ALERT_WINDOW = timedelta(hours=1)
@@ -75,7 +77,8 @@ class Ledger:
     exhausted: Mapping[str, Exhausted] = field(default_factory=dict)
     """Job key -> why it was not re-run again."""
     denied: Mapping[str, datetime] = field(default_factory=dict)
-    """Repository -> when GitHub answered a re-run with 403 (no permission)."""
+    """Repository -> when GitHub last answered a re-run with 403 (no permission); kept
+    until a re-run there goes through, for at most :data:`RETENTION`."""
 
     def reruns_since(self, since: datetime) -> int:
         return sum(1 for r in self.reruns.values() if r.at > since)
@@ -98,7 +101,7 @@ class Ledger:
             self,
             reruns={k: r for k, r in self.reruns.items() if now - r.at < RETENTION},
             exhausted={k: e for k, e in self.exhausted.items() if now - e.at < RETENTION},
-            denied={k: t for k, t in self.denied.items() if now - t < DENIED_PAUSE},
+            denied={k: t for k, t in self.denied.items() if now - t < RETENTION},
         )
 
 

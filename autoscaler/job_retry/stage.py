@@ -331,7 +331,7 @@ class RetryStage:
                 progress.status,
             )
             return DEFERRED
-        if not self.ledger.is_denied(job.repo, now):
+        if job.repo not in self.ledger.denied:  # said once per incident
             log.error(
                 "job re-runs in %s are not permitted: %s. The token or GitHub App needs "
                 "Actions: read and write on the repository; no re-run is tried there for "

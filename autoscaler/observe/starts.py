@@ -21,10 +21,13 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config, QueueObjective
 from autoscaler.domain import Job, JobStart, JobStatus
 from autoscaler.observe.queue import match_job, queue_time_seconds
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, QueueObjective
 
 #: Burn-rate windows in seconds: (long, short) pairs and the rate both must exceed.
 FAST_BURN = (3600.0, 300.0, 14.4)

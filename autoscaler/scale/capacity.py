@@ -25,10 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import RunnerTypeConfig, ScalingConfig
 from autoscaler.domain import ActivityStatus, PoolState, ScalingActivity
 from autoscaler.scale.plan import LAUNCH_FAILED, LAUNCH_REFUSED, STUCK, Release, ScalingState
+
+if TYPE_CHECKING:
+    from autoscaler.config import RunnerTypeConfig, ScalingConfig
 
 
 def track_short(pools: Mapping[str, PoolState], state: ScalingState, now: datetime) -> ScalingState:

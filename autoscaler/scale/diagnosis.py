@@ -24,8 +24,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config, RunnerTypeConfig
 from autoscaler.domain import (
     Cause,
     InstanceLifecycle,
@@ -43,6 +43,9 @@ from autoscaler.ports import instance_id_of
 from autoscaler.scale.causes import RANK, UNMATCHED, fmt_age, plural
 from autoscaler.scale.pool_causes import PoolCauses
 from autoscaler.scale.view import ScalingView
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, RunnerTypeConfig
 
 #: Idle runners and a job older than this (and two poll intervals) mean GitHub is not
 #: handing out the job: assignment normally takes seconds.

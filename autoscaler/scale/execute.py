@@ -6,9 +6,13 @@ acting: every cloud and GitHub call of one plan, each through the retry policy, 
 the policy relies on, with the rules that make acting safe:
 
 - scale up pool by pool, failing over on :class:`CapacityError` and backing the pool off;
-- scale in by deregistering the runner first and terminating its instance only then (a
-  runner that turned busy is left alone; a failed termination is remembered as pending);
-- terminate an orphan only after GitHub, asked once more by name, does not know its runner;
+- scale in by writing the scale-in down in the state store, then deregistering the
+  runner, and terminating its instance only then (a runner that turned busy is left
+  alone; a failed termination stays pending). A scale-in its process did not finish (it
+  died, or lost the lease, between the two calls) is finished by the next leader: it
+  terminates the instance if GitHub no longer knows the runner;
+- terminate an orphan only once its credential is withdrawn and no runner that could take
+  a job is left on it (:meth:`HandoverDuties.withdraw`);
 - release the desired capacity of pools that failed to launch.
 
 A :class:`PlanExecution` lives for one tick: it starts from the scaler's state, failures,
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 
@@ -34,6 +38,7 @@ from autoscaler.errors import (
 )
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
+from autoscaler.scale.handover_duties import TERMINATE, HandoverDuties
 from autoscaler.scale.outcome import TickOutcome
 from autoscaler.scale.plan import (
     LAUNCH_REFUSED,
@@ -60,6 +65,14 @@ log = logging.getLogger("autoscaler.scale.scaler")
 
 #: What deregistering a runner came to.
 REMOVED, BUSY, GONE, FAILED = "removed", "busy", "gone", "failed"
+#: Why an orphan candidate was kept, for the decision's reason.
+_KEPT = {
+    "registered": "its runner registered since the poll",
+    "busy": "its runner took a job (GitHub refused to delete it)",
+    "lookup_failed": "GitHub could not be asked about its runner",
+    "withdraw_failed": "its credential or runner could not be withdrawn",
+    "token_live": "it may still register with the token it took, until that expires",
+}
 
 
 @dataclass
@@ -82,6 +95,11 @@ class PlanExecution:
     problems: list[ScalingProblem]
     #: The clock skew the plan was decided with (for the log of orphans kept).
     clock_skew: ClockSkew
+    #: Withdraws an orphan's credential before it is terminated.
+    handover: HandoverDuties
+    #: Writes the scaler's memory to the state store now; False if it could not be kept.
+    #: None: no store (nothing outlives the process anyway).
+    record: Callable[[ScalingState], bool] | None = None
 
     def execute(self, plan: Plan, now: datetime) -> None:
         """Every action of ``plan``, in the order the policy relies on."""
@@ -100,10 +118,10 @@ class PlanExecution:
             self._scale_up(up, now)
         for rt in plan.out_of_capacity:
             self._out_of_capacity(rt)
-        for si in plan.scale_ins:
+        for si in self._write_ahead(plan.scale_ins, now):
             self._scale_in(si, now)
         for o in plan.orphans:
-            self._orphan(o)
+            self._orphan(o, now)
         for o in plan.orphans_held:
             self.metrics.orphans_kept.labels(o.runner_type, o.pool, "clock_skew").inc()
         if plan.orphans_held:
@@ -121,9 +139,37 @@ class PlanExecution:
                 self.outcome.done((st.runner_type, st.pool), 0, STALE)
                 log.info("deregistered offline runner %s (instance gone)", st.runner_name)
 
+    def _write_ahead(self, scale_ins: tuple[ScaleIn, ...], now: datetime) -> tuple[ScaleIn, ...]:
+        """Write this tick's scale-ins down (pending terminations, not yet deregistered)
+        before any runner is deregistered, so that a successor finishes them; none starts
+        if the write fails."""
+        if not scale_ins:
+            return ()
+        state = self.state
+        for si in scale_ins:
+            state = state.termination_pending(
+                PendingTermination(
+                    si.runner_type, si.pool, si.instance_id, si.runner_name, now, False
+                )
+            )
+        if self.record is not None and not self.record(state):
+            for si in scale_ins:
+                self.outcome.note(
+                    (si.runner_type, si.pool),
+                    f"runner {si.runner_name} kept: the scale-in could not be written down",
+                )
+            log.warning(
+                "%d scale-in(s) not started: the state store did not keep them", len(scale_ins)
+            )
+            return ()
+        self.state = state
+        return scale_ins
+
     def _scale_in(self, si: ScaleIn, now: datetime) -> None:
         key = (si.runner_type, si.pool)
         outcome = self._deregister(si.runner_type, si.pool, si.runner_id, si.runner_name, now)
+        if outcome != REMOVED:
+            self.state = self.state.termination_done(si.instance_id)
         if outcome == GONE:
             self.outcome.note(
                 key, f"runner {si.runner_name} already gone: instance left to orphan sweep"
@@ -132,7 +178,10 @@ class PlanExecution:
         if outcome != REMOVED:
             self.outcome.note(key, f"runner {si.runner_name} kept")
             return
+        pending = self.state.pending_terminations[si.instance_id]
+        self.state = self.state.termination_pending(replace(pending, deregistered=True))
         if self._terminate(si.runner_type, si.pool, si.instance_id):
+            self.state = self.state.termination_done(si.instance_id)
             log.info(
                 "scaled in %s: runner %s deregistered, instance %s terminated",
                 si.pool,
@@ -140,8 +189,6 @@ class PlanExecution:
                 si.instance_id,
             )
             return
-        pending = PendingTermination(si.runner_type, si.pool, si.instance_id, si.runner_name, now)
-        self.state = self.state.termination_pending(pending)
         self.metrics.deferred_terminations.labels(si.runner_type, si.pool).inc()
         self.outcome.note(key, f"terminate {si.instance_id} failed: retried first next tick")
         log.warning(
@@ -151,8 +198,25 @@ class PlanExecution:
         )
 
     def _retry_termination(self, pt: PendingTermination) -> None:
-        """A termination that failed after its runner was deregistered, tried again."""
+        """A termination not done yet, tried again. Of a scale-in whose process may have
+        died before the deregistration, only when GitHub no longer knows the runner: one it
+        still has was never deregistered, and may run a job; it is the policy's again."""
         key = (pt.runner_type, pt.pool)
+        if not pt.deregistered:
+            try:
+                runner = self.source.find_runner(pt.runner_name)
+            except AutoscalerError as exc:
+                self._problem(exc, pt.runner_type, pt.pool, "find_runner")
+                self.outcome.note(key, f"cannot ask GitHub about {pt.runner_name}: retried")
+                return
+            if runner is not None:
+                self.state = self.state.termination_done(pt.instance_id)
+                self.outcome.note(key, f"runner {pt.runner_name} still registered: kept")
+                log.info(
+                    "scale-in of %s did not reach its deregistration: runner kept",
+                    pt.runner_name,
+                )
+                return
         if self._terminate(pt.runner_type, pt.pool, pt.instance_id):
             self.state = self.state.termination_done(pt.instance_id)
             log.info(
@@ -178,23 +242,19 @@ class PlanExecution:
         self.outcome.done((runner_type, pool), -1, SCALE_IN)
         return True
 
-    def _orphan(self, o: TerminateOrphan) -> None:
-        """Terminate an orphan, unless GitHub knows its runner by now (or cannot say)."""
+    def _orphan(self, o: TerminateOrphan, now: datetime) -> None:
+        """Terminate an orphan once its credential is withdrawn and no runner that could
+        take a job is left on it; otherwise keep it (counted, with the reason)."""
         key = (o.runner_type, o.pool)
-        try:
-            runner = self.source.find_runner(o.runner_name)
-        except AutoscalerError as exc:
-            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "lookup_failed").inc()
-            self._problem(exc, o.runner_type, o.pool, "find_runner")
-            self.outcome.note(key, f"cannot ask GitHub about {o.runner_name}: {o.instance_id} kept")
-            return
-        if runner is not None:
-            self.metrics.orphans_kept.labels(o.runner_type, o.pool, "registered").inc()
-            self.outcome.note(key, f"runner {o.runner_name} registered since the poll: kept")
+        verdict, runner = self.handover.withdraw(o.runner_type, o.pool, o.instance_id, now)
+        if verdict != TERMINATE:
+            self.metrics.orphans_kept.labels(o.runner_type, o.pool, verdict).inc()
+            self.outcome.note(key, f"{o.instance_id}: {_KEPT.get(verdict, verdict)}: kept")
             log.info(
-                "instance %s registered its runner after the poll (%s); not an orphan",
+                "orphan candidate %s kept: %s%s",
                 o.instance_id,
-                runner.state.value,
+                _KEPT.get(verdict, verdict),
+                "" if runner is None else f" ({runner.name}, {runner.state.value})",
             )
             return
         if self._cloud(
@@ -203,6 +263,7 @@ class PlanExecution:
             "terminate",
             partial(self.pool.terminate_instance, o.pool, o.instance_id),
         ):
+            self.handover.terminated_orphan(o.instance_id)
             self.metrics.scale_actions.labels(o.runner_type, o.pool, "terminate_orphan").inc()
             self.metrics.provisioning_failures.labels(o.runner_type, o.pool, "boot_timeout").inc()
             self.outcome.done(key, -1, ORPHAN)
@@ -291,10 +352,15 @@ class PlanExecution:
             self.outcome.note(key, f"lowering desired to {r.desired} failed")
 
     def _out_of_capacity(self, runner_type: str) -> None:
+        """Every pool of the type failed for capacity and none delivered since (its
+        back-off memory is reset only then): one problem per type and tick."""
         rt = self.config.runner_type(runner_type)
         pools = list(rt.pools)
-        now_out = [p for p in pools if p in self.state.backoff_until]
-        if pools and len(now_out) == len(pools):
+        said = any(
+            p.kind == "out_of_capacity" and p.runner_type == runner_type for p in self.problems
+        )
+        now_out = [p for p in pools if self.state.capacity_failing(p)]
+        if pools and len(now_out) == len(pools) and not said:
             msg = f"every pool of {runner_type} is out of capacity: {', '.join(pools)}"
             log.error(msg)
             self.problems.append(ScalingProblem("out_of_capacity", runner_type, "", "", msg))

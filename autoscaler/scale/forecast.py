@@ -18,11 +18,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config, RunnerTypeConfig
 from autoscaler.domain import QueueSnapshot, Runner
 from autoscaler.observe.queue import match_runner
 from autoscaler.scale.plan import ScalingState
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, RunnerTypeConfig
 
 
 def count_arrivals(

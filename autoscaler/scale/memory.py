@@ -11,7 +11,8 @@ what the controller did or was told, and are lost with the process:
   it is not recognised as ours;
 - **refused launches** (``refused``): forgotten, the page for a pool a person must fix
   stops until the pool fails again;
-- **pending terminations**: a runner deregistered but its instance not terminated.
+- **pending terminations**: an instance being scaled in (written before its runner is
+  deregistered) or whose runner was deregistered but which is not terminated yet.
 
 They are kept per pool as a :class:`PoolMemory` in a :class:`ScalingMemoryStore` (the
 state store: SQLite or DynamoDB). :class:`Recollection` keeps the scaler's state and the
@@ -44,7 +45,7 @@ class PoolMemory:
     refused: tuple[str, str] | None = None
     """(code, message) of a launch failure a person must fix."""
     pending: tuple[PendingTermination, ...] = ()
-    """Terminations that failed after their runner was deregistered, by instance id order."""
+    """Scale-ins under way and terminations not done yet, by instance id order."""
 
     @property
     def empty(self) -> bool:
@@ -62,6 +63,7 @@ class PoolMemory:
                     "instance_id": p.instance_id,
                     "runner_name": p.runner_name,
                     "since": p.since.isoformat(),
+                    "deregistered": p.deregistered,
                 }
                 for p in self.pending
             ],
@@ -83,6 +85,7 @@ class PoolMemory:
                     str(p["instance_id"]),
                     str(p["runner_name"]),
                     datetime.fromisoformat(p["since"]),
+                    bool(p.get("deregistered", True)),
                 )
                 for p in d.get("pending", ())
             ),
@@ -181,20 +184,22 @@ class Recollection:
         self._current = acting
         return with_memory(state, stored)
 
-    def remember(self, state: ScalingState) -> None:
-        """After a tick acted: write the pools whose memory changed."""
+    def remember(self, state: ScalingState) -> bool:
+        """Write the pools whose memory changed (after a tick acted, and before a scale-in
+        starts). True when the store holds ``state``'s memory now."""
         if self._stored is None:
-            return  # never read: writing would overwrite what we did not see
+            return False  # never read: writing would overwrite what we did not see
         now = memory_of(state)
         put = {pool: m for pool, m in now.items() if self._stored.get(pool) != m}
         drop = [pool for pool in self._stored if pool not in now]
         if not put and not drop:
-            return
+            return True
         try:
             self.store.save_pools(put, drop)
         except StateError as exc:
             # Our memory stays the newest (a lost lease makes the next tick a follower's,
             # which reads the store again); the next change retries against the old baseline.
             self.on_error(exc)
-            return
+            return False
         self._stored = now
+        return True

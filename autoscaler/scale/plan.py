@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import ScalingConfig
+if TYPE_CHECKING:
+    from autoscaler.config import ScalingConfig
+
 
 PROTECT_PER_POOL = 50  # instance ids protected per pool per tick (one API call)
 
@@ -115,14 +118,25 @@ class TerminateOrphan:
 
 @dataclass(frozen=True)
 class PendingTermination:
-    """An instance whose runner was deregistered but whose termination failed (throttled,
-    say). Nothing can run on it any more; it is terminated first thing next tick."""
+    """An instance being scaled in, kept in the state store until it is terminated.
+
+    A scale-in is written down before its runner is deregistered (``deregistered``
+    False) and marked once GitHub confirmed the deregistration. A process that dies
+    between the deregistration and the termination (kill -9, a lost lease) leaves it for
+    its successor, which terminates the instance first thing: without it, the instance
+    has no runner and looks like one still booting, counted as supply for its queued jobs
+    until ``boot_timeout`` after its launch. A failed termination (throttled, say) stays
+    here too and is retried first next tick."""
 
     runner_type: str
     pool: str
     instance_id: str
     runner_name: str
     since: datetime
+    deregistered: bool = True
+    """GitHub confirmed the runner's deregistration: nothing can run on the instance.
+    False: the process may have died before it sent the deregistration, so the instance
+    is terminated only if GitHub no longer knows its runner."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +217,11 @@ class ScalingState:
     (``Observation.runners_observed_at``), which still shows a runner deleted since,
     offline: without this memory the cleanup deleted it again every tick until the next
     reconcile, one 404 each. Forgotten once a list read after the deletion arrives."""
+
+    def capacity_failing(self, pool: str) -> bool:
+        """The pool failed for capacity and has not delivered since, in its back-off or
+        retried after it (the memory is reset only by :meth:`capacity_ok`)."""
+        return pool in self.backoff_until or pool in self.backoff_seconds
 
     def in_backoff(self, pool: str, now: datetime) -> bool:
         until = self.backoff_until.get(pool)

@@ -37,8 +37,8 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
 from autoscaler.domain import ClockSkew, InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.capacity import launch_failures, track_short
@@ -71,7 +71,10 @@ from autoscaler.scale.plan import (
     slot_target,
 )
 
-__all__ = ["Decision", "Plan", "ScalingState", "decide", "pool_of_runner", "without_removed"]
+if TYPE_CHECKING:
+    from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
+
+__all__ = ["decide", "pool_of_runner", "without_removed"]
 
 _LIVE = (InstanceLifecycle.PENDING, InstanceLifecycle.IN_SERVICE)
 
@@ -223,8 +226,11 @@ def _scale_up(t: _Type, state: ScalingState, now: datetime, out: _Builder) -> No
         for p in t.pools
         if not state.in_backoff(p.name, now)
     )
-    if not slots:
+    if not slots or all(state.capacity_failing(p.name) for p in t.pools):
+        # Every pool failed and none delivered since: still out of capacity while a pool
+        # whose back-off ended is retried (a retry that fails is no recovery).
         out.out_of_capacity.append(name)
+    if not slots:
         for p in t.pools:
             out.note(name, p.name, f"need +{t.grant} but every pool is in capacity back-off", HOLD)
         return
@@ -356,7 +362,13 @@ def _pending(
     )
     now = [pt for pt in keep if pt.pool in pools][:limit]
     for pt in now:
-        text = f"runner {pt.runner_name} deregistered earlier: terminate its instance now"
+        if pt.deregistered:
+            text = f"runner {pt.runner_name} deregistered earlier: terminate its instance now"
+        else:
+            text = (
+                f"scale-in of runner {pt.runner_name} not finished: terminate its instance"
+                " unless GitHub still has the runner"
+            )
         out.note(pt.runner_type, pt.pool, text, SCALE_IN, -1)
     state = replace(state, pending_terminations={pt.instance_id: pt for pt in keep})
     return state, now

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config, RunnerTypeConfig
 from autoscaler.domain import (
     ActivityStatus,
     Cause,
@@ -26,6 +26,9 @@ from autoscaler.domain import (
 from autoscaler.scale.causes import clock, fmt_age, plural
 from autoscaler.scale.plan import LAUNCH_FAILED, LAUNCH_REFUSED, STUCK, Decision, ScalingState
 from autoscaler.scale.view import ScalingView
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, RunnerTypeConfig
 
 #: A pool short of its desired capacity with no new instance for this share of
 #: ``boot_timeout`` is called stuck (at the full timeout the policy releases it).

@@ -11,21 +11,24 @@ cloud call through one :class:`RetryPolicy`:
 - release pools whose launches failed after they accepted a scale-up (the policy found a
   Failed scaling activity or a pool stuck short past ``boot_timeout``, and backed it off):
   their desired capacity goes back to the instances they have, the need fails over;
-- scale in: deregister the runner first, and only when that succeeds terminate its
-  instance; a runner that turned busy in between (:class:`RejectedError`) is left alone;
-  a runner GitHub no longer knows (:class:`NotFoundError`) is gone, so its instance is an
-  orphan candidate, left to the orphan sweep and its checks; a termination that fails
-  after the runner was deregistered is remembered and retried first next tick;
-- terminate orphan instances, each only after GitHub, asked once more by the runner's
-  name, says no runner registered since the poll (the poll's list can be seconds old: a
-  runner that registered in between may already run a job). Deregister runners whose
-  instance is gone. A runner deleted (or found gone, GitHub's 404) is remembered until a
-  runner list read after the deletion arrives: a webhook tick plans with the last poll's
-  list, and deleted it again every tick until the next reconcile.
+- scale in: write the scale-in down in the state store, deregister the runner, and only
+  when that succeeds terminate its instance; a runner that turned busy in between
+  (:class:`RejectedError`) is left alone; a runner GitHub no longer knows
+  (:class:`NotFoundError`) is gone, so its instance is an orphan candidate, left to the
+  orphan sweep and its checks; a termination not done (it failed, or the process died
+  or lost the lease after the deregistration) is retried first next tick, by whichever
+  controller leads then;
+- terminate orphan instances, each only after its credential was withdrawn and its runner
+  made unable to take a job (:meth:`HandoverDuties.withdraw`): the poll's list can be
+  seconds old, and a runner that registered in between may already run a job. Deregister
+  runners whose instance is gone. A runner deleted (or found gone, GitHub's 404) is
+  remembered until a runner list read after the deletion arrives: a webhook tick plans
+  with the last poll's list, and deleted it again every tick until the next reconcile.
 
 Capacity back-off, the last scale-up, refused launches and pending terminations are kept
 in the state store (``memory``, :mod:`autoscaler.scale.memory`): read before a tick
-decides, written after it acted, so a restart or a failover forgets none of them.
+decides, written before its scale-ins start and after it acted, so a restart or a
+failover forgets none of them.
 
 What on-call must hear about (permanent errors with their code, every pool of a type out
 of capacity, a configured pool that does not exist) is in :attr:`Scaler.last_problems`.
@@ -51,14 +54,15 @@ from autoscaler.domain import (
 from autoscaler.errors import AutoscalerError, NotLeaderError, StateError
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.retrying import RetryPolicy
-from autoscaler.scale.ephemeral import JitLedgerStore
 from autoscaler.scale.execute import PlanExecution, report_problem
-from autoscaler.scale.jit import EphemeralRunners, ParameterStore, RunnerRegistrar
+from autoscaler.scale.handover import HandoverStore
+from autoscaler.scale.handover_duties import HandoverDuties
 from autoscaler.scale.memory import Recollection, ScalingMemoryStore
 from autoscaler.scale.outcome import TickOutcome, record_pool_metrics, release_failures
 from autoscaler.scale.plan import HOLD, Decision, Plan, ScalingState
 from autoscaler.scale.policy import decide, pool_of_runner
 from autoscaler.scale.provisioning import ProvisioningClock
+from autoscaler.scale.registration import ParameterStore, RunnerRegistrar
 from autoscaler.scale.view import CapacityFailure, ScalingView
 from autoscaler.telemetry import Metrics
 
@@ -78,9 +82,9 @@ class Scaler:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         monotonic: Callable[[], float] = time.monotonic,
-        registrar: RunnerRegistrar | None = None,
-        parameters: ParameterStore | None = None,
-        jit_store: JitLedgerStore | None = None,
+        registrar: RunnerRegistrar,
+        parameters: ParameterStore,
+        handover_store: HandoverStore | None = None,
         memory: ScalingMemoryStore | None = None,
     ) -> None:
         self.pool = pool
@@ -103,12 +107,11 @@ class Scaler:
         self._type_of = {p: rt.name for rt in config.runner_types for p in rt.pools}
         #: What this tick did per (type, pool), for the decisions it returns.
         self.outcome = TickOutcome()
-        #: Ephemeral pools' duties (JIT configs, spent machines), when a type is ephemeral.
-        self.ephemeral: EphemeralRunners | None = None
-        if registrar is not None and parameters is not None:
-            self.ephemeral = EphemeralRunners(
-                config, source, registrar, parameters, pool, metrics, self.retry, store=jit_store
-            )
+        #: Every instance's runner credential (JIT configs, registration tokens), spent
+        #: ephemeral machines, and withdrawing an orphan's credential.
+        self.handover = HandoverDuties(
+            config, source, registrar, parameters, pool, metrics, self.retry, store=handover_store
+        )
         #: Back-offs, last scale-ups, refused launches and pending terminations, kept in
         #: the state store across restarts and failovers.
         self.memory = None if memory is None else Recollection(memory, self._memory_failed)
@@ -160,20 +163,20 @@ class Scaler:
                 )
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
-        if self.ephemeral is not None and dry_run:
+        if dry_run:
             # Another process may act meanwhile (a leader, when this one follows): read the
-            # JIT ledger again before this one acts next.
-            self.ephemeral.forget()
-        if self.ephemeral is not None and not dry_run:
+            # handover ledger again before this one acts next.
+            self.handover.forget()
+        else:
             # Spent and expired ephemeral instances go first: the policy plans without them.
-            pools, runners = self.ephemeral.step(
+            pools, runners = self.handover.step(
                 pools,
                 observation,
                 now,
                 observation_fresh=fresh,
                 exclude=set(self.state.pending_terminations),
             )
-            self.last_problems.extend(self.ephemeral.problems)
+            self.last_problems.extend(self.handover.problems)
         plan = decide(
             snapshot,
             runners,
@@ -203,17 +206,16 @@ class Scaler:
         else:
             self.state, self.failures = plan.state, failures
             self.outcome = TickOutcome()
-            if self.ephemeral is not None:
-                for key, n in self.ephemeral.terminated.items():
-                    self.outcome.note(
-                        key, f"{n} ephemeral instance(s) done with their job terminated"
-                    )
+            for key, n in self.handover.terminated.items():
+                self.outcome.note(key, f"{n} ephemeral instance(s) done with their job terminated")
+            problems = len(self.handover.problems)
             self._execute(plan, now)
-            if self.ephemeral is not None:
-                # Remembered for the ticks after this one: this tick's plan keeps a runner
-                # the duties deleted but whose machine they could not terminate, on purpose
-                # (its instance must not look like an orphan; the duties terminate it).
-                self.state = self.state.runners_removed(self.ephemeral.removed_runners, now)
+            # The orphan sweep's withdrawals report through the duties' problem list.
+            self.last_problems.extend(self.handover.problems[problems:])
+            # Remembered for the ticks after this one: this tick's plan keeps a runner the
+            # duties deleted but whose machine they could not terminate, on purpose (its
+            # instance must not look like an orphan; the duties terminate it).
+            self.state = self.state.runners_removed(self.handover.removed_runners, now)
             decisions, state = self.outcome.decisions(plan), self.state
             self.failures = failures = {
                 p: f for p, f in self.failures.items() if p in self.state.backoff_seconds
@@ -261,6 +263,8 @@ class Scaler:
             outcome=self.outcome,
             problems=self.last_problems,
             clock_skew=self.last_clock_skew,
+            handover=self.handover,
+            record=None if self.memory is None else self.memory.remember,
         )
         run.execute(plan, now)
         self.state = run.state

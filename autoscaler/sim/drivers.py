@@ -9,10 +9,9 @@ when every one is out: its group launches once the outage ends).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config
-from autoscaler.config.simulation import DEFAULT_MAX_SIZE
-from autoscaler.sim.emulator import Emulator, SimJob
+from autoscaler.sim.emulator import DEFAULT_MAX_SIZE, Emulator, SimJob
 from autoscaler.sim.peers import (
     EphemeralParams,
     JobsPerAgentParams,
@@ -30,6 +29,9 @@ from autoscaler.sim.peers import (
     percent_busy,
     queue_length,
 )
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 EPHEMERAL, PERCENT_BUSY, JOBS_PER_AGENT, QUEUE_LENGTH = (
     "ephemeral-per-job",

@@ -27,9 +27,8 @@ import random
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config
-from autoscaler.config.simulation import DEFAULT_MAX_SIZE, TimePoint
 from autoscaler.observe.queue import match_job
 from autoscaler.sim.clock import VirtualClock
 from autoscaler.sim.entities import (
@@ -42,6 +41,14 @@ from autoscaler.sim.entities import (
     lognormal,
 )
 from autoscaler.sim.trace import Trace
+
+#: The MaxSize assumed for a pool whose type has no ``max`` and whose simulated group
+#: (``simulation.pools.<pool>.max_size``) names none.
+DEFAULT_MAX_SIZE = 1000
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
+    from autoscaler.config.simulation import TimePoint
 
 #: Importers of this module before the split keep their names.
 __all__ = ["ACTIVITIES_KEPT", "Emulator", "Sample", "SimInstance", "SimJob", "SimPool", "lognormal"]

@@ -19,8 +19,8 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config.simulation import BootTime
 from autoscaler.domain import (
     ActivityStatus,
     Instance,
@@ -32,6 +32,9 @@ from autoscaler.domain import (
     ScalingActivity,
 )
 from autoscaler.sim.trace import Trace
+
+if TYPE_CHECKING:
+    from autoscaler.config.simulation import BootTime
 
 _Z95 = 1.6448536269514722
 

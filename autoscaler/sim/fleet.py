@@ -4,8 +4,11 @@ Each :meth:`Fleet.tick` (time passed in, so a virtual clock works) reads the gro
 a boto3 client (moto's server, usually) and:
 
 - registers a runner named ``f"{pool}-{instance_id}"`` with its type's labels for every
-  instance that has been up ``boot_delay`` seconds (instances in ``never_boot`` never do:
-  they become orphans for the controller to clean up);
+  instance that has been up ``boot_delay`` seconds, the way the runner-pool module's boot
+  script does: an ephemeral instance connects with the JIT config the controller left in
+  SSM; a persistent one claims the registration token the controller left there (it
+  deletes the parameter, and registers only when that delete succeeded). Instances in
+  ``never_boot`` never do: they become orphans for the controller to clean up;
 - hands each idle runner of ours a queued job it can run (its labels cover the job's),
   and completes the job ``job_duration`` seconds later;
 - removes the runner of an instance that is gone. A runner that was still busy then is
@@ -13,8 +16,9 @@ a boto3 client (moto's server, usually) and:
 - notices runners the controller deregistered (a scale-in): their instance never
   registers again.
 
-Also here: :func:`start_moto_server` (moto on 127.0.0.1) and :func:`create_pools` (a
-launch template and an Auto Scaling group per pool), for the demo and the tests.
+Also here: :func:`start_moto_server` (moto on 127.0.0.1), :func:`moto_session` (boto3
+with dummy credentials) and :func:`create_pools` (a launch template and an Auto Scaling
+group per pool), for the demo and the tests.
 """
 
 from __future__ import annotations
@@ -117,17 +121,44 @@ def reset_moto_server(endpoint_url: str) -> None:
         pass
 
 
-def aws_clients(endpoint_url: str | None, region: str = "us-east-1") -> tuple[Any, Any]:
-    """(autoscaling, ec2) clients with dummy credentials, for moto."""
-    session = boto3.session.Session(
+#: One botocore loader for every session :func:`moto_session` makes (see there).
+_LOADER: list[Any] = []
+
+
+def moto_session(region: str = "us-east-1") -> boto3.session.Session:
+    """A boto3 session with dummy credentials, for moto.
+
+    The sessions made here share one botocore loader: a new session otherwise parses each
+    service's model again (EC2's is megabytes of JSON, half a second of CPU), and the demo
+    and the tests make hundreds of sessions."""
+    import botocore.loaders  # noqa: PLC0415
+    import botocore.session  # noqa: PLC0415
+
+    if not _LOADER:
+        _LOADER.append(botocore.loaders.create_loader())
+    core = botocore.session.Session()
+    core.register_component("data_loader", _LOADER[0])
+    return boto3.session.Session(
         aws_access_key_id="testing",
         aws_secret_access_key="testing",  # noqa: S106 (moto accepts any)
         region_name=region,
+        botocore_session=core,
     )
+
+
+def aws_clients(endpoint_url: str | None, region: str = "us-east-1") -> tuple[Any, Any]:
+    """(autoscaling, ec2) clients with dummy credentials, for moto."""
+    session = moto_session(region)
     return (
         session.client("autoscaling", endpoint_url=endpoint_url),
         session.client("ec2", endpoint_url=endpoint_url),
     )
+
+
+def ssm_client(endpoint_url: str | None, region: str = "us-east-1") -> Any:
+    """An SSM client with dummy credentials, for moto: what the fleet's instances read their
+    credential with."""
+    return moto_session(region).client("ssm", endpoint_url=endpoint_url)
 
 
 def create_pools(
@@ -203,12 +234,15 @@ class Fleet:
         self._first_seen: dict[str, datetime] = {}
         self._booted: dict[str, _Booted] = {}  # instance id -> its runner
         self._retired: set[str] = set()  # instances whose runner was deregistered
-        #: SSM client (moto's) ephemeral instances read their JIT config from.
+        #: SSM client (moto's) instances read their credential from.
         self.ssm = ssm
         self.parameter_path = parameter_path
         self.jit_refused = 0
         """Ephemeral instances whose config GitHub refused (used already, runner deleted):
         they never get a runner (the controller cleans them up)."""
+        self.token_refused = 0
+        """Persistent instances whose token was withdrawn before they claimed it, or that
+        GitHub refused (expired): they never get a runner (the controller cleans them up)."""
 
     def _instances(self) -> dict[str, str]:
         """Live instance id -> pool, for our pools."""
@@ -224,15 +258,46 @@ class Fleet:
                 return out
             kwargs["NextToken"] = page["NextToken"]
 
-    def _connect(self, pool: str, iid: str) -> int | None:
-        """The boot script of an ephemeral instance: its parameter (none yet: try again next
-        tick), then ``run.sh --jitconfig`` once. Returns the runner id, or None."""
+    def _read(self, pool: str, iid: str) -> str | None:
+        """The instance's parameter, or None while the controller has not written it."""
         if self.ssm is None:
-            raise ValueError(f"pool {pool} is ephemeral: the fleet needs an ssm client")
+            raise ValueError(f"pool {pool}: the fleet needs an ssm client")
         name = f"{self.parameter_path}/{pool}/{iid}"
         try:
             value = self.ssm.get_parameter(Name=name, WithDecryption=True)["Parameter"]["Value"]
         except self.ssm.exceptions.ParameterNotFound:
+            return None
+        return str(value)
+
+    def _register(self, pool: str, iid: str) -> int | None:
+        """The boot script of a persistent instance: its token (none yet: try again next
+        tick), claimed by deleting the parameter, then ``config.sh --token``. Returns the
+        runner id, or None."""
+        token = self._read(pool, iid)
+        if token is None:
+            return None
+        assert self.ssm is not None
+        try:
+            self.ssm.delete_parameter(Name=f"{self.parameter_path}/{pool}/{iid}")
+        except self.ssm.exceptions.ParameterNotFound:
+            self._refused(iid, "its registration token was withdrawn")
+            return None
+        try:
+            return self.github.register_with_token(token, f"{pool}-{iid}", self.specs[pool].labels)
+        except ValueError:
+            self._refused(iid, "GitHub refused its registration token")
+            return None
+
+    def _refused(self, iid: str, why: str) -> None:
+        self.token_refused += 1
+        self._retired.add(iid)  # the boot script gives up; the controller cleans up
+        log.warning("instance %s: %s", iid, why)
+
+    def _connect(self, pool: str, iid: str) -> int | None:
+        """The boot script of an ephemeral instance: its parameter (none yet: try again next
+        tick), then ``run.sh --jitconfig`` once. Returns the runner id, or None."""
+        value = self._read(pool, iid)
+        if value is None:
             return None
         try:
             return self.github.connect_jit(str(value))
@@ -296,13 +361,11 @@ class Fleet:
                 continue
             if now - first >= timedelta(seconds=self.boot_delay):
                 name = f"{pool}-{iid}"
-                if self.specs[pool].ephemeral:
-                    connected = self._connect(pool, iid)
-                    if connected is None:
-                        continue
-                    rid = connected
-                else:
-                    rid = self.github.register_runner(name, self.specs[pool].labels)
+                boot = self._connect if self.specs[pool].ephemeral else self._register
+                connected = boot(pool, iid)
+                if connected is None:
+                    continue
+                rid = connected
                 self._booted[iid] = _Booted(rid, pool)
                 events.registered.append(name)
         # Idle runners pick queued jobs their labels cover, oldest first.

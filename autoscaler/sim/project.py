@@ -11,11 +11,15 @@ outage shows up later, as a Failed scaling activity, exactly what the policy mus
 
 from __future__ import annotations
 
-from autoscaler.config import Config
+from typing import TYPE_CHECKING
+
 from autoscaler.observe.queue import compute_queue
 from autoscaler.scale.plan import Plan, ScalingState, slot_target
 from autoscaler.scale.policy import decide
 from autoscaler.sim.emulator import Emulator, SimJob
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 
 class ProjectDriver:

@@ -14,15 +14,16 @@ queue time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config
-from autoscaler.config.jit import EPHEMERAL
 from autoscaler.sim.drivers import PEERS, PeerDriver
 from autoscaler.sim.emulator import Emulator
 from autoscaler.sim.metrics import PolicyResult, summarize
 from autoscaler.sim.project import ProjectDriver
 from autoscaler.sim.trace import Trace
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config
 
 PROJECT = "ci-autoscaler"
 PROJECT_EPHEMERAL = "ci-autoscaler-ephemeral"
@@ -31,8 +32,14 @@ POLICIES = (PROJECT, PROJECT_EPHEMERAL, *PEERS)
 
 def as_ephemeral(config: Config) -> Config:
     """The same config with every runner type in ``mode: ephemeral``."""
-    return replace(
-        config, runner_types=tuple(replace(rt, mode=EPHEMERAL) for rt in config.runner_types)
+    from autoscaler.config.jit import EPHEMERAL  # noqa: PLC0415 (the models, once a config is read)
+
+    return config.model_copy(
+        update={
+            "runner_types": tuple(
+                rt.model_copy(update={"mode": EPHEMERAL}) for rt in config.runner_types
+            )
+        }
     )
 
 

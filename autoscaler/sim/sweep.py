@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from autoscaler.config import Config
-from autoscaler.config.reader import parse_duration
+from autoscaler.config.durations import parse_duration
 from autoscaler.config.schedule import MinIdle
 from autoscaler.config.simulation import SimulationConfig
 from autoscaler.sim.metrics import PolicyResult
@@ -39,30 +39,34 @@ def _optional_seconds(text: str) -> float | None:
 
 def _set_min_idle(config: Config, value: object) -> Config:
     assert isinstance(value, int)
-    types = tuple(replace(rt, min_idle=MinIdle(value)) for rt in config.runner_types)
-    return replace(config, runner_types=types)
+    types = tuple(
+        rt.model_copy(update={"min_idle": MinIdle(default=value)}) for rt in config.runner_types
+    )
+    return config.model_copy(update={"runner_types": types})
 
 
 def _set_idle_timeout(config: Config, value: object) -> Config:
     assert isinstance(value, float)
-    types = tuple(replace(rt, idle_timeout=value) for rt in config.runner_types)
-    return replace(config, runner_types=types)
+    types = tuple(rt.model_copy(update={"idle_timeout": value}) for rt in config.runner_types)
+    return config.model_copy(update={"runner_types": types})
 
 
 def _set_scale_in(config: Config, value: object) -> Config:
     assert isinstance(value, int)
-    return replace(config, scaling=replace(config.scaling, max_scale_in_per_tick=value))
+    return config.model_copy(
+        update={"scaling": config.scaling.model_copy(update={"max_scale_in_per_tick": value})}
+    )
 
 
 def _set_poll(config: Config, value: object) -> Config:
     assert isinstance(value, float)
-    return replace(config, poll_interval=value)
+    return config.model_copy(update={"poll_interval": value})
 
 
 def _set_reaction(config: Config, value: object) -> Config:
     assert value is None or isinstance(value, float)
-    sim: SimulationConfig = replace(config.simulation, reaction=value)
-    return replace(config, simulation=sim)
+    sim: SimulationConfig = config.simulation.model_copy(update={"reaction": value})
+    return config.model_copy(update={"simulation": sim})
 
 
 KNOBS: dict[str, tuple[Callable[[str], object], Callable[[Config, object], Config]]] = {

@@ -75,7 +75,7 @@ from autoscaler.state.lease import Lease
 log = logging.getLogger(__name__)
 
 ALERT, OUTBOX, ISSUE, POOL, CACHE = "alert", "outbox", "issue", "pool", "cache"
-#: Ephemeral runners' JIT ledger: one item per instance (autoscaler.scale.ephemeral).
+#: The handover ledger: one item per instance (autoscaler.scale.handover).
 JIT = "jit"
 #: The job-retry ledger's partition (issue 14): re-runs asked, retries exhausted, 403s.
 RETRY = "retry"
@@ -280,7 +280,7 @@ class DynamoStore:
         groups += [Group([self._fence.delete(POOL, p)]) for p in drop]
         self._fence.write("save_pools", groups)
 
-    # --- ephemeral runners' JIT ledger (JitLedgerStore): fenced like the pools' memory, so
+    # --- the handover ledger (HandoverStore): fenced like the pools' memory, so
     # a controller that lost the lease cannot record an intent, and so never asks GitHub.
     def load_jit_records(self) -> dict[str, str]:
         self._fence.check_open("load_jit_records")

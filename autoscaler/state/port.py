@@ -4,9 +4,9 @@ Each stage owns the narrow port it uses: the alert stage
 (:class:`~autoscaler.alerting.store.AlertStore`), the GitHub poll's ETag cache
 (:class:`~autoscaler.observe.github.cache.PollCacheStore`), the scaler's memory of
 back-offs and pending terminations (:class:`~autoscaler.scale.memory.ScalingMemoryStore`),
-the job-retry ledger (:class:`~autoscaler.job_retry.ledger.JobRetryStore`), ephemeral
-runners' JIT ledger (:class:`~autoscaler.scale.ephemeral.JitLedgerStore`) and the webhook
-job index (:class:`~autoscaler.observe.github.webhook_rows.JobIndexStore`).
+the job-retry ledger (:class:`~autoscaler.job_retry.ledger.JobRetryStore`), the ledger of
+runner credentials handed to instances (:class:`~autoscaler.scale.handover.HandoverStore`)
+and the webhook job index (:class:`~autoscaler.observe.github.webhook_rows.JobIndexStore`).
 :class:`StateStore` is their union: what a backend implements, plus :meth:`close`.
 
 Every method raises only :class:`autoscaler.errors.StateError` (the backend translates
@@ -25,7 +25,7 @@ from autoscaler.alerting.store import AlertStore
 from autoscaler.job_retry.ledger import JobRetryStore
 from autoscaler.observe.github.cache import PollCacheStore
 from autoscaler.observe.github.webhook_rows import JobIndexStore
-from autoscaler.scale.ephemeral import JitLedgerStore
+from autoscaler.scale.handover import HandoverStore
 from autoscaler.scale.memory import ScalingMemoryStore
 
 
@@ -34,7 +34,7 @@ class StateStore(
     PollCacheStore,
     ScalingMemoryStore,
     JobRetryStore,
-    JitLedgerStore,
+    HandoverStore,
     JobIndexStore,
     Protocol,
 ):

@@ -333,7 +333,7 @@ class SqliteStore:
                 [(p, json.dumps(m.to_dict())) for p, m in put.items()],
             )
 
-    # --- ephemeral runners' JIT ledger (autoscaler.scale.ephemeral.JitLedgerStore)
+    # --- the handover ledger (autoscaler.scale.handover.HandoverStore)
     @_operation("load_jit_records")
     def load_jit_records(self) -> dict[str, str]:
         """Instance id -> its JIT record (JSON written by the scaler), saved before GitHub

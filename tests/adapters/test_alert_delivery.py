@@ -29,8 +29,8 @@ from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.secrets import Secret, SecretUrl
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 
@@ -174,7 +174,7 @@ def setup(receivers: list[ReceiverConfig], **deliverer_kw: Any) -> tuple[AlertEn
     metrics = Metrics(CollectorRegistry())
     deliverer_kw.setdefault("sleep", lambda _: None)
     deliverer = Deliverer(config.receivers, metrics, **deliverer_kw)
-    return AlertEngine(config, SqliteStore(None), deliverer, metrics), metrics
+    return alert_engine(config, metrics=metrics, deliverer=deliverer), metrics
 
 
 def snap(minutes: float) -> QueueSnapshot:

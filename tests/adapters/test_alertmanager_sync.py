@@ -25,8 +25,8 @@ from autoscaler.alerting.engine import AlertEngine, send_test
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 A, B = "http://am-0.example:9093", "http://am-1.example:9093"
@@ -112,8 +112,10 @@ def setup(
         return httpx.Response(200)
 
     secret_urls = tuple(SecretUrl(u) for u in urls)
-    am = ReceiverConfig("am", "alertmanager", url=secret_urls[0], urls=secret_urls, timeout=1.0)
-    web = ReceiverConfig("hook", "webhook", url=SecretUrl("http://hook.example/x"))
+    am = ReceiverConfig(
+        name="am", type="alertmanager", url=secret_urls[0], urls=secret_urls, timeout=1.0
+    )
+    web = ReceiverConfig(name="hook", type="webhook", url=SecretUrl("http://hook.example/x"))
     config = AlertsConfig(
         rules=(rule(("am", "hook")),),
         receivers={"am": am, "hook": web},
@@ -126,7 +128,7 @@ def setup(
     deliverer = Deliverer(
         config.receivers, metrics, transport=httpx.MockTransport(hook), sleep=lambda _: None
     )
-    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
+    engine = alert_engine(config, metrics=metrics, deliverer=deliverer, alertmanager=sync)
     return Setup(engine, sync, metrics, hooks)
 
 
@@ -239,7 +241,9 @@ def test_dry_run_posts_nothing() -> None:
 
 def test_alerts_test_posts_a_firing_then_a_resolved_postable_alert() -> None:
     fake = FakeAlertmanagers()
-    rc = ReceiverConfig("am", "alertmanager", url=SecretUrl(A), urls=(SecretUrl(A), SecretUrl(B)))
+    rc = ReceiverConfig(
+        name="am", type="alertmanager", url=SecretUrl(A), urls=(SecretUrl(A), SecretUrl(B))
+    )
     deliverer = Deliverer(
         {"am": rc}, Metrics(CollectorRegistry()), transport=fake.transport(), sleep=lambda _: None
     )

@@ -39,8 +39,9 @@ from autoscaler.sim.aws_faults import (
     Fault,
     inject,
 )
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import GPU, FakeSource, config, observation, rtype, snapshot
 
 SPECS = [
@@ -63,22 +64,19 @@ def make_pool(
     metrics: Metrics | None = None,
     clock: list[float] | None = None,
 ) -> AwsAsgPool:
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    session = moto_session()
     cfg = AwsConfig(botocore_max_attempts=botocore_attempts)
     kwargs: dict[str, Any] = {} if clock is None else {"monotonic": lambda: clock[0]}
     return AwsAsgPool(cfg, metrics or Metrics(CollectorRegistry()), session=session, **kwargs)
 
 
 @pytest.fixture
-def world() -> Iterator[World]:
-    with mock_aws():
-        asg, ec2 = aws_clients(None)
-        create_pools(asg, ec2, SPECS)
-        clock = [1000.0]
-        pool = make_pool(clock=clock)
-        yield World(pool, pool.metrics, asg, clock)
+def world(moto_in_process: boto3.session.Session) -> World:
+    asg, ec2 = aws_clients(None)
+    create_pools(asg, ec2, SPECS)
+    clock = [1000.0]
+    pool = make_pool(clock=clock)
+    return World(pool, pool.metrics, asg, clock)
 
 
 @pytest.fixture(scope="class")
@@ -329,7 +327,16 @@ def test_throttle_that_clears_succeeds_within_the_bound() -> None:
 
 
 def scaler_for(pool: AwsAsgPool, cfg: Config) -> Scaler:
-    return Scaler(pool, FakeSource(), cfg, pool.metrics, sleep=Sleeps(), rng=random.Random(3))
+    source = FakeSource()
+    return Scaler(
+        pool,
+        source,
+        cfg,
+        pool.metrics,
+        sleep=Sleeps(),
+        rng=random.Random(3),
+        **handover_ports(source),
+    )
 
 
 def tick(s: Scaler, queued: int, now: datetime) -> dict[str, int]:

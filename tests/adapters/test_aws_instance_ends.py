@@ -10,14 +10,12 @@ the rest against moto.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig
@@ -25,15 +23,14 @@ from autoscaler.errors import TransientError
 from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.job_retry.stage import InstanceFates
 from autoscaler.scale.aws.asg import AwsAsgPool
+from autoscaler.sim.fleet import moto_session
 from autoscaler.telemetry import Metrics
 
 IID = "i-0abc123def4567890"
 
 
 def make_pool() -> AwsAsgPool:
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    session = moto_session()
     return AwsAsgPool(
         AwsConfig(botocore_max_attempts=1), Metrics(CollectorRegistry()), session=session
     )
@@ -118,15 +115,8 @@ def test_a_throttled_describe_is_our_transient_error() -> None:
 
 
 @pytest.fixture
-def moto_pool() -> Iterator[tuple[AwsAsgPool, Any]]:
-    with mock_aws():
-        ec2 = boto3.client(
-            "ec2",
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        yield make_pool(), ec2
+def moto_pool(moto_in_process: boto3.session.Session) -> tuple[AwsAsgPool, Any]:
+    return make_pool(), moto_in_process.client("ec2")
 
 
 def test_against_moto_a_terminated_instance_is_an_end_a_running_one_is_not(

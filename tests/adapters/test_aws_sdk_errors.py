@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime
 
-import boto3
 import botocore.exceptions
 import pytest
 from botocore.parsers import ResponseParserError
@@ -32,8 +30,9 @@ from autoscaler.errors import AuthenticationError, AutoscalerError, PermanentErr
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.scale.scaler import Scaler
 from autoscaler.sim.aws_faults import PROXY_BAD_GATEWAY, Fault, inject, remove
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import CPU, GPU, FakeSource, config, observation, rtype, snapshot
 
 SPECS = [
@@ -49,9 +48,7 @@ NGINX_BAD_GATEWAY = (
 
 
 def make_pool() -> AwsAsgPool:
-    session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    session = moto_session()
     return AwsAsgPool(AwsConfig(), Metrics(CollectorRegistry()), session=session)
 
 
@@ -206,9 +203,16 @@ def test_a_proxy_error_page_does_not_abort_the_scaling_stage(
         rtype(GPU, pools=("gpu-spot",), boot_timeout=86400.0),
         rtype(CPU, pools=("cpu",), boot_timeout=86400.0),
     )
-    cfg = replace(cfg, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = cfg.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
+    source = FakeSource()
     scaler = Scaler(
-        pool, FakeSource(), cfg, pool.metrics, sleep=lambda _: None, rng=random.Random(1)
+        pool,
+        source,
+        cfg,
+        pool.metrics,
+        sleep=lambda _: None,
+        rng=random.Random(1),
+        **handover_ports(source),
     )
     now = datetime.now(UTC)
     decisions = scaler.step(

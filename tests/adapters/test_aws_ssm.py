@@ -12,7 +12,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse, HTTPHeaders
-from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, RetryConfig
@@ -54,12 +53,8 @@ class JsonFault:
 
 
 @pytest.fixture
-def ssm() -> Iterator[SsmParameters]:
-    with mock_aws():
-        session = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )
-        yield SsmParameters(AwsConfig(), Metrics(CollectorRegistry()), session=session)
+def ssm(moto_in_process: boto3.session.Session) -> SsmParameters:
+    return SsmParameters(AwsConfig(), Metrics(CollectorRegistry()), session=moto_in_process)
 
 
 def test_put_stores_a_secure_string_tagged_with_its_instance(ssm: SsmParameters) -> None:
@@ -81,13 +76,16 @@ def test_a_second_put_overwrites_and_keeps_the_tag(ssm: SsmParameters) -> None:
 
 
 def test_delete_is_idempotent_and_list_finds_what_is_left(ssm: SsmParameters) -> None:
-    for n in range(12):  # more than one page of GetParametersByPath (10)
+    """Of two deletes of one parameter only the first finds it: a persistent machine
+    claims its token this way, and the controller learns from its own delete whether the
+    machine did."""
+    for n in range(55):  # more than one page of DescribeParameters (50)
         ssm.put_secret(f"{PATH}/gpu-spot/i-{n:017x}", Secret("x"), instance_id=f"i-{n:017x}")
     ssm.ssm.put_parameter(Name="/elsewhere/x", Value="y", Type="String")
-    ssm.delete(f"{PATH}/gpu-spot/i-{0:017x}")
-    ssm.delete(f"{PATH}/gpu-spot/i-{0:017x}")  # ParameterNotFound: gone either way
+    assert ssm.delete(f"{PATH}/gpu-spot/i-{0:017x}") is True
+    assert ssm.delete(f"{PATH}/gpu-spot/i-{0:017x}") is False  # ParameterNotFound: gone
     names = ssm.list_names(PATH)
-    assert len(names) == 11 and all(n.startswith(PATH + "/gpu-spot/") for n in names)
+    assert len(names) == 54 and all(n.startswith(PATH + "/gpu-spot/") for n in names)
 
 
 def test_throttling_is_retried_by_the_retry_policy(ssm: SsmParameters) -> None:

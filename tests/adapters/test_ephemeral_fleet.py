@@ -20,7 +20,7 @@ from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.scale.aws.ssm import SsmParameters
-from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, reset_moto_server
+from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
 
 LABELS = ("self-hosted", "linux.g5.4xlarge.nvidia.gpu")
@@ -77,9 +77,7 @@ class World:
 
 
 def _session() -> boto3.session.Session:
-    return boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    return moto_session()
 
 
 def _runtime(config: Config, metrics: Metrics, pool: AwsAsgPool) -> Runtime:
@@ -89,7 +87,6 @@ def _runtime(config: Config, metrics: Metrics, pool: AwsAsgPool) -> Runtime:
 
 @pytest.fixture
 def world(moto_endpoint: str, tmp_path: Any) -> Iterator[World]:
-    reset_moto_server(moto_endpoint)
     asg, ec2 = aws_clients(moto_endpoint)
     spec = PoolSpec(POOL, "gpu", LABELS, max_size=5, ephemeral=True)
     create_pools(asg, ec2, [spec])

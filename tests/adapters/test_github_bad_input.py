@@ -192,6 +192,7 @@ def test_a_link_back_to_a_page_already_read_stops_the_listing(
         observation = source.observe(T0)
     source.close()
     assert observation.jobs == ()
+    assert observation.unlisted_repos == (("app", "jobs of run 7: loop"),)
     assert sum("/runs/7/jobs" in url for url in seen) == 2  # page 1, page 2, stop
     errors = metrics.registry.get_sample_value(
         "ci_autoscaler_github_pagination_errors_total", {"endpoint": "jobs", "reason": "loop"}
@@ -281,8 +282,8 @@ def test_an_exception_escaping_the_adapter_is_a_transient_error(
 
 
 def test_a_gzipped_page_is_inflated_and_counted() -> None:
-    """The helper asks for gzip itself since it calls httpx's transport directly (no
-    ``httpx.Client`` to ask and inflate): a gzipped page must read as the plain one."""
+    """The helper asks for gzip only (one layer, inflated within the page limit): a
+    gzipped page must read as the plain one."""
     runners = {"total_count": 1, "runners": [_RUNNER]}
 
     def handler(request: httpx.Request) -> httpx.Response | None:

@@ -1,13 +1,14 @@
-"""generate-jitconfig end to end: GitHubSource against the fake GitHub server, which
-answers as GitHub documents (201 with an offline runner and a single-use config; 409 on a
-taken name; 422 on labels or a group GitHub refuses; 403 without the permission)."""
+"""Runner registration end to end (generate-jitconfig, registration-token): GitHubSource
+against the fake GitHub server, which answers as GitHub documents (201 with an offline
+runner and a single-use config, or an hour's token; 409 on a taken name; 422 on labels or
+a group GitHub refuses; 403 without the permission)."""
 
 from __future__ import annotations
 
 import base64
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -142,3 +143,55 @@ def test_a_user_owner_registers_at_its_repository() -> None:
         assert posts == ["/repos/demo-user/app/actions/runners/generate-jitconfig"]
         s.remove_runner(jit.runner_id)  # found at the repository it was registered at
         assert fake.runners() == []
+
+
+# --- registration tokens (persistent runners)
+
+
+def test_a_registration_token_registers_one_machine_s_runner_until_it_expires() -> None:
+    clock = {"now": T0}
+    with FakeGitHub("demo-org", clock=lambda: clock["now"]) as fake:
+        s = source(fake)
+        s.observe(T0)
+        token = s.create_registration_token()
+        assert token.token.reveal() not in repr(token)  # a secret, never shown
+        assert token.expires_at == T0 + timedelta(hours=1)
+        [request] = [r for r in fake.requests if r.method == "POST"]
+        assert request.path == "/orgs/demo-org/actions/runners/registration-token"
+        assert fake.runners() == []  # a token creates nothing at GitHub
+        rid = fake.register_with_token(token.token.reveal(), NAME, LABELS)
+        found = s.find_runner(NAME)
+        assert found is not None and found.id == rid and found.online
+        clock["now"] = T0 + timedelta(hours=1)
+        with pytest.raises(ValueError, match="expired"):
+            fake.register_with_token(token.token.reveal(), NAME + "-2", LABELS)
+
+
+def test_a_registration_token_refused_is_a_typed_error(org: FakeGitHub) -> None:
+    s = source(org)
+    s.observe(T0)
+    org.jit.forbidden = True
+    with pytest.raises(AuthenticationError) as info:
+        s.create_registration_token()
+    assert info.value.code == "403"
+
+
+def test_a_registration_token_answer_without_a_token_is_transient(org: FakeGitHub) -> None:
+    s = source(org)
+    s.observe(T0)
+    org.inject_body("registration-token", b'{"expires_at": "2026-11-30T04:00:00Z"}', status=201)
+    with pytest.raises(TransientError):
+        s.create_registration_token()
+
+
+def test_a_user_owner_gets_its_token_at_its_repository() -> None:
+    with FakeGitHub("demo-user", clock=lambda: T0, owner_kind="user") as fake:
+        fake.add_repo("app", private=False)
+        s = source(fake)
+        s.observe(T0)
+        token = s.create_registration_token()
+        fake.register_with_token(token.token.reveal(), NAME, LABELS)
+        [runner] = fake.runners()
+        assert runner.repos == ("app",)
+        posts = [r.path for r in fake.requests if r.method == "POST"]
+        assert posts == ["/repos/demo-user/app/actions/runners/registration-token"]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.config import GitHubConfig, parse_config
+from autoscaler.config import GitHubConfig
 from autoscaler.domain import CompletedJob, RunProgress
 from autoscaler.errors import AuthenticationError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
@@ -22,6 +22,7 @@ from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
+from tests.factories import load_config
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 GPU = ["self-hosted", "linux.g5.4xlarge.nvidia.gpu"]
@@ -230,14 +231,7 @@ def test_a_rerun_whose_201_was_lost_is_not_taken_for_a_missing_permission(world:
     ("not the latest attempt"), which used to pause re-runs in the whole repository for
     hours and page "Job re-runs not permitted". Now the run is read: attempt 2 exists, so
     the job counts as re-run and the repository is not paused."""
-    config = parse_config(
-        {
-            "github": {"owner": "demo-org", "token": "t"},
-            "runner_types": {"gpu": {"labels": GPU}},
-            "job_retry": {"enabled": True},
-        },
-        env={},
-    )
+    config = load_config(runner_types={"gpu": {"labels": GPU}}, job_retry={"enabled": True})
     job = running_job(world)
     world.tick()
     fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])

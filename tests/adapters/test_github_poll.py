@@ -36,7 +36,7 @@ class World:
             owner="demo-org",
             api_url=self.fake.url,
             token=Secret("fake-token"),
-            **config,  # type: ignore[arg-type]
+            **config,
         )
         return GitHubSource(
             cfg,

@@ -31,7 +31,7 @@ class World:
             owner=self.fake.owner,
             api_url=self.fake.url,
             token=Secret("fake-token"),
-            **config,  # type: ignore[arg-type]
+            **config,
         )
         return GitHubSource(cfg, self.metrics, sleep=lambda _: None)
 

@@ -38,7 +38,7 @@ class World:
             owner="demo-org",
             api_url=self.fake.url,
             token=Secret(token),
-            **config,  # type: ignore[arg-type]
+            **config,
         )
         return GitHubSource(
             cfg,

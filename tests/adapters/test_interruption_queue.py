@@ -3,14 +3,12 @@ moto, the real Scaler's back-off, and a hand-written JobSource for the runners."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig
@@ -29,6 +27,7 @@ from tests.adapters.aws_events import (
     spot_warning,
     state_change,
 )
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import GPU, FakeSource, config, rtype
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -69,35 +68,34 @@ class World:
 
 
 @pytest.fixture
-def world() -> Iterator[World]:
-    with mock_aws():
-        asg, ec2 = aws_clients(None)
-        create_pools(asg, ec2, SPECS)
-        session = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )
-        metrics = Metrics(CollectorRegistry())
-        pool = AwsAsgPool(AwsConfig(), metrics, session=session)
-        pool.set_desired_capacity("gpu-spot", 2)
-        queue = SqsInterruptionQueue("", AwsConfig(), metrics, session=session)
-        url = queue.sqs.create_queue(QueueName="ci-autoscaler-interruptions")["QueueUrl"]
-        queue.queue_url = url
-        source = FakeSource()
-        cfg = config(rtype(pools=("gpu-spot", "gpu-od")))
-        events = InstanceEvents()
-        scaler = Scaler(RecordingPool(pool, events, lambda: NOW), source, cfg, metrics)
-        handler = InterruptionHandler(
-            queue,
-            pool,
-            ["gpu-spot", "gpu-od"],
-            source,
-            events,
-            interruptions=metrics.interruptions,
-            errors=metrics.interruption_queue_errors,
-            observed=lambda: Observation(NOW, (), tuple(source.runners.values())),
-            backoff=scaler,
-        )
-        yield World(queue.sqs, url, pool, source, scaler, handler, events, metrics)
+def world(moto_in_process: boto3.session.Session) -> World:
+    asg, ec2 = aws_clients(None)
+    create_pools(asg, ec2, SPECS)
+    session = moto_in_process
+    metrics = Metrics(CollectorRegistry())
+    pool = AwsAsgPool(AwsConfig(), metrics, session=session)
+    pool.set_desired_capacity("gpu-spot", 2)
+    queue = SqsInterruptionQueue("", AwsConfig(), metrics, session=session)
+    url = queue.sqs.create_queue(QueueName="ci-autoscaler-interruptions")["QueueUrl"]
+    queue.queue_url = url
+    source = FakeSource()
+    cfg = config(rtype(pools=("gpu-spot", "gpu-od")))
+    events = InstanceEvents()
+    scaler = Scaler(
+        RecordingPool(pool, events, lambda: NOW), source, cfg, metrics, **handover_ports(source)
+    )
+    handler = InterruptionHandler(
+        queue,
+        pool,
+        ["gpu-spot", "gpu-od"],
+        source,
+        events,
+        interruptions=metrics.interruptions,
+        errors=metrics.interruption_queue_errors,
+        observed=lambda: Observation(NOW, (), tuple(source.runners.values())),
+        backoff=scaler,
+    )
+    return World(queue.sqs, url, pool, source, scaler, handler, events, metrics)
 
 
 def add_runner(w: World, instance: str, *, busy: bool, name: str = "gpu-spot") -> int:

@@ -26,8 +26,8 @@ from autoscaler.alerting.engine import AlertEngine
 from autoscaler.config import AlertRuleConfig, AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
 from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 SECRETS = ("alice", "s3cr3t-pa55", "T0SECRETTEAM", "B0SECRETHOOK", "pathKey9x", "q-t0ken")
@@ -77,15 +77,23 @@ def _receivers(server: str, refused: str) -> list[ReceiverConfig]:
     auth = "alice:s3cr3t-pa55@"
     secret_path = "/services/T0SECRETTEAM/B0SECRETHOOK/pathKey9x?token=q-t0ken"
     return [
-        ReceiverConfig("hook", "webhook", url=SecretUrl(f"http://{auth}{server}/ok{secret_path}")),
-        ReceiverConfig("slack", "slack", url=SecretUrl(f"http://{server}/down{secret_path}")),
-        ReceiverConfig("gone", "webhook", url=SecretUrl(f"http://{auth}{refused}{secret_path}")),
         ReceiverConfig(
-            "bad", "alertmanager_webhook", url=SecretUrl(f"http://{auth}{server}/bad{secret_path}")
+            name="hook", type="webhook", url=SecretUrl(f"http://{auth}{server}/ok{secret_path}")
+        ),
+        ReceiverConfig(
+            name="slack", type="slack", url=SecretUrl(f"http://{server}/down{secret_path}")
+        ),
+        ReceiverConfig(
+            name="gone", type="webhook", url=SecretUrl(f"http://{auth}{refused}{secret_path}")
+        ),
+        ReceiverConfig(
+            name="bad",
+            type="alertmanager_webhook",
+            url=SecretUrl(f"http://{auth}{server}/bad{secret_path}"),
         ),
         ReceiverConfig(  # Alertmanager's API, posted beside the outbox
-            "am",
-            "alertmanager",
+            name="am",
+            type="alertmanager",
             url=SecretUrl(f"http://{auth}{server}/ok/am{secret_path}"),
             urls=(SecretUrl(f"http://{auth}{server}/ok/am{secret_path}"),),
         ),
@@ -110,7 +118,7 @@ def _engine(
     )
     deliverer = Deliverer(config.receivers, metrics, sleep=lambda _: None, deadline=20.0)
     sync = AlertmanagerSync(config.receivers, metrics)
-    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics, alertmanager=sync)
+    engine = alert_engine(config, metrics=metrics, deliverer=deliverer, alertmanager=sync)
     return engine, deliverer, sync
 
 

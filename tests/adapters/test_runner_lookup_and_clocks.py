@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import boto3
 import httpx
 import pytest
 from moto import mock_aws
@@ -20,7 +19,7 @@ from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.scale.aws.asg import AwsAsgPool
 from autoscaler.secrets import Secret
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -161,9 +160,7 @@ def test_aws_clock_skew_read_from_the_date_of_every_answer() -> None:
         asg, ec2 = aws_clients(None)
         create_pools(asg, ec2, [PoolSpec("ci-cpu", "cpu", ("cpu",))])
         metrics = Metrics(CollectorRegistry())
-        session = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        )
+        session = moto_session()
         pool = AwsAsgPool(
             AwsConfig(), metrics, session=session, wall_clock=lambda: time.time() - 90.0
         )

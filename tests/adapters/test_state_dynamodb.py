@@ -22,6 +22,7 @@ from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification
 from autoscaler.config import AwsConfig
 from autoscaler.errors import NotLeaderError, StateUnavailableError, StateUnusableError
 from autoscaler.scale.memory import PoolMemory
+from autoscaler.sim.fleet import moto_session
 from autoscaler.state.dynamodb import DynamoStore
 from autoscaler.state.dynamodb_lease import DynamoLeaseTable
 from autoscaler.state.dynamodb_table import (
@@ -41,9 +42,7 @@ _versions = itertools.count()
 
 
 def session() -> boto3.session.Session:
-    return boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    )
+    return moto_session()
 
 
 def dynamo_table(endpoint: str, name: str = TABLE, metrics: Metrics | None = None) -> DynamoTable:
@@ -77,9 +76,7 @@ def lease_on(
 
 @pytest.fixture
 def moto(moto_endpoint: str) -> Iterator[str]:
-    from autoscaler.sim.fleet import reset_moto_server  # noqa: PLC0415
-
-    reset_moto_server(moto_endpoint)
+    """The worker's moto server, emptied, with the state table."""
     assert create_table(dynamo_table(moto_endpoint), sleep=lambda _: None) == "created"
     yield moto_endpoint
 

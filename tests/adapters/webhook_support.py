@@ -20,7 +20,7 @@ from tests.unit.webhook_payloads import SECRET
 
 
 def hook_config(**overrides: Any) -> WebhookConfig:
-    values: dict[str, Any] = {"secret": Secret(SECRET.decode()), "listen_port": 0}
+    values: dict[str, Any] = {"secret": Secret(SECRET.decode()), "listen": "0.0.0.0:0"}
     values.update(overrides)
     return WebhookConfig(**values)
 

@@ -440,7 +440,11 @@ def test_every_request_the_client_makes_is_covered(
         config = GitHubConfig(
             owner=str(s.ids["owner"]),
             api_url=s.fake.url,
-            app=GitHubAppConfig(APP_ID, INSTALLATION_ID, Secret(private_key_pem())),
+            app=GitHubAppConfig(
+                app_id=APP_ID,
+                installation_id=INSTALLATION_ID,
+                private_key=Secret(private_key_pem()),
+            ),
         )
         source = GitHubSource(config, Metrics(), wall_clock=T0.timestamp)
         try:

@@ -1,7 +1,8 @@
-"""The fake GitHub's generate-jitconfig (what the controller calls for ephemeral runners)
-answers as GitHub's OpenAPI description documents: status, body schema, no undocumented
-property. One request per row, in order, on one fake (the 409 row asks for the name the
-first row took). Same checks as ``test_fake_conformance`` for the client's endpoints."""
+"""The fake GitHub's runner registration (generate-jitconfig for ephemeral runners,
+registration-token for persistent ones) answers as GitHub's OpenAPI description documents:
+status, body schema, no undocumented property. One request per row, in order, on one fake
+(the 409 row asks for the name the first row took). Same checks as
+``test_fake_conformance`` for the client's endpoints."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from tests.conformance.openapi import Description, errors
 
 ORG_JIT = "/orgs/{org}/actions/runners/generate-jitconfig"
 REPO_JIT = "/repos/{owner}/{repo}/actions/runners/generate-jitconfig"
+ORG_TOKEN = "/orgs/{org}/actions/runners/registration-token"
+REPO_TOKEN = "/repos/{owner}/{repo}/actions/runners/registration-token"
 GOOD = {"name": "gpu-i-0abc", "runner_group_id": 1, "labels": ["gpu"], "work_folder": "_work"}
 
 #: id, template, path, JSON body, expected status
@@ -50,6 +53,8 @@ ROWS: list[tuple[str, str, str, Any, int]] = [
         {**GOOD, "name": "z"},
         404,
     ),
+    ("org-token", ORG_TOKEN, "/orgs/o/actions/runners/registration-token", None, 201),
+    ("repo-token", REPO_TOKEN, "/repos/o/app/actions/runners/registration-token", None, 201),
 ]
 _ERROR_STATUS = (
     "GitHub's error bodies carry 'status' (the code as a string) since 2023; basic-error "
@@ -78,7 +83,7 @@ def answers() -> Iterator[dict[str, httpx.Response]]:
     [(r[0], r[1], r[4]) for r in ROWS],
     ids=[r[0] for r in ROWS],
 )
-def test_generate_jitconfig_answers_as_documented(
+def test_runner_registration_answers_as_documented(
     description: Description,
     answers: dict[str, httpx.Response],
     row_id: str,
@@ -98,3 +103,12 @@ def test_generate_jitconfig_answers_as_documented(
 def test_the_created_runner_is_offline_and_ephemeral(answers: dict[str, httpx.Response]) -> None:
     runner = answers["org-created"].json()["runner"]
     assert (runner["status"], runner["busy"], runner["ephemeral"]) == ("offline", False, True)
+
+
+def test_a_registration_token_lasts_an_hour(answers: dict[str, httpx.Response]) -> None:
+    from datetime import datetime, timedelta  # noqa: PLC0415
+
+    body = answers["org-token"].json()
+    expires = datetime.fromisoformat(body["expires_at"].replace("Z", "+00:00"))
+    left = expires - datetime.now(expires.tzinfo)
+    assert timedelta(minutes=59) < left <= timedelta(hours=1)

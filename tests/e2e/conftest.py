@@ -7,13 +7,13 @@ from collections.abc import Iterator
 import pytest
 
 from autoscaler.sim.fleet import reset_moto_server
-from tests.e2e.pair import atomic_moto_process
+from tests.conftest import moto_process
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def atomic_moto() -> Iterator[str]:
-    """moto's server in a process of its own, one request at a time, per test module."""
-    with atomic_moto_process() as endpoint:
+    """moto's server in a process of its own, one request at a time, per worker."""
+    with moto_process(atomic=True) as endpoint:
         yield endpoint
 
 

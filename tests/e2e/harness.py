@@ -37,6 +37,12 @@ def seeded_github(*, gpu_jobs: int = 3, gpu_age_minutes: float = 90) -> FakeGitH
     return fake
 
 
+#: For a config run one tick at a time (``once``, ``explain``): the poll may take 0.8 of the
+#: interval, and at 1 s a loaded machine cut the only tick's poll before the GPU jobs' run
+#: was listed (0 queued, no alert). The interval is otherwise unused by one tick.
+ONE_TICK = {"poll_interval": "30s"}
+
+
 def write_config(tmp: Path, github_url: str, port: int, **extra: object) -> Path:
     doc: dict[str, object] = {
         "poll_interval": "1s",

@@ -14,6 +14,7 @@ Used by tests/e2e/test_two_controllers.py and by ``make bench`` (bench/failover.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -30,12 +31,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import yaml
 
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.sim.fleet import Fleet, PoolSpec, aws_clients, create_pools
+from autoscaler.sim.fleet import (
+    Fleet,
+    PoolSpec,
+    aws_clients,
+    create_pools,
+    moto_session,
+    ssm_client,
+)
 from tests.conftest import free_port
 
 CPU = ["self-hosted", "linux.4xlarge"]
@@ -239,11 +246,14 @@ class Pair:
             self.stopped.append(self.controllers.pop(name))
         return at
 
+    @functools.cached_property
+    def dynamodb(self) -> Any:
+        """One client for the test's reads of the table (they poll every 50 ms: a client
+        per read cost the test process a core on a two-core machine)."""
+        return moto_session().client("dynamodb", endpoint_url=self.moto)
+
     def lease(self) -> dict[str, Any] | None:
-        client = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        ).client("dynamodb", endpoint_url=self.moto)
-        item = client.get_item(
+        item = self.dynamodb.get_item(
             TableName=TABLE, Key={"pk": {"S": "lease"}, "sk": {"S": "lease"}}, ConsistentRead=True
         ).get("Item")
         if item is None:
@@ -251,10 +261,7 @@ class Pair:
         return {k: next(iter(v.values())) for k, v in item.items()}
 
     def items(self, pk: str) -> list[dict[str, Any]]:
-        client = boto3.session.Session(
-            aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-        ).client("dynamodb", endpoint_url=self.moto)
-        out = client.query(
+        out = self.dynamodb.query(
             TableName=TABLE,
             KeyConditionExpression="pk = :pk",
             ExpressionAttributeValues={":pk": {"S": pk}},
@@ -292,6 +299,7 @@ class Pair:
             [PoolSpec("ci-cpu", "linux.4xlarge", tuple(CPU), max_size=6)],
             boot_delay=0.5,
             job_duration=job_seconds,
+            ssm=ssm_client(self.moto),
         )
 
         def run_fleet() -> None:
@@ -336,43 +344,6 @@ class Pair:
                     c.proc.wait()
             self.stopped.append(c)
         self.controllers.clear()
-
-
-_MOTO_MAIN = (
-    "import sys, time\n"
-    "from autoscaler.sim.fleet import start_moto_server\n"
-    "server, endpoint = start_moto_server(atomic=True)\n"
-    "print(endpoint, flush=True)\n"
-    "sys.stdin.read()\n"  # until the parent closes stdin (or dies)
-    "server.stop()\n"
-)
-
-
-@contextmanager
-def atomic_moto_process() -> Iterator[str]:
-    """moto's server, one request at a time, in a process of its own: the test process
-    also runs the fake GitHub, the fleet emulator and the receiver, and on a loaded machine
-    sharing one interpreter's lock with them made DynamoDB calls time out."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _MOTO_MAIN],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        endpoint = proc.stdout.readline().strip()
-        assert endpoint.startswith("http://127.0.0.1:"), endpoint
-        yield endpoint
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def create_table(moto: str, tmp: Path) -> subprocess.CompletedProcess[str]:

@@ -14,9 +14,8 @@ from autoscaler.sim.fleet import (
     PoolSpec,
     aws_clients,
     create_pools,
-    reset_moto_server,
 )
-from tests.e2e.harness import CPU, GPU, cli, free_port, seeded_github, write_config
+from tests.e2e.harness import CPU, GPU, ONE_TICK, cli, free_port, seeded_github, write_config
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
@@ -31,7 +30,6 @@ def sink() -> Iterator[WebhookSink]:
 @pytest.fixture
 def moto_url(moto_endpoint: str) -> str:
     url = moto_endpoint
-    reset_moto_server(url)  # moto's backends are process-global: start each test afresh
     autoscaling, ec2 = aws_clients(url)
     create_pools(
         autoscaling,
@@ -49,6 +47,7 @@ def acting_config(tmp: Path, github_url: str, sink_url: str, aws_url: str) -> Pa
         tmp,
         github_url,
         free_port(),
+        **ONE_TICK,
         runner_types={
             "linux.4xlarge": {"labels": CPU, "pools": ["ci-cpu"]},
             "linux.g5.4xlarge.nvidia.gpu": {"labels": GPU, "pools": ["ci-gpu"], "max": 2},

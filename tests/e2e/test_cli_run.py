@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import (
+    ONE_TICK,
     cli,
     free_port,
     running_controller,
@@ -45,7 +46,7 @@ def test_check_config_exit_codes(tmp_path: Path) -> None:
 def test_once_json_is_the_only_thing_on_stdout(tmp_path: Path) -> None:
     fake = seeded_github(gpu_jobs=3, gpu_age_minutes=90)
     try:
-        config = write_config(tmp_path, fake.url, free_port())
+        config = write_config(tmp_path, fake.url, free_port(), **ONE_TICK)
         result = cli("--log-level", "info", "once", "--config", str(config), "--output", "json")
     finally:
         fake.stop()
@@ -65,7 +66,7 @@ def test_once_json_is_the_only_thing_on_stdout(tmp_path: Path) -> None:
 def test_once_table_is_aligned(tmp_path: Path) -> None:
     fake = seeded_github()
     try:
-        config = write_config(tmp_path, fake.url, free_port())
+        config = write_config(tmp_path, fake.url, free_port(), **ONE_TICK)
         result = cli("once", "--config", str(config))
     finally:
         fake.stop()
@@ -124,7 +125,7 @@ def test_readyz_fails_when_github_is_down(tmp_path: Path, path: str) -> None:
 def test_info_logs_are_not_one_line_per_github_request(tmp_path: Path) -> None:
     fake = seeded_github()
     try:
-        config = write_config(tmp_path, fake.url, free_port())
+        config = write_config(tmp_path, fake.url, free_port(), **ONE_TICK)
         result = cli("--log-level", "info", "once", "--config", str(config))
     finally:
         fake.stop()

@@ -38,6 +38,10 @@ def test_demo_shows_every_promise_of_the_readme_and_sums_it_up() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stderr == "", "log lines or tracebacks leaked to stderr:\n" + result.stderr
     assert "\x1b[" not in out, "terminal escapes in piped output"
+    # A newcomer never watches a silent terminal while moto and the fakes start.
+    start = out.split("ready: the status page is", 1)[0]
+    for step in ("fake GitHub on http://127.0.0.1:", "moto on http://127.0.0.1:", "controller"):
+        assert step in start, f"no start-up line about {step}:\n{start}"
 
     summary = out.rsplit("summary after", 1)[1]
     for promise in PROMISES:

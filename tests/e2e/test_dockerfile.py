@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from docker.utils.build import exclude_paths
+from dockerfile_parse import DockerfileParser
 
 from tests.conftest import free_port, require_tool
 
@@ -57,30 +58,18 @@ class Stage:
         return out
 
 
-def parse_dockerfile(text: str) -> list[Stage]:
-    """Instructions grouped by stage; continuation lines joined, comments dropped."""
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        logical.append(pending + line)
-        pending = ""
-    assert not pending, "Dockerfile ends inside a continuation line"
+def parse_dockerfile(path: Path) -> list[Stage]:
+    """Instructions grouped by stage, as dockerfile-parse reads them (continuation lines
+    joined, comments apart)."""
     stages: list[Stage] = []
-    for line in logical:
-        instruction, _, args = line.partition(" ")
-        instruction = instruction.upper()
+    for item in DockerfileParser(path=str(path)).structure:
+        instruction, args = str(item["instruction"]).upper(), str(item["value"]).strip()
         if instruction == "FROM":
             words = args.split()
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
             stages.append(Stage(base=words[0], name=name))
-        elif stages:
-            stages[-1].steps.append((instruction, args.strip()))
+        elif instruction != "COMMENT" and stages:
+            stages[-1].steps.append((instruction, args))
     return stages
 
 
@@ -112,50 +101,26 @@ class FakeRoot:
         return ":".join(out)
 
 
-def _ignore_regex(pattern: str) -> re.Pattern[str]:
-    """A .dockerignore pattern as a regex (``*`` stays within one path segment)."""
-    out = ""
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out += "(?:.*/)?"
-            i += 3
-        elif pattern.startswith("**", i):
-            out += ".*"
-            i += 2
-        elif pattern[i] == "*":
-            out += "[^/]*"
-            i += 1
-        elif pattern[i] == "?":
-            out += "[^/]"
-            i += 1
-        else:
-            out += re.escape(pattern[i])
-            i += 1
-    return re.compile(out)
+def build_context() -> set[str]:
+    """The files Docker sends to the builder: the repository less what ``.dockerignore``
+    excludes, by Docker's own rules (docker-py's ``exclude_paths``)."""
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    return {p for p in exclude_paths(str(REPO), patterns) if (REPO / p).is_file()}
 
 
-def dockerignored(rel: str, patterns: list[str]) -> bool:
-    """Docker's rule: a pattern matches a path or any of its parent directories; last wins."""
-    parts = rel.split("/")
-    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    ignored = False
-    for pattern in patterns:
-        negate = pattern.startswith("!")
-        regex = _ignore_regex(pattern.removeprefix("!").strip("/"))
-        if any(regex.fullmatch(prefix) for prefix in prefixes):
-            ignored = not negate
-    return ignored
-
-
-def copy_into(src: Path, dest: Path, patterns: list[str]) -> None:
+def copy_into(src: Path, dest: Path, context: set[str]) -> None:
+    """COPY ``src`` (a file or a directory of the build context) to ``dest``."""
     if src.is_file():
+        assert src.relative_to(REPO).as_posix() in context, f"COPY {src}: not in the context"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest)
         return
     for path in sorted(src.rglob("*")):
-        rel = path.relative_to(REPO).as_posix()
-        if path.is_file() and not dockerignored(rel, patterns):
+        if path.is_file() and path.relative_to(REPO).as_posix() in context:
             target = dest / path.relative_to(src)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)
@@ -172,7 +137,7 @@ def base_python_dir(tmp: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def stages() -> list[Stage]:
-    return parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8"))
+    return parse_dockerfile(DOCKERFILE)
 
 
 @pytest.fixture(scope="module")
@@ -184,11 +149,7 @@ def image(
     root = FakeRoot(tmp / "root")
     root.root.mkdir()
     builder, final = stages[0], stages[-1]
-    patterns = [
-        line.strip()
-        for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    context = build_context()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONHOME"))}
     env["PATH"] = f"{base_python_dir(tmp)}:{env['PATH']}"
     workdir = root.path("/")
@@ -209,7 +170,7 @@ def image(
                 target = workdir / dest
                 if (REPO / src).is_file() and dest.endswith("/"):
                     target = target / Path(src).name
-                copy_into(REPO / src, target, patterns)
+                copy_into(REPO / src, target, context)
         elif instruction == "RUN":
             for directory in ("/tmp",):
                 root.path(directory).mkdir(parents=True, exist_ok=True)

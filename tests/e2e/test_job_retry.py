@@ -23,7 +23,6 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import boto3
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -33,7 +32,7 @@ from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns
 from autoscaler.scale.scaler import Scaler
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, reset_moto_server
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, moto_session
 from autoscaler.telemetry import Metrics
 from tests.adapters.aws_events import body, spot_warning
 
@@ -128,16 +127,13 @@ def config(fake: FakeGitHub, sink: Sink, aws: str, queue: str, tmp: str) -> Conf
 def world(moto_endpoint: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    reset_moto_server(moto_endpoint)
     autoscaling, ec2 = aws_clients(moto_endpoint)
     specs = [PoolSpec("ci-gpu-spot", "gpu", tuple(GPU)), PoolSpec("ci-gpu", "gpu", tuple(GPU))]
     create_pools(autoscaling, ec2, specs)
     autoscaling.set_desired_capacity(AutoScalingGroupName="ci-gpu-spot", DesiredCapacity=2)
     group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["ci-gpu-spot"])
     instances = sorted(i["InstanceId"] for i in group["AutoScalingGroups"][0]["Instances"])
-    sqs = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-    ).client("sqs", endpoint_url=moto_endpoint)
+    sqs = moto_session().client("sqs", endpoint_url=moto_endpoint)
     queue_url = sqs.create_queue(QueueName="ci-autoscaler-interruptions")["QueueUrl"]
     sink = Sink()
     holder: list[World] = []

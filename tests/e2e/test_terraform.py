@@ -20,6 +20,7 @@ from autoscaler.job_retry.interruptions import (
 from autoscaler.scale.aws.asg import IAM_ACTIONS
 from autoscaler.scale.aws.sqs import SQS_IAM_ACTIONS
 from autoscaler.scale.aws.ssm import IAM_ACTIONS as SSM_IAM_ACTIONS
+from autoscaler.scale.aws.ssm import IAM_LIST_ACTION as SSM_IAM_LIST_ACTION
 from autoscaler.scale.aws.ssm import INSTANCE_TAG
 from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import SCHEMA, TableSchema
@@ -136,7 +137,7 @@ def test_task_role_allows_exactly_the_adapter_calls(
     granted = {a for s in task_statements for a in s["actions"]}
     assert all(s.get("effect", "Allow") == "Allow" for s in task_statements)
     assert not any("*" in a for a in granted), f"wildcard actions: {sorted(granted)}"
-    wanted = set(IAM_ACTIONS) | set(SSM_IAM_ACTIONS)
+    wanted = set(IAM_ACTIONS) | set(SSM_IAM_ACTIONS) | {SSM_IAM_LIST_ACTION}
     assert granted == wanted, (
         f"missing: {sorted(wanted - granted)}, extra: {sorted(granted - wanted)}"
     )
@@ -312,31 +313,38 @@ def test_task_role_writes_jit_parameters_on_its_path_only(
 ) -> None:
     """The controller's SSM calls (scale/aws/ssm.py) on ``jit.parameter_path`` and below,
     nowhere else."""
-    [jit] = [s for s in task_statements if any(a.startswith("ssm:") for a in s["actions"])]
+    ssm = [s for s in task_statements if any(a.startswith("ssm:") for a in s["actions"])]
+    [jit] = [s for s in ssm if SSM_IAM_LIST_ACTION not in s["actions"]]
     assert set(jit["actions"]) == set(SSM_IAM_ACTIONS)
     assert not jit.get("condition")
     for arn in jit["resources"]:
         assert arn.endswith(
             ("parameter${var.jit_parameter_path}", "parameter${var.jit_parameter_path}/*")
         ), arn
+    # Listing names only: the one SSM action AWS does not scope to a resource.
+    [listing] = [s for s in ssm if SSM_IAM_LIST_ACTION in s["actions"]]
+    assert listing["actions"] == [SSM_IAM_LIST_ACTION] and listing["resources"] == ["*"]
 
 
-def test_instance_reads_only_its_own_jit_parameter() -> None:
-    """The runner-pool instance role: GetParameter on its pool's JIT parameters, only the
-    one tagged (by the controller's SsmParameters) with the reading instance's own id."""
+def test_instance_reads_only_its_own_parameter() -> None:
+    """The runner-pool instance role, in either mode: GetParameter (and DeleteParameter, to
+    claim a registration token) on its pool's parameters, only the one tagged (by the
+    controller's SsmParameters) with the reading instance's own id; nothing else."""
     with (TERRAFORM_DIR / "modules" / "runner-pool" / "main.tf").open(encoding="utf-8") as f:
         doc = dict(hcl2.load(f))
     policy = blocks(doc, "data", "aws_iam_policy_document")["runner"]
-    dynamic = [d["statement"] for d in policy.get("dynamic", []) if "statement" in d]
-    [jit] = [c for d in dynamic for c in d["content"] if c["sid"] == "ReadOwnJitConfig"]
-    assert jit["actions"] == ["ssm:GetParameter"]
-    assert jit["resources"] == ["${statement.value}"]
+    [own] = policy["statement"]
+    assert own["sid"] == "ReadAndClaimOwnCredential"
+    assert own["actions"] == ["ssm:GetParameter", "ssm:DeleteParameter"]
+    assert own["resources"] == ["${local.own_parameters_arn}"]
     locals_ = {k: v for entry in unquote(doc["locals"]) for k, v in entry.items()}
-    assert locals_["jit_parameters_arn"].endswith("/${var.pool_name}/*")
-    [condition] = jit["condition"]
+    assert locals_["own_parameters_arn"].endswith("${var.jit_parameter_path}/${var.pool_name}/*")
+    [condition] = own["condition"]
     assert condition["test"] == "StringEquals"
     assert condition["variable"] == f"ssm:resourceTag/{INSTANCE_TAG}"
     assert condition["values"] == ["$${ec2:InstanceID}"]
+    dynamic = [c for d in policy.get("dynamic", []) for c in d["statement"]["content"]]
+    assert [c["sid"] for c in dynamic] == ["DecryptOwnCredential"]  # only with kms_key_arn
 
 
 def test_boot_script_reads_the_parameter_the_controller_writes() -> None:
@@ -346,7 +354,11 @@ def test_boot_script_reads_the_parameter_the_controller_writes() -> None:
     template = (
         TERRAFORM_DIR / "modules" / "runner-pool" / "templates" / "user-data.sh.tftpl"
     ).read_text(encoding="utf-8")
-    assert 'JIT_PARAMETER="${jit_parameter_path}/${pool_name}/$${INSTANCE_ID}"' in template
-    assert JitConfig("/p").parameter_name("pool", "i-1") == "/p/pool/i-1"
-    assert 'run.sh --jitconfig "$JIT_CONFIG"' in template
+    assert 'PARAMETER="${jit_parameter_path}/${pool_name}/$${INSTANCE_ID}"' in template
+    assert JitConfig(parameter_path="/p").parameter_name("pool", "i-1") == "/p/pool/i-1"
+    assert 'run.sh --jitconfig "$CREDENTIAL"' in template
+    # persistent: claim the token (delete the parameter) and register only if that worked
+    claim = 'if ! aws ssm delete-parameter --region "$REGION" --name "$PARAMETER"; then'
+    assert claim in template
+    assert template.index(claim) < template.index("./config.sh")
     assert "169.254.169.254/latest/api/token" in template  # IMDSv2 for its instance id

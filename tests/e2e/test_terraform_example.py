@@ -6,7 +6,9 @@ The example is applied unchanged except for a `moto_override.tf` (the provider's
 endpoints and fake credentials) and a tfvars file. It is applied with every optional
 input the config template reads (a Slack alert receiver, a repository list); the default
 variant (no receiver, no rule, every repository) is rendered by a second plan,
-whose planned SSM parameter value is the config that variant would store.
+whose planned SSM parameter value is the config that variant would store. That plan also
+shows what every instance may reach: no GitHub credential it could read (each instance
+role reads and deletes its own parameter only), IMDSv2 with a hop limit of 1.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import yaml
 
 from autoscaler.config import load_config
+from autoscaler.sim.fleet import moto_session
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
     MOTO_REGION,
@@ -65,13 +67,13 @@ class Applied:
     configs: dict[str, str]
     """Variant => the config YAML it stores in SSM."""
     outputs: dict[str, Any]
+    planned: list[dict[str, Any]]
+    """Every resource of the default variant's plan (``planned_values``, all modules)."""
 
 
 def client(service: str, endpoint: str) -> Any:
     """A boto3 client of moto (typed Any: the stubs type clients per literal service name)."""
-    session: Any = boto3.session.Session(
-        aws_access_key_id="test", aws_secret_access_key="test", region_name=MOTO_REGION
-    )
+    session: Any = moto_session(MOTO_REGION)
     return session.client(service, endpoint_url=endpoint)
 
 
@@ -106,27 +108,37 @@ def tfvars(endpoint: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return base, {"alert_webhook_secret_arn": arn + WEBHOOK_PARAMETER, "github_repos": REPOS}
 
 
-def planned_config(terraform: str, root: Path, env: dict[str, str], args: list[str]) -> str:
-    """The config YAML a plan with ``args`` would store in the SSM parameter."""
+def planned_config(
+    terraform: str, root: Path, env: dict[str, str], args: list[str]
+) -> tuple[str, list[dict[str, Any]]]:
+    """The config YAML a plan with ``args`` would store in the SSM parameter, and every
+    resource of that plan."""
     done = run(terraform, ["plan", "-no-color", "-out=variant.tfplan", *args], root, env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
     done = run(terraform, ["show", "-json", "variant.tfplan"], root, env)
     assert done.returncode == 0, done.stderr
-    changes = json.loads(done.stdout)["resource_changes"]
+    plan = json.loads(done.stdout)
+    changes = plan["resource_changes"]
     [param] = [c for c in changes if c["address"] == "module.controller.aws_ssm_parameter.config"]
     value = param["change"]["after"]["value"]
     assert isinstance(value, str), param["change"]
-    return value
+    return value, list(_resources(plan["planned_values"]["root_module"]))
+
+
+def _resources(module: dict[str, Any]) -> Any:
+    yield from module.get("resources", [])
+    for child in module.get("child_modules", []):
+        yield from _resources(child)
 
 
 @pytest.fixture(scope="module")
-def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Applied:
+def applied(moto_module_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Applied:
     terraform = require_tool("terraform")
     mirror = require_provider_mirror()
     tmp = tmp_path_factory.mktemp("tf-example")
     root = copy_tree(tmp) / "examples" / "complete"
-    (root / "moto_override.tf").write_text(moto_provider(moto_endpoint), encoding="utf-8")
-    base, full = tfvars(moto_endpoint)
+    (root / "moto_override.tf").write_text(moto_provider(moto_module_endpoint), encoding="utf-8")
+    base, full = tfvars(moto_module_endpoint)
     (root / "moto.tfvars.json").write_text(json.dumps(base), "utf-8")
     (root / "full.tfvars.json").write_text(json.dumps(full), "utf-8")
     with_full = ["-var-file=moto.tfvars.json", "-var-file=full.tfvars.json"]
@@ -137,9 +149,11 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> App
     done = run(terraform, ["output", "-json"], root, env)
     assert done.returncode == 0, done.stderr
     outputs = {k: v["value"] for k, v in json.loads(done.stdout).items()}
-    stored = client("ssm", moto_endpoint).get_parameter(Name=CONFIG_PARAMETER)["Parameter"]
-    default = planned_config(terraform, root, env, ["-var-file=moto.tfvars.json"])
-    return Applied(moto_endpoint, {"full": stored["Value"], "default": default}, outputs)
+    stored = client("ssm", moto_module_endpoint).get_parameter(Name=CONFIG_PARAMETER)["Parameter"]
+    default, planned = planned_config(terraform, root, env, ["-var-file=moto.tfvars.json"])
+    return Applied(
+        moto_module_endpoint, {"full": stored["Value"], "default": default}, outputs, planned
+    )
 
 
 def write_config(applied: Applied, variant: str, tmp_path: Path) -> Path:
@@ -218,14 +232,15 @@ def test_generated_config_names_exactly_the_pools_terraform_made(
     for rt in config.runner_types:
         for pool in rt.pools:
             user_data = user_data_of(applied.endpoint, by_name[pool])
+            # Each instance reads the parameter the controller writes for it.
+            wanted = config.jit.parameter_name(pool, "${INSTANCE_ID}")
+            assert f'PARAMETER="{wanted}"' in user_data, (pool, wanted)
             if rt.ephemeral:
-                # The controller registers these runners (with the type's labels); the
-                # boot script reads the parameter the controller writes for it.
-                wanted = config.jit.parameter_name(pool, "${INSTANCE_ID}")
-                assert f'JIT_PARAMETER="{wanted}"' in user_data, (pool, wanted)
-                assert 'run.sh --jitconfig "$JIT_CONFIG"' in user_data
+                # The controller registers these runners (with the type's labels).
+                assert 'run.sh --jitconfig "$CREDENTIAL"' in user_data
                 continue
             assert "--jitconfig" not in user_data, pool
+            assert 'delete-parameter --region "$REGION" --name "$PARAMETER"' in user_data
             labels = registered_labels(applied.endpoint, by_name[pool])
             # Runners of the pool carry every label of their type, and nothing more was
             # asked for than the type lists (besides the runner's own defaults).
@@ -243,3 +258,51 @@ def test_config_output_is_what_the_controller_reads(applied: Applied) -> None:
         tag(g, "ci-autoscaler:runner-type"): g["AutoScalingGroupName"]
         for g in managed_groups(applied.endpoint)
     }
+
+
+def test_every_launch_template_requires_imdsv2_with_a_hop_limit_of_one(applied: Applied) -> None:
+    """A job, or a container it starts, must not take the instance role's credentials:
+    IMDSv2 only, and its session token's answer never crosses a second hop."""
+    templates = [r for r in applied.planned if r["type"] == "aws_launch_template"]
+    assert len(templates) == 2
+    for t in templates:
+        [options] = t["values"]["metadata_options"]
+        assert options["http_tokens"] == "required", t["address"]
+        assert options["http_put_response_hop_limit"] == 1, t["address"]
+
+
+def test_no_instance_can_read_a_github_credential(applied: Applied) -> None:
+    """The instance roles may read (and delete) their own instance's parameter under the
+    credential path, and nothing else: no shared token parameter, no grant without the
+    instance-id condition. Their boot scripts call no GitHub API."""
+    pools = [
+        r
+        for r in applied.planned
+        if r["type"] == "aws_iam_role_policy"
+        and r["address"].startswith(("module.cpu_pool.", "module.gpu_pool."))
+    ]
+    assert len(pools) == 2
+    for policy in pools:
+        doc = json.loads(policy["values"]["policy"])
+        for statement in doc["Statement"]:
+            actions = (
+                statement["Action"]
+                if isinstance(statement["Action"], list)
+                else [statement["Action"]]
+            )
+            assert set(actions) <= {"ssm:GetParameter", "ssm:DeleteParameter"}, statement
+            resources = statement["Resource"]
+            resources = resources if isinstance(resources, list) else [resources]
+            pool = "ci-cpu" if "cpu_pool" in policy["address"] else "ci-gpu"
+            assert all(r.endswith(f":parameter/ci-autoscaler/jit/{pool}/*") for r in resources)
+            tag = statement["Condition"]["StringEquals"][
+                "ssm:resourceTag/ci-autoscaler:instance-id"
+            ]
+            assert tag == "${ec2:InstanceID}"
+    parameters = [r["values"]["name"] for r in applied.planned if r["type"] == "aws_ssm_parameter"]
+    assert parameters == [CONFIG_PARAMETER]  # the controller's config; no token for instances
+    for group in managed_groups(applied.endpoint):
+        user_data = user_data_of(applied.endpoint, group)
+        assert "api.github.com" not in user_data and "GITHUB_TOKEN" not in user_data
+        assert "registration-token" not in user_data
+        assert "--uid-owner runner -j REJECT" in user_data  # the runner user: no IMDS

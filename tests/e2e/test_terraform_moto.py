@@ -26,6 +26,8 @@ from autoscaler.config import AwsConfig
 from autoscaler.domain import InstanceLifecycle
 from autoscaler.scale.aws.asg import IAM_ACTIONS, AwsAsgPool
 from autoscaler.scale.aws.ssm import IAM_ACTIONS as SSM_IAM_ACTIONS
+from autoscaler.scale.aws.ssm import IAM_LIST_ACTION as SSM_IAM_LIST_ACTION
+from autoscaler.sim.fleet import moto_session
 from autoscaler.state.dynamodb_table import IAM_ACTIONS as STATE_IAM_ACTIONS
 from autoscaler.state.dynamodb_table import DynamoTable, create_table
 from autoscaler.telemetry import Metrics
@@ -60,7 +62,7 @@ module "pool" {{
   runner_type                       = "{runner_type}"
   labels                            = ["self-hosted", "{runner_type}"]
   github_url                        = "https://github.com/my-org"
-  registration_token_parameter_name = "/ci-autoscaler/runner-registration-token"
+  mode                              = "persistent"
   ami_id                            = "{ami}"
   instance_types                    = [{instance_types}]
   subnet_ids                        = ["{subnet}"]
@@ -86,23 +88,19 @@ module "controller" {{
 
 
 def session() -> boto3.session.Session:
-    return boto3.session.Session(
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        region_name=REGION,
-    )
+    return moto_session(REGION)
 
 
 @pytest.fixture(scope="module")
-def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def applied(moto_module_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Apply both modules into moto; yields the endpoint, then checks the second plan."""
     terraform = require_tool("terraform")
     mirror = require_provider_mirror()
-    ec2 = session().client("ec2", endpoint_url=moto_endpoint)
+    ec2 = session().client("ec2", endpoint_url=moto_module_endpoint)
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24", AvailabilityZone="us-east-1a")
     ami = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    ssm = session().client("ssm", endpoint_url=moto_endpoint)
+    ssm = session().client("ssm", endpoint_url=moto_module_endpoint)
     ssm.put_parameter(Name=TOKEN_PARAMETER, Type="SecureString", Value="ghp_not_a_real_token")
 
     tmp = tmp_path_factory.mktemp("tf-moto")
@@ -112,7 +110,7 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     (root / "main.tf").write_text(
         ROOT_MODULE.format(
             region=REGION,
-            provider=moto_provider(moto_endpoint, REGION),
+            provider=moto_provider(moto_module_endpoint, REGION),
             pool=POOL,
             runner_type=RUNNER_TYPE,
             ami=ami,
@@ -129,7 +127,7 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     init(terraform, root, env, mirror)
     done = run(terraform, ["apply", "-auto-approve", "-no-color"], root, env, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
-    yield moto_endpoint
+    yield moto_module_endpoint
     # Only the known disagreements (module docstring) may show in the second plan.
     done = run(terraform, ["plan", "-no-color"], root, env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
@@ -171,6 +169,7 @@ def test_launch_template_registers_an_ephemeral_runner_named_after_the_instance(
     versions = ec2.describe_launch_template_versions(LaunchTemplateId=template_id)
     data = versions["LaunchTemplateVersions"][-1]["LaunchTemplateData"]
     assert data["MetadataOptions"]["HttpTokens"] == "required"
+    assert data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
     user_data = base64.b64decode(data["UserData"]).decode()
     assert f'RUNNER_NAME="{POOL}-${{INSTANCE_ID}}"' in user_data
@@ -258,7 +257,9 @@ def test_controller_task_role_grants_exactly_the_adapter_calls(applied: str) -> 
             if any(a.startswith("dynamodb:") for a in actions):
                 assert actions == STATE_IAM_ACTIONS
                 assert statement["Resource"] in (table_arn, [table_arn]), "that table only"
-    assert granted == set(IAM_ACTIONS) | STATE_IAM_ACTIONS | set(SSM_IAM_ACTIONS)
+    assert granted == set(IAM_ACTIONS) | STATE_IAM_ACTIONS | set(SSM_IAM_ACTIONS) | {
+        SSM_IAM_LIST_ACTION
+    }
 
 
 def described(endpoint: str, table: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
+from autoscaler.sim.fleet import moto_session
 from tests.conftest import require_tool
 from tests.e2e.terraform_support import (
     copy_tree,
@@ -51,22 +52,20 @@ output "webhook_url" {{
 
 
 def session() -> boto3.session.Session:
-    return boto3.session.Session(
-        aws_access_key_id="test", aws_secret_access_key="test", region_name=REGION
-    )
+    return moto_session(REGION)
 
 
 @pytest.fixture(scope="module")
-def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def applied(moto_module_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     terraform = require_tool("terraform")
     mirror = require_provider_mirror()
-    ec2 = session().client("ec2", endpoint_url=moto_endpoint)
+    ec2 = session().client("ec2", endpoint_url=moto_module_endpoint)
     vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
     subnets = [
         ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.1.{i}.0/24", AvailabilityZone=zone)
         for i, zone in ((1, "us-east-1a"), (2, "us-east-1b"))
     ]
-    acm = session().client("acm", endpoint_url=moto_endpoint)
+    acm = session().client("acm", endpoint_url=moto_module_endpoint)
     certificate = acm.request_certificate(DomainName="ci-hooks.example.com")["CertificateArn"]
     tmp = tmp_path_factory.mktemp("tf-webhook")
     copy_tree(tmp)
@@ -74,7 +73,7 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     root.mkdir()
     (root / "main.tf").write_text(
         ROOT.format(
-            provider=moto_provider(moto_endpoint, REGION),
+            provider=moto_provider(moto_module_endpoint, REGION),
             region=REGION,
             secret=SECRET_PARAMETER,
             token="/ci-autoscaler/github-token",
@@ -89,7 +88,7 @@ def applied(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     init(terraform, root, env, mirror)
     done = run(terraform, ["apply", "-auto-approve", "-no-color"], root, env, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr
-    yield moto_endpoint
+    yield moto_module_endpoint
 
 
 def _alb(endpoint: str) -> dict[str, object]:

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_webhooks import Faults
-from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools, reset_moto_server
+from autoscaler.sim.fleet import PoolSpec, aws_clients, create_pools
 from tests.e2e.harness import CPU, free_port, running_controller, wait_for, write_config
 
 SECRET = "e2e-webhook-secret-value"
@@ -26,7 +26,6 @@ AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 
 @pytest.fixture
 def moto_url(moto_endpoint: str) -> str:
-    reset_moto_server(moto_endpoint)
     autoscaling, ec2 = aws_clients(moto_endpoint)
     create_pools(autoscaling, ec2, [PoolSpec("ci-cpu", "linux.4xlarge", tuple(CPU), max_size=20)])
     return moto_endpoint

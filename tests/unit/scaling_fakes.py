@@ -46,7 +46,7 @@ def rtype(
         name=name,
         labels=frozenset({"self-hosted", name}),
         pools=tuple(pools),
-        min_idle=MinIdle(min_idle) if isinstance(min_idle, int) else min_idle,
+        min_idle=MinIdle(default=min_idle) if isinstance(min_idle, int) else min_idle,
         max=max,
         priority=priority,
         idle_timeout=idle_timeout,

@@ -10,13 +10,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from autoscaler.alerting.builtin_rules import BUDGET_RULE, evaluate_budget
-from autoscaler.alerting.delivery import Deliverer
-from autoscaler.alerting.engine import AlertEngine
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig
 from autoscaler.domain import PollBudget
-from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
-from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, oncall, paging
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 BUILTIN = BuiltinAlertsConfig(team="dev-infra", unmatched_jobs=False, github_unreachable_after=0)
@@ -47,14 +43,7 @@ def test_fires_once_holds_without_a_plan_and_resolves() -> None:
         sent.append((doc["state"], doc["title"]))
         return httpx.Response(200)
 
-    receivers = {
-        "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
-    }
-    config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
-    metrics = Metrics()
-    deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
-    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics)
-    try:
+    with paging(oncall(BUILTIN), capture) as (engine, deliverer):
         tick = [T0 + timedelta(seconds=30 * i) for i in range(4)]
         engine.step(None, T0, tick[0], budget=TIGHT)
         deliverer.flush()  # delivery runs off the tick: wait for its round
@@ -66,12 +55,10 @@ def test_fires_once_holds_without_a_plan_and_resolves() -> None:
         engine.step(None, T0, tick[3], budget=FITS)
         deliverer.flush()  # delivery runs off the tick: wait for its round
         assert [s for s, _ in sent] == ["FIRING", "RESOLVED"]
-    finally:
-        deliverer.close()
 
 
 def test_the_alert_can_be_switched_off() -> None:
     config = AlertsConfig(builtin=BuiltinAlertsConfig(github_budget=False))
-    engine = AlertEngine(config, SqliteStore(None), None, Metrics())
+    engine = alert_engine(config)
     evaluations, keep = engine.evaluate(None, T0, T0, budget=TIGHT)
     assert BUDGET_RULE not in {e.rule for e in evaluations} | keep

@@ -15,23 +15,19 @@ import pytest
 from autoscaler.alerting import render
 from autoscaler.alerting.alertmanager import alert_annotations
 from autoscaler.alerting.builtin_rules import OBJECTIVE_RULE, evaluate_objective, evaluate_unmatched
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.evaluation import Evaluation, fingerprint
 from autoscaler.alerting.lifecycle import Notification
 from autoscaler.alerting.rules import evaluate_rule
 from autoscaler.config import (
     AlertRuleConfig,
-    AlertsConfig,
     BuiltinAlertsConfig,
     QueueObjective,
-    ReceiverConfig,
 )
 from autoscaler.domain import Cause, QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.scale.causes import UNMATCHED
-from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
-from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, oncall
 
 NOW = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 CPU, GPU, ROCM = "linux.4xlarge", "linux.g5.4xlarge.nvidia.gpu", "linux.rocm.gpu"
@@ -62,7 +58,7 @@ def rule(**kw: object) -> AlertRuleConfig:
         "dashboard_url": "https://dash.example/d",
     }
     base.update(kw)
-    return AlertRuleConfig(**base)  # type: ignore[arg-type]
+    return AlertRuleConfig(**base)
 
 
 def snapshot(**queues: tuple[int, float]) -> QueueSnapshot:
@@ -174,7 +170,7 @@ def test_unmatched_alert_names_the_label_sets() -> None:
 
 def _status(good_bad: dict[float, tuple[int, int]], objective: float = 0.95) -> ObjectiveStatus:
     counts = {w: (good, good + bad) for w, (good, bad) in good_bad.items()}
-    return ObjectiveStatus(GPU, QueueObjective(300.0, objective), counts)
+    return ObjectiveStatus(GPU, QueueObjective(queue_time=300.0, objective=objective), counts)
 
 
 @pytest.mark.parametrize(
@@ -234,14 +230,11 @@ def test_objective_reason_numbers() -> None:
 
 def test_engine_puts_causes_on_alerts_views_and_the_store() -> None:
     store = SqliteStore()
-    config = AlertsConfig(
+    config = oncall(
+        BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
         rules=(rule(per_runner_type=True, max_queue_time=1800.0),),
-        receivers={
-            "oncall": ReceiverConfig("oncall", "webhook", url=SecretUrl("http://127.0.0.1:9/"))
-        },
-        builtin=BuiltinAlertsConfig(unmatched_jobs=False, github_unreachable_after=0),
     )
-    engine = AlertEngine(config, store, None, Metrics())
+    engine = alert_engine(config, store=store)
     views = engine.step(snapshot(cpu=(7, 62.5)), NOW, NOW, causes=CAUSES)
     [cpu] = [v for v in views if v.state == "firing"]
     assert cpu.cause == ev_cause(CAUSES[CPU])

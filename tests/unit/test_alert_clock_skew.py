@@ -9,13 +9,9 @@ import httpx
 import pytest
 
 from autoscaler.alerting.builtin_rules import CLOCK_SKEW_RULE, evaluate_clock_skew
-from autoscaler.alerting.delivery import Deliverer
-from autoscaler.alerting.engine import AlertEngine
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import AlertsConfig, BuiltinAlertsConfig
 from autoscaler.domain import ClockSkew
-from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
-from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, oncall, paging
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 BUILTIN = BuiltinAlertsConfig(team="dev-infra", unmatched_jobs=False, github_unreachable_after=0)
@@ -51,14 +47,7 @@ def test_fires_past_a_minute_resolves_and_holds_while_unmeasured() -> None:
         sent.append((doc["state"], doc["reason"]))
         return httpx.Response(200)
 
-    receivers = {
-        "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
-    }
-    config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
-    metrics = Metrics()
-    deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
-    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics)
-    try:
+    with paging(oncall(BUILTIN), capture) as (engine, deliverer):
         tick = [T0 + timedelta(seconds=30 * i) for i in range(5)]
         engine.step(None, T0, tick[0], clock_skew=ClockSkew(github=1.0, aws=0.0))
         deliverer.flush()  # delivery runs off the tick: wait for its round
@@ -73,12 +62,10 @@ def test_fires_past_a_minute_resolves_and_holds_while_unmeasured() -> None:
         engine.step(None, T0, tick[4], clock_skew=ClockSkew(github=1.0, aws=-2.0))
         deliverer.flush()  # delivery runs off the tick: wait for its round
         assert [s for s, _ in sent] == ["FIRING", "RESOLVED"]
-    finally:
-        deliverer.close()
 
 
 def test_zero_turns_the_alert_off() -> None:
     off = AlertsConfig(builtin=BuiltinAlertsConfig(clock_skew_max=0, github_unreachable_after=0))
-    engine = AlertEngine(off, SqliteStore(None), None, Metrics())
+    engine = alert_engine(off)
     evaluations, keep = engine.evaluate(None, T0, T0, [], clock_skew=ClockSkew(github=3600.0))
     assert CLOCK_SKEW_RULE not in {e.rule for e in evaluations} | keep

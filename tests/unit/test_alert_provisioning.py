@@ -10,13 +10,9 @@ import httpx
 import pytest
 
 from autoscaler.alerting.builtin_rules import PROVISIONING_RULE, evaluate_provisioning
-from autoscaler.alerting.delivery import Deliverer
-from autoscaler.alerting.engine import AlertEngine
-from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, ReceiverConfig
+from autoscaler.config import BuiltinAlertsConfig
 from autoscaler.domain import ScalingProblem
-from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
-from autoscaler.telemetry import Metrics
+from tests.factories import oncall, paging
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 BUILTIN = BuiltinAlertsConfig(team="dev-infra", unmatched_jobs=False, github_unreachable_after=0)
@@ -74,19 +70,12 @@ def test_pages_once_then_resolves_and_holds_while_scaling_did_not_run() -> None:
         sent.append((doc["state"], doc["description"]))
         return httpx.Response(200)
 
-    receivers = {
-        "oncall": ReceiverConfig(name="oncall", type="webhook", url=SecretUrl("http://127.0.0.1:9"))
-    }
-    config = AlertsConfig(receivers=receivers, builtin=BUILTIN)
-    metrics = Metrics()
-    deliverer = Deliverer(receivers, metrics, transport=httpx.MockTransport(capture))
-    engine = AlertEngine(config, SqliteStore(None), deliverer, metrics)
+    with paging(oncall(BUILTIN), capture) as (engine, deliverer):
 
-    def step(at: datetime, problems: list[ScalingProblem] | None) -> None:
-        engine.step(None, T0, at, problems=problems)
-        assert deliverer.flush(10.0), "delivery did not finish"  # it runs off the tick
+        def step(at: datetime, problems: list[ScalingProblem] | None) -> None:
+            engine.step(None, T0, at, problems=problems)
+            assert deliverer.flush(10.0), "delivery did not finish"  # it runs off the tick
 
-    try:
         tick = [T0 + timedelta(seconds=30 * i) for i in range(4)]
         step(tick[0], [DENIED])
         step(tick[1], [DENIED])  # still failing: no second page
@@ -95,5 +84,3 @@ def test_pages_once_then_resolves_and_holds_while_scaling_did_not_run() -> None:
         assert "AccessDenied" in sent[0][1]
         step(tick[3], [])  # a clean scaling tick
         assert [s for s, _ in sent] == ["FIRING", "RESOLVED"]
-    finally:
-        deliverer.close()

@@ -49,7 +49,7 @@ def rule(**kw: object) -> AlertRuleConfig:
         "max_queue_time": 60 * MIN,
     }
     base.update(kw)
-    return AlertRuleConfig(**base)  # type: ignore[arg-type]
+    return AlertRuleConfig(**base)
 
 
 SEVEN_JOBS_62_MINS: dict[str, list[float]] = {"linux.4xlarge": [62, 50, 40, 30, 20, 10, 6]}

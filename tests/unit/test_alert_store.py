@@ -17,6 +17,7 @@ from autoscaler.domain import QueueSnapshot, QueueStats, RunnerCounts
 from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine
 
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 RULE = AlertRuleConfig(
@@ -65,7 +66,7 @@ def engine(path: Path, capture: Capture) -> AlertEngine:
     deliverer = Deliverer(
         CONFIG.receivers, metrics, transport=httpx.MockTransport(capture), sleep=lambda _: None
     )
-    return AlertEngine(CONFIG, SqliteStore(path), deliverer, metrics)
+    return alert_engine(CONFIG, store=SqliteStore(path), metrics=metrics, deliverer=deliverer)
 
 
 def stop(e: AlertEngine) -> None:

@@ -65,13 +65,13 @@ def test_api_url_accepts_the_base_url_or_the_full_path(url: str, expected: str) 
 
 def test_api_urls_are_every_member_of_the_cluster() -> None:
     rc = ReceiverConfig(
-        "am",
-        "alertmanager",
+        name="am",
+        type="alertmanager",
         url=SecretUrl("http://a:9093"),
         urls=(SecretUrl("http://a:9093"), SecretUrl("http://b:9093/api/v2/alerts")),
     )
     assert am.api_urls(rc) == ("http://a:9093/api/v2/alerts", "http://b:9093/api/v2/alerts")
-    single = ReceiverConfig("am", "alertmanager", url=SecretUrl("http://a:9093"))
+    single = ReceiverConfig(name="am", type="alertmanager", url=SecretUrl("http://a:9093"))
     assert am.api_urls(single) == ("http://a:9093/api/v2/alerts",)
 
 

@@ -8,26 +8,12 @@ from typing import Any
 import pytest
 
 from autoscaler.config import load_config, parse_config
-from autoscaler.config.reader import parse_duration
+from autoscaler.config.durations import parse_duration
 from autoscaler.errors import ConfigError
 from autoscaler.secrets import Secret
+from tests.factories import config_doc, config_problems
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def minimal(**overrides: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "github": {"owner": "my-org", "token": "ghp_secretvalue"},
-        "runner_types": {"cpu": {"labels": ["self-hosted", "linux.4xlarge"]}},
-    }
-    doc.update(overrides)
-    return doc
-
-
-def problems(doc: Any, env: dict[str, str] | None = None) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        parse_config(doc, env=env or {})
-    return info.value.problems
 
 
 @pytest.mark.parametrize(
@@ -51,7 +37,7 @@ def test_parse_duration_rejects(text: str) -> None:
 
 
 def test_minimal_config_gets_defaults() -> None:
-    config = parse_config(minimal(), env={})
+    config = parse_config(config_doc(), env={})
     assert config.poll_interval == 30.0
     assert (config.listen_host, config.listen_port) == ("0.0.0.0", 9464)
     assert config.github.api_url == "https://api.github.com"
@@ -61,7 +47,7 @@ def test_minimal_config_gets_defaults() -> None:
 
 
 def test_the_github_proxy_is_read_and_its_credentials_never_shown() -> None:
-    raw = minimal(github={"owner": "x", "token": "t", "proxy": "${EGRESS}"})
+    raw = config_doc(github={"owner": "x", "token": "t", "proxy": "${EGRESS}"})
     config = parse_config(raw, env={"EGRESS": "http://user:s3cret-pw@egress.internal:3128"})
     assert config.github.proxy is not None
     assert config.github.proxy.reveal() == "http://user:s3cret-pw@egress.internal:3128"
@@ -104,61 +90,63 @@ def test_issue_example_keys_work() -> None:
     ("doc", "expected"),
     [
         pytest.param(
-            minimal(runner_types={"gpu": {"labels": []}}),
+            config_doc(runner_types={"gpu": {"labels": []}}),
             "runner_types.gpu.labels: must be a non-empty list",
             id="empty-labels",
         ),
         pytest.param(
-            minimal(pol_interval="30s"),
+            config_doc(pol_interval="30s"),
             "pol_interval: unknown key (did you mean 'poll_interval'?)",
             id="did-you-mean",
         ),
         pytest.param(
-            minimal(poll_interval="soon"),
+            config_doc(poll_interval="soon"),
             "poll_interval: must be a duration like 30s, 5m or 4h, got 'soon'",
             id="bad-duration",
         ),
-        pytest.param(minimal(listen="9464"), "listen: must be HOST:PORT, got '9464'", id="listen"),
         pytest.param(
-            minimal(github={"owner": "x"}), "github: needs either token or app", id="no-auth"
+            config_doc(listen="9464"), "listen: must be HOST:PORT, got '9464'", id="listen"
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "api_url": "ftp://x"}),
+            config_doc(github={"owner": "x"}), "github: needs either token or app", id="no-auth"
+        ),
+        pytest.param(
+            config_doc(github={"owner": "x", "token": "t", "api_url": "ftp://x"}),
             "github.api_url: must be an http(s) URL, got 'ftp://x'",
             id="bad-api-url",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "rate_limit_share": 0}),
+            config_doc(github={"owner": "x", "token": "t", "rate_limit_share": 0}),
             "github.rate_limit_share: must be above 0 and at most 1, got 0.0",
             id="rate-limit-share-zero",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "rate_limit_share": 1.5}),
+            config_doc(github={"owner": "x", "token": "t", "rate_limit_share": 1.5}),
             "github.rate_limit_share: must be above 0 and at most 1, got 1.5",
             id="rate-limit-share-over-one",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "proxy": "socks5://u:p@proxy:1080"}),
+            config_doc(github={"owner": "x", "token": "t", "proxy": "socks5://u:p@proxy:1080"}),
             "github.proxy: must be an http(s) URL, got a 'socks5' URL (the URL is not shown)",
             id="proxy-not-http",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "proxy": "http://"}),
+            config_doc(github={"owner": "x", "token": "t", "proxy": "http://"}),
             "github.proxy: must be an http(s) URL with a host (the URL is not shown)",
             id="proxy-without-host",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "rate_limit_share": "most"}),
+            config_doc(github={"owner": "x", "token": "t", "rate_limit_share": "most"}),
             "github.rate_limit_share: must be a number, got a string",
             id="rate-limit-share-not-a-number",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "${NOPE}"}),
+            config_doc(github={"owner": "x", "token": "${NOPE}"}),
             "github.token: environment variable NOPE is not set",
             id="missing-env",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 runner_types={
                     "a": {"labels": ["x"], "pools": ["p"]},
                     "b": {"labels": ["y"], "pools": ["p"]},
@@ -168,13 +156,13 @@ def test_issue_example_keys_work() -> None:
             id="shared-pool",
         ),
         pytest.param(
-            minimal(alerts={"receivers": {"oncall": {"type": "email", "url": "https://x"}}}),
+            config_doc(alerts={"receivers": {"oncall": {"type": "email", "url": "https://x"}}}),
             "alerts.receivers.oncall.type: must be one of webhook, slack, pagerduty, "
             "alertmanager, alertmanager_webhook, github_issue, got 'email'",
             id="receiver-type",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 alerts={
                     "rules": [
                         {
@@ -192,7 +180,7 @@ def test_issue_example_keys_work() -> None:
             id="priority",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 alerts={
                     "rules": [
                         {"name": "r", "team": "t", "description": "d", "receivers": ["nobody"]}
@@ -207,13 +195,13 @@ def test_issue_example_keys_work() -> None:
     ],
 )
 def test_each_problem_has_its_path(doc: Any, expected: str) -> None:
-    assert expected in problems(doc)
+    assert expected in config_problems(doc)
 
 
 def test_all_problems_reported_together() -> None:
     """Every problem at once, each named, in the order of the document (a count alone
     would pass with five wrong messages)."""
-    found = problems(
+    found = config_problems(
         {
             "github": {"owner": "x", "tokn": "a"},
             "runner_types": {"gpu": {"labels": []}, "cpu": {"labels": ["x"], "max": -1}},
@@ -231,12 +219,12 @@ def test_all_problems_reported_together() -> None:
 
 def test_secrets_never_appear_in_messages_or_reprs() -> None:
     secret = "ghp_topsecret"
-    config = parse_config(minimal(github={"owner": "x", "token": secret}), env={})
+    config = parse_config(config_doc(github={"owner": "x", "token": secret}), env={})
     assert secret not in repr(config)
     assert secret not in str(config.github.token)
     assert config.github.token is not None and config.github.token.reveal() == secret
-    bad = minimal(github={"owner": "x", "token": secret, "bogus": secret})
-    assert all(secret not in p for p in problems(bad))
+    bad = config_doc(github={"owner": "x", "token": secret, "bogus": secret})
+    assert all(secret not in p for p in config_problems(bad))
 
 
 def test_load_config_reports_yaml_syntax_with_line(tmp_path: Path) -> None:
@@ -259,18 +247,18 @@ def test_example_config_is_valid() -> None:
 
 
 def test_hosted_labels_default_and_override() -> None:
-    assert parse_config(minimal(), env={}).github.hosted_labels == (
+    assert parse_config(config_doc(), env={}).github.hosted_labels == (
         "ubuntu-*",
         "windows-*",
         "macos-*",
     )
-    custom = minimal(github={"owner": "x", "token": "t", "hosted_labels": ["Ubuntu-*"]})
+    custom = config_doc(github={"owner": "x", "token": "t", "hosted_labels": ["Ubuntu-*"]})
     assert parse_config(custom, env={}).github.hosted_labels == ("ubuntu-*",)
 
 
 def with_min_idle(min_idle: Any, **extra: Any) -> dict[str, Any]:
     rt = {"labels": ["self-hosted", "linux.4xlarge"], "min_idle": min_idle, **extra}
-    return minimal(runner_types={"cpu": rt})
+    return config_doc(runner_types={"cpu": rt})
 
 
 def test_min_idle_number_and_schedule() -> None:
@@ -339,34 +327,34 @@ W0 = f"{MI}.schedule[0]"
     ],
 )
 def test_min_idle_problems_have_their_path(min_idle: Any, expected: str) -> None:
-    found = problems(with_min_idle(min_idle))
+    found = config_problems(with_min_idle(min_idle))
     assert any(p.startswith(expected) for p in found), found
 
 
 def test_min_idle_schedule_must_not_exceed_max() -> None:
     window = {"from": "08:00", "to": "18:00", "min_idle": 4}
-    found = problems(with_min_idle({"default": 1, "schedule": [window]}, max=3))
+    found = config_problems(with_min_idle({"default": 1, "schedule": [window]}, max=3))
     assert found == [f"{MI}: must not exceed max (3)"]
 
 
 def test_an_unset_variable_is_one_problem_not_a_cascade() -> None:
-    assert problems(minimal(github={"owner": "x", "token": "${GITHUB_TOKEN}"})) == [
+    assert config_problems(config_doc(github={"owner": "x", "token": "${GITHUB_TOKEN}"})) == [
         "github.token: environment variable GITHUB_TOKEN is not set"
     ]
 
 
 def test_state_is_a_file_by_default() -> None:
-    assert parse_config(minimal(), env={}).state.path == "ci-autoscaler-state.db"
-    memory = parse_config(minimal(state={"path": ":memory:"}), env={})
+    assert parse_config(config_doc(), env={}).state.path == "ci-autoscaler-state.db"
+    memory = parse_config(config_doc(state={"path": ":memory:"}), env={})
     assert memory.state.path == ":memory:"
 
 
 def with_slo(slo: Any) -> dict[str, Any]:
-    return minimal(runner_types={"cpu": {"labels": ["self-hosted", "cpu"], "slo": slo}})
+    return config_doc(runner_types={"cpu": {"labels": ["self-hosted", "cpu"], "slo": slo}})
 
 
 def test_slo_is_optional_and_read_as_seconds_and_a_share() -> None:
-    assert parse_config(minimal(), env={}).runner_types[0].slo is None
+    assert parse_config(config_doc(), env={}).runner_types[0].slo is None
     slo = parse_config(with_slo({"queue_time": "5m", "objective": 0.95}), env={})
     objective = slo.runner_types[0].slo
     assert objective is not None
@@ -424,6 +412,6 @@ def test_slo_problems_have_their_path(slo: Any, expected: str) -> None:
     """Each mistake is one problem with its path (no follow-on: a word where the share
     goes is not also 'out of range'; a string where the mapping goes is not also two
     missing keys), and a value is never echoed where it could be a credential."""
-    found = problems(with_slo(slo))
+    found = config_problems(with_slo(slo))
     assert len(found) == 1 and found[0].startswith(expected), found
     assert "ghp_x" not in found[0]

@@ -8,14 +8,11 @@ import pytest
 
 from autoscaler.config import parse_config
 from autoscaler.errors import ConfigError
+from tests.factories import config_doc
 
 
 def config(receiver: dict[str, Any], **alerts: Any) -> dict[str, Any]:
-    return {
-        "github": {"owner": "my-org", "token": "ghp_secretvalue"},
-        "runner_types": {"cpu": {"labels": ["self-hosted", "linux.4xlarge"]}},
-        "alerts": {"receivers": {"am": receiver}, **alerts},
-    }
+    return config_doc(alerts={"receivers": {"am": receiver}, **alerts})
 
 
 @pytest.mark.parametrize(

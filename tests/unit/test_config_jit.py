@@ -10,24 +10,14 @@ import pytest
 import yaml
 
 from autoscaler.config import load_config, parse_config
-from autoscaler.errors import ConfigError
+from tests.factories import config_doc, config_problems
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def doc(rt: dict[str, Any] | None = None, **top: Any) -> dict[str, Any]:
     body = {"labels": ["self-hosted", "gpu"], "pools": ["ci-gpu"], **(rt or {})}
-    return {
-        "github": {"owner": "my-org", "token": "ghp_secretvalue"},
-        "runner_types": {"gpu": body},
-        **top,
-    }
-
-
-def problems(d: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        parse_config(d, env={})
-    return info.value.problems
+    return config_doc(runner_types={"gpu": body}, **top)
 
 
 def test_a_config_without_mode_stays_persistent() -> None:
@@ -60,11 +50,13 @@ def test_ephemeral_mode_and_group_are_read() -> None:
     ],
 )
 def test_bad_values_are_reported_with_their_path(d: dict[str, Any], path: str) -> None:
-    assert any(p.startswith(path) for p in problems(d)), problems(d)
+    assert any(p.startswith(path) for p in config_problems(d)), config_problems(d)
 
 
 def test_every_problem_at_once() -> None:
-    found = problems(doc({"mode": "spot", "runner_group_id": -1}, jit={"parameter_path": "x"}))
+    found = config_problems(
+        doc({"mode": "spot", "runner_group_id": -1}, jit={"parameter_path": "x"})
+    )
     assert len(found) == 3, found
 
 

@@ -6,21 +6,13 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import Config, JobRetryConfig, parse_config
+from autoscaler.config import JobRetryConfig
 from autoscaler.errors import ConfigError
-
-
-def load(**top: Any) -> Config:
-    doc = {
-        "github": {"owner": "org", "token": "t"},
-        "runner_types": {"cpu": {"labels": ["self-hosted"]}},
-        **top,
-    }
-    return parse_config(doc, env={})
+from tests.factories import load_config
 
 
 def test_defaults_are_off_and_bounded() -> None:
-    c = load()
+    c = load_config()
     assert c.job_retry == JobRetryConfig()
     assert (c.job_retry.enabled, c.job_retry.max_attempts) == (False, 2)
     assert (c.job_retry.max_failed_jobs_per_run, c.job_retry.max_per_hour) == (5, 100)
@@ -29,7 +21,7 @@ def test_defaults_are_off_and_bounded() -> None:
 
 
 def test_every_key_is_read() -> None:
-    c = load(
+    c = load_config(
         job_retry={
             "enabled": True,
             "max_attempts": 3,
@@ -39,7 +31,13 @@ def test_every_key_is_read() -> None:
         },
         aws={"interruption_queue_url": "https://sqs.us-east-1.amazonaws.com/1/q"},
     )
-    assert c.job_retry == JobRetryConfig(True, 3, 2, 10, frozenset({137, 143}))
+    assert c.job_retry == JobRetryConfig(
+        enabled=True,
+        max_attempts=3,
+        max_failed_jobs_per_run=2,
+        max_per_hour=10,
+        retry_exit_codes=frozenset({137, 143}),
+    )
     assert c.aws.interruption_queue_url == "https://sqs.us-east-1.amazonaws.com/1/q"
 
 
@@ -67,13 +65,13 @@ def test_every_key_is_read() -> None:
 )
 def test_problems_name_the_key(section: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError) as err:
-        load(job_retry=section)
+        load_config(job_retry=section)
     assert any(p.startswith(expected) for p in err.value.problems), err.value.problems
 
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as err:
-        load(
+        load_config(
             job_retry={"max_attempts": 0, "retry_exit_codes": [999]},
             aws={"interruption_queue_url": "sqs://nope"},
         )

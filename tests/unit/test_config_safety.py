@@ -8,19 +8,16 @@ from typing import Any
 import pytest
 
 from autoscaler.config import parse_config
-from autoscaler.config.scaling import MIN_BOOT_TIMEOUT
+from autoscaler.config.schema import MIN_BOOT_TIMEOUT
 from autoscaler.errors import ConfigError
+from tests.factories import config_doc
 
 
 def doc(boot_timeout: Any = None, **builtin: Any) -> dict[str, Any]:
     cpu: dict[str, Any] = {"labels": ["self-hosted", "cpu"], "pools": ["ci-cpu"]}
     if boot_timeout is not None:
         cpu["boot_timeout"] = boot_timeout
-    return {
-        "github": {"owner": "my-org", "token": "t"},
-        "runner_types": {"cpu": cpu},
-        "alerts": {"builtin": builtin},
-    }
+    return config_doc(runner_types={"cpu": cpu}, alerts={"builtin": builtin})
 
 
 FLOOR = "runner_types.cpu.boot_timeout: must be at least 10s"

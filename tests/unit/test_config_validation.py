@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
-from autoscaler.config import load_config, parse_config
+from autoscaler.config import ReceiverConfig, load_config, parse_config, read_config
 from autoscaler.errors import ConfigError
+from tests.factories import config_doc, config_problems
 
 GHP = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
 PAT = "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789ABCDEFG"
@@ -27,21 +29,6 @@ PEM = (
 ENTROPY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 USERINFO_URL = "https://bot:hunter2@hooks.example.com/x"
 SLACK = "https://hooks.slack.com/services/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"
-
-
-def minimal(**overrides: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "github": {"owner": "my-org", "token": "t"},
-        "runner_types": {"cpu": {"labels": ["self-hosted", "linux.4xlarge"]}},
-    }
-    doc.update(overrides)
-    return doc
-
-
-def problems(doc: Any, env: dict[str, str] | None = None) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        parse_config(doc, env=env or {})
-    return info.value.problems
 
 
 def rule(**kw: Any) -> dict[str, Any]:
@@ -59,44 +46,44 @@ HOOK = {"hook": {"type": "webhook", "url": "https://hooks.example.com/x"}}
     ("doc", "expected"),
     [
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "timeout": "0s"}),
+            config_doc(github={"owner": "x", "token": "t", "timeout": "0s"}),
             ["github.timeout: must be greater than zero"],
             id="github-timeout-0s",
         ),
         pytest.param(
-            minimal(aws={"retry": {"deadline": "0s"}}),
+            config_doc(aws={"retry": {"deadline": "0s"}}),
             ["aws.retry.deadline: must be greater than zero"],
             id="aws-retry-deadline-0s",
         ),
         pytest.param(
-            minimal(alerts={"rules": [rule(repeat_interval="0s")], "receivers": HOOK}),
+            config_doc(alerts={"rules": [rule(repeat_interval="0s")], "receivers": HOOK}),
             ["alerts.rules[0].repeat_interval: must be greater than zero"],
             id="repeat-interval-0s",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 alerts={"receivers": {"hook": {**HOOK["hook"], "timeout": "0s"}}},
             ),
             ["alerts.receivers.hook.timeout: must be greater than zero"],
             id="receiver-timeout-0s",
         ),
         pytest.param(
-            minimal(poll_interval="0s"),
+            config_doc(poll_interval="0s"),
             ["poll_interval: must be greater than zero"],
             id="poll-interval-0s",
         ),
         pytest.param(
-            minimal(poll_interval="100000h"),
+            config_doc(poll_interval="100000h"),
             ["poll_interval: must be at most 1h, got 100000h"],
             id="poll-interval-100000h",
         ),
         pytest.param(
-            minimal(runner_types={"cpu": {"labels": ["x"], "idle_timeout": "400d"}}),
+            config_doc(runner_types={"cpu": {"labels": ["x"], "idle_timeout": "400d"}}),
             ["runner_types.cpu.idle_timeout: must be at most 365d, got 400d"],
             id="any-duration-above-365d",
         ),
         pytest.param(
-            minimal(scaling={"capacity_backoff_initial": "1h", "capacity_backoff_max": "30m"}),
+            config_doc(scaling={"capacity_backoff_initial": "1h", "capacity_backoff_max": "30m"}),
             [
                 "scaling.capacity_backoff_initial: must not exceed capacity_backoff_max (30m), "
                 "got 1h"
@@ -104,17 +91,17 @@ HOOK = {"hook": {"type": "webhook", "url": "https://hooks.example.com/x"}}
             id="capacity-backoff-initial-above-max",
         ),
         pytest.param(
-            minimal(aws={"retry": {"initial_backoff": "10s", "max_backoff": "2s"}}),
+            config_doc(aws={"retry": {"initial_backoff": "10s", "max_backoff": "2s"}}),
             ["aws.retry.initial_backoff: must not exceed max_backoff (2s), got 10s"],
             id="retry-initial-backoff-above-max",
         ),
         pytest.param(
-            minimal(aws={"retry": {"initial_backoff": "10s"}}),
+            config_doc(aws={"retry": {"initial_backoff": "10s"}}),
             ["aws.retry.initial_backoff: must not exceed max_backoff (8s), got 10s"],
             id="retry-initial-backoff-above-default-max",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 runner_types={
                     "a": {"labels": ["self-hosted", "GPU"]},
                     "b": {"labels": ["gpu", "self-hosted"]},
@@ -127,7 +114,7 @@ HOOK = {"hook": {"type": "webhook", "url": "https://hooks.example.com/x"}}
             id="identical-label-sets",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 alerts={"receivers": {"hook": {"type": "webhook", "url": "file:///etc/passwd"}}}
             ),
             [
@@ -137,7 +124,7 @@ HOOK = {"hook": {"type": "webhook", "url": "https://hooks.example.com/x"}}
             id="receiver-url-file",
         ),
         pytest.param(
-            minimal(alerts={"receivers": {"hook": {"type": "slack", "url": "not-a-url"}}}),
+            config_doc(alerts={"receivers": {"hook": {"type": "slack", "url": "not-a-url"}}}),
             [
                 "alerts.receivers.hook.url: must be an http(s) URL, got no http(s):// scheme "
                 "(the URL is not shown)"
@@ -145,7 +132,7 @@ HOOK = {"hook": {"type": "webhook", "url": "https://hooks.example.com/x"}}
             id="receiver-url-not-a-url",
         ),
         pytest.param(
-            minimal(alerts={"receivers": {"hook": {"type": "webhook", "url": "https:///x"}}}),
+            config_doc(alerts={"receivers": {"hook": {"type": "webhook", "url": "https:///x"}}}),
             [
                 "alerts.receivers.hook.url: must be an http(s) URL with a host "
                 "(the URL is not shown)"
@@ -155,12 +142,12 @@ HOOK = {"hook": {"type": "webhook", "url": "https://hooks.example.com/x"}}
     ],
 )
 def test_refused(doc: dict[str, Any], expected: list[str]) -> None:
-    assert problems(doc) == expected
+    assert config_problems(doc) == expected
 
 
 def test_different_label_sets_and_good_urls_pass() -> None:
     config = parse_config(
-        minimal(
+        config_doc(
             runner_types={"a": {"labels": ["self-hosted", "gpu"]}, "b": {"labels": ["gpu"]}},
             alerts={"receivers": {"slack": {"type": "slack", "url": SLACK}}},
         ),
@@ -178,7 +165,7 @@ def _at(*path: str) -> Callable[[Any], dict[str, Any]]:
     a receiver, a capacity back-off that starts below any cap)."""
 
     def build(value: Any) -> dict[str, Any]:
-        doc = minimal(
+        doc = config_doc(
             alerts={"rules": [rule()], "receivers": HOOK},
             scaling={"capacity_backoff_initial": "100ms"},
         )
@@ -271,7 +258,7 @@ ORDER = "units go largest first, each once (1h30m, not 30m1h)"
 def test_durations_refused_everywhere(
     build: Callable[[Any], dict[str, Any]], path: str, value: Any, message: str
 ) -> None:
-    assert problems(build(value)) == [f"{path}: {message}"]
+    assert config_problems(build(value)) == [f"{path}: {message}"]
 
 
 # --- item 10: a credential under the wrong key is never echoed ---------------------------
@@ -281,67 +268,69 @@ def test_durations_refused_everywhere(
     ("doc", "env", "expected"),
     [
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "timeout": GHP}),
+            config_doc(github={"owner": "x", "token": "t", "timeout": GHP}),
             {},
             "github.timeout: must be a duration like 30s, 5m or 4h, "
             "got a value that looks like a credential (not shown)",
             id="github-token-as-timeout",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "timeout": "${TOKEN}"}),
+            config_doc(github={"owner": "x", "token": "t", "timeout": "${TOKEN}"}),
             {"TOKEN": GHP},
             "github.timeout: must be a duration like 30s, 5m or 4h, "
             "got a value that looks like a credential (not shown)",
             id="github-token-via-env",
         ),
         pytest.param(
-            minimal(poll_interval=PAT),
+            config_doc(poll_interval=PAT),
             {},
             "poll_interval: must be a duration like 30s, 5m or 4h, "
             "got a value that looks like a credential (not shown)",
             id="fine-grained-pat",
         ),
         pytest.param(
-            minimal(log_level=AKIA),
+            config_doc(log_level=AKIA),
             {},
             "log_level: must be one of debug, info, warning, error, "
             "got a value that looks like a credential (not shown)",
             id="aws-key-id-as-log-level",
         ),
         pytest.param(
-            minimal(listen=PEM),
+            config_doc(listen=PEM),
             {},
             "listen: must be HOST:PORT, got a value that looks like a credential (not shown)",
             id="pem-as-listen",
         ),
         pytest.param(
-            minimal(scaling={"capacity_backoff_max": ENTROPY}),
+            config_doc(scaling={"capacity_backoff_max": ENTROPY}),
             {},
             "scaling.capacity_backoff_max: must be a duration like 30s, 5m or 4h, "
             "got a value that looks like a credential (not shown)",
             id="high-entropy",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "api_url": "ftp://u:pw@ghe.example.com/x"}),
+            config_doc(
+                github={"owner": "x", "token": "t", "api_url": "ftp://u:pw@ghe.example.com/x"}
+            ),
             {},
             "github.api_url: must be an http(s) URL, got 'ftp://ghe.example.com/...'",
             id="userinfo-url",
         ),
         pytest.param(
-            minimal(alerts={"receivers": {"hook": {"type": SLACK, "url": SLACK}}}),
+            config_doc(alerts={"receivers": {"hook": {"type": SLACK, "url": SLACK}}}),
             {},
             "alerts.receivers.hook.type: must be one of webhook, slack, pagerduty, alertmanager, "
             "alertmanager_webhook, github_issue, got 'https://hooks.slack.com/...'",
             id="slack-url-as-type",
         ),
         pytest.param(
-            minimal(**{GHP: "oops"}),
+            config_doc(**{GHP: "oops"}),
             {},
             "<redacted>: unknown key",
             id="token-pasted-as-a-key",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 alerts={"receivers": {"hook": {"type": "webhook", "url": f"gopher://{GHP}@x"}}}
             ),
             {},
@@ -355,7 +344,7 @@ def test_a_credential_is_never_echoed(
     doc: dict[str, Any], env: dict[str, str], expected: str
 ) -> None:
     """Story: a token pasted under ``github.timeout`` came back in the error, in full."""
-    found = problems(doc, env)
+    found = config_problems(doc, env)
     assert expected in found
     text = "\n".join(found)
     for secret in (
@@ -374,7 +363,7 @@ def test_a_credential_is_never_echoed(
 def test_repr_of_a_config_shows_no_receiver_url_path() -> None:
     """Story: ``repr(config)`` printed the Slack webhook URL, whose path is its key."""
     config = parse_config(
-        minimal(
+        config_doc(
             alerts={
                 "receivers": {
                     "slack": {"type": "slack", "url": SLACK},
@@ -389,6 +378,30 @@ def test_repr_of_a_config_shows_no_receiver_url_path() -> None:
     assert "hunter2" not in text and "bot:" not in text
     assert "SecretUrl('https://hooks.slack.com/...')" in text
     assert "SecretUrl('https://hooks.example.com/...')" in text
+
+
+def test_a_dump_of_a_config_holds_no_secret() -> None:
+    """A config dumped to JSON (what a debug line would print) shows no credential."""
+    config = parse_config(
+        config_doc(
+            github={"owner": "x", "token": GHP, "proxy": USERINFO_URL},
+            webhook={"secret": ENTROPY},
+            alerts={"receivers": {"slack": {"type": "slack", "url": SLACK}}},
+        ),
+        env={},
+    )
+    dumped = config.model_dump_json()
+    for secret in (GHP, ENTROPY, "hunter2", "cQk3Nf8s1aWxY7pLmZ2rT9vE"):
+        assert secret not in dumped
+
+
+def test_a_config_built_in_code_never_shows_a_bad_secret_in_its_error() -> None:
+    """pydantic's own error text quotes the value it refused; these models hide it."""
+    with pytest.raises(ValidationError) as info:
+        ReceiverConfig(name="hook", type="webhook", url=f"gopher://{GHP}@x", token=[GHP])
+    text = str(info.value)
+    assert "must be an http(s) URL" in text and "the value is not shown" in text
+    assert GHP not in text
 
 
 # --- item 13: duplicate keys; item 14: not UTF-8 ------------------------------------------
@@ -476,6 +489,21 @@ def test_duplicate_keys_in_a_rule_file_are_refused(tmp_path: Path) -> None:
     assert found == [f"{tmp_path / 'rules.yaml'}: line 4: rules[0].team: {DUP.format(3)}"]
 
 
+def test_a_problem_in_a_rule_file_has_its_line_in_that_file(tmp_path: Path) -> None:
+    (tmp_path / "rules.yaml").write_text(
+        "rules:\n  - name: r\n    team: t\n    description: d\n    receivers: [hook]\n"
+        "    max_queue_size: 1\n    for: 5\n"
+    )
+    text = (
+        GOOD
+        + "alerts:\n  rule_files: [rules.yaml]\n  receivers:\n    hook: {type: webhook, url: 'https://h'}\n"
+    )
+    assert load_problems(tmp_path, text) == [
+        f"{tmp_path / 'rules.yaml'}: line 7: rules[0].for: must be a duration like 30s, 5m or "
+        "4h, got 5: a bare number has no unit (write 5s for seconds, 5m for minutes)"
+    ]
+
+
 def test_a_config_file_that_is_not_utf8_is_one_message(tmp_path: Path) -> None:
     """Story: a Latin-1 file (``team: Équipe``) ended in a UnicodeDecodeError traceback."""
     text = GOOD.encode() + "alerts:\n  builtin:\n    team: \u00c9quipe\n".encode("latin-1")
@@ -512,8 +540,11 @@ def test_a_utf8_byte_order_mark_is_fine(tmp_path: Path) -> None:
 
 
 def test_deep_nesting_is_one_message(tmp_path: Path) -> None:
-    found = load_problems(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n")
-    assert found == [f"{tmp_path / 'c.yaml'}: not valid YAML: nested too deeply"]
+    """libyaml says where it gave up (``line 1, column 1003: exceeded maximum nesting
+    depth``); PyYAML's own parser, where libyaml is missing, that it did."""
+    [found] = load_problems(tmp_path, "a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert found.startswith(f"{tmp_path / 'c.yaml'}: not valid YAML: ")
+    assert "nesting depth" in found or "nested too deeply" in found
 
 
 # --- item 16: one message per mistake, in file order, with lines --------------------------
@@ -522,40 +553,40 @@ def test_deep_nesting_is_one_message(tmp_path: Path) -> None:
 def test_an_invalid_max_is_not_blamed_again_through_min_idle() -> None:
     """Story: ``max: -3`` also said ``min_idle: must not exceed max (0)``, about the 0 that
     replaced the bad value."""
-    doc = minimal(runner_types={"cpu": {"labels": ["x"], "max": -3, "min_idle": 2}})
-    assert problems(doc) == ["runner_types.cpu.max: must be >= 0, got -3"]
+    doc = config_doc(runner_types={"cpu": {"labels": ["x"], "max": -3, "min_idle": 2}})
+    assert config_problems(doc) == ["runner_types.cpu.max: must be >= 0, got -3"]
 
 
 @pytest.mark.parametrize(
     ("doc", "expected"),
     [
         pytest.param(
-            minimal(github={"owner": "x", "token": "t", "api_url": "${GHE_URL}"}),
+            config_doc(github={"owner": "x", "token": "t", "api_url": "${GHE_URL}"}),
             ["github.api_url: environment variable GHE_URL is not set"],
             id="unset-api-url",
         ),
         pytest.param(
-            minimal(github={"owner": "${ORG}", "token": "t"}),
+            config_doc(github={"owner": "${ORG}", "token": "t"}),
             ["github.owner: environment variable ORG is not set"],
             id="unset-required-string",
         ),
         pytest.param(
-            minimal(alerts={"receivers": {"hook": {"type": "slack", "url": "${SLACK_URL}"}}}),
+            config_doc(alerts={"receivers": {"hook": {"type": "slack", "url": "${SLACK_URL}"}}}),
             ["alerts.receivers.hook.url: environment variable SLACK_URL is not set"],
             id="unset-receiver-url",
         ),
         pytest.param(
-            minimal(github={"owner": "x", "token": "${A}${A}"}),
+            config_doc(github={"owner": "x", "token": "${A}${A}"}),
             ["github.token: environment variable A is not set"],
             id="same-variable-twice",
         ),
         pytest.param(
-            minimal(scaling={"capacity_backoff_initial": "soon", "capacity_backoff_max": "1s"}),
+            config_doc(scaling={"capacity_backoff_initial": "soon", "capacity_backoff_max": "1s"}),
             ["scaling.capacity_backoff_initial: must be a duration like 30s, 5m or 4h, got 'soon'"],
             id="bad-backoff-not-compared",
         ),
         pytest.param(
-            minimal(
+            config_doc(
                 runner_types={"a": {"labels": ["x", 3]}, "b": {"labels": ["x"]}},
             ),
             ["runner_types.a.labels[1]: must be a non-empty string"],
@@ -564,7 +595,7 @@ def test_an_invalid_max_is_not_blamed_again_through_min_idle() -> None:
     ],
 )
 def test_no_follow_on_problems(doc: dict[str, Any], expected: list[str]) -> None:
-    assert problems(doc) == expected
+    assert config_problems(doc) == expected
 
 
 def test_problems_come_in_file_order_with_their_lines(tmp_path: Path) -> None:
@@ -598,8 +629,39 @@ log_level: loud
 
 
 def test_missing_sections_come_first() -> None:
-    assert problems({"poll_interval": "soon"}) == [
+    assert config_problems({"poll_interval": "soon"}) == [
         "github: is required",
         "runner_types: is required (at least one runner type)",
         "poll_interval: must be a duration like 30s, 5m or 4h, got 'soon'",
     ]
+
+
+def test_allowed_unset_variables_leave_a_config_whatever_the_key_holds(tmp_path: Path) -> None:
+    """``check-config --allow-unset-env`` on a machine without the deployment's secrets:
+    text keeps what was written, anything else its default, and nothing more is said."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "github:\n  owner: x\n  token: ${T}\n  api_url: ${U}\n"
+        "runner_types:\n  a:\n    labels: [x]\n    max: ${M}\n"
+        "log_level: ${L}\npoll_interval: ${P}\n"
+        "alerts:\n  receivers:\n    s:\n      type: slack\n      url: ${S}\n"
+    )
+    loaded = read_config(path, env={}, allow_unset_env=True)
+    assert [w.split(":")[0] for w in loaded.warnings] == [
+        "github.token",
+        "github.api_url",
+        "runner_types.a.max",
+        "log_level",
+        "poll_interval",
+        "alerts.receivers.s.url",
+    ]
+    config = loaded.config
+    assert (config.poll_interval, config.log_level, config.runner_types[0].max) == (
+        30.0,
+        "info",
+        None,
+    )
+    path.write_text("github: {owner: x, token: t}\nrunner_types: ${TYPES}\n")
+    with pytest.raises(ConfigError) as info:  # no config without its runner types: said
+        read_config(path, env={}, allow_unset_env=True)
+    assert info.value.problems == ["line 2: runner_types: must be a mapping, got a string"]

@@ -8,16 +8,16 @@ import pytest
 
 from autoscaler.config import parse_config
 from autoscaler.errors import ConfigError
-from tests.unit.test_config import minimal
+from tests.factories import config_doc
 
 
 def test_without_a_webhook_section_nothing_changes() -> None:
-    assert parse_config(minimal(), env={}).webhook is None
+    assert parse_config(config_doc(), env={}).webhook is None
 
 
 def test_the_documented_section() -> None:
     config = parse_config(
-        minimal(
+        config_doc(
             webhook={
                 "listen": "0.0.0.0:9465",
                 "secret": "${GITHUB_WEBHOOK_SECRET}",
@@ -56,13 +56,13 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 @pytest.mark.parametrize(("section", "expected"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_sections_are_reported(section: Any, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(minimal(webhook=section), env={})
+        parse_config(config_doc(webhook=section), env={})
     assert any(expected in p for p in info.value.problems), info.value.problems
 
 
 def test_an_unset_secret_variable_is_named_not_shown() -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(minimal(webhook={"secret": "${HOOK_SECRET}"}), env={})
+        parse_config(config_doc(webhook={"secret": "${HOOK_SECRET}"}), env={})
     assert any("HOOK_SECRET is not set" in p for p in info.value.problems)
 
 
@@ -90,6 +90,6 @@ def test_the_example_configs_webhook_block_parses_when_uncommented() -> None:
 
 def test_hook_id_is_optional_and_read_as_an_integer() -> None:
     """Without ``hook_id`` no delivery log is read (the lean reconcile alone)."""
-    assert parse_config(minimal(webhook={"secret": "x"}), env={}).webhook.hook_id is None  # type: ignore[union-attr]
-    config = parse_config(minimal(webhook={"secret": "x", "hook_id": "4242"}), env={})
+    assert parse_config(config_doc(webhook={"secret": "x"}), env={}).webhook.hook_id is None  # type: ignore[union-attr]
+    config = parse_config(config_doc(webhook={"secret": "x", "hook_id": "4242"}), env={})
     assert config.webhook is not None and config.webhook.hook_id == 4242

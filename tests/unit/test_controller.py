@@ -9,9 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from autoscaler.alerting.builtin_rules import UNREACHABLE_RULE
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.app.service import run_loop
-from autoscaler.config import Config, parse_config
+from autoscaler.config import Config
 from autoscaler.controller import Controller
 from autoscaler.domain import (
     Cause,
@@ -29,20 +28,15 @@ from autoscaler.errors import AutoscalerError, TransientError
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.starts import ObjectiveStatus
 from autoscaler.scale.view import ScalingView
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, load_config
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
 
 def config() -> Config:
-    return parse_config(
-        {
-            "poll_interval": "30s",
-            "github": {"owner": "org", "token": "t"},
-            "runner_types": {"cpu": {"labels": ["self-hosted", "cpu"]}},
-        },
-        env={},
+    return load_config(
+        poll_interval="30s", runner_types={"cpu": {"labels": ["self-hosted", "cpu"]}}
     )
 
 
@@ -181,6 +175,7 @@ def test_loop_survives_failing_ticks_and_stops_on_event() -> None:
 class RecordingAlerts:
     problems: list[Sequence[ScalingProblem] | None]
     skews: list[ClockSkew | None] = field(default_factory=list)
+    unlisted: list[Sequence[str] | None] = field(default_factory=list)
 
     def step(
         self,
@@ -195,10 +190,29 @@ class RecordingAlerts:
         causes: Mapping[str, Sequence[Cause]] | None = None,
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
+        unlisted: Sequence[str] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)
+        self.unlisted.append(unlisted)
         return []
+
+
+def test_a_poll_that_left_repositories_out_is_partial_and_alerting_hears_which() -> None:
+    """A repository the source could not list (and holds no listing of) is not an empty
+    one: the tick says the poll is partial, names it, and alerting gets the names; a
+    failed poll tells alerting nothing (None), so the condition is kept as it was."""
+    gap = replace(observation(1, T0), unlisted_repos=(("gpu", "loop"),))
+    alerts = RecordingAlerts(problems=[])
+    source = FakeSource([gap, TransientError("down"), observation(1, T0)])
+    controller = Controller(config(), source, Metrics(), alerts=alerts)
+    partial = controller.tick(T0)
+    failed = controller.tick(T0 + timedelta(seconds=30))
+    whole = controller.tick(T0 + timedelta(seconds=60))
+    assert partial.poll_error is None
+    assert partial.poll_partial == "1 repositories not listed: gpu (loop)"
+    assert failed.poll_partial is None and whole.poll_partial is None
+    assert alerts.unlisted == [["gpu"], None, []]
 
 
 def test_alerting_hears_this_ticks_scaling_problems() -> None:
@@ -281,13 +295,9 @@ class BrokenView:
 
 
 def config_with_pools() -> Config:
-    return parse_config(
-        {
-            "poll_interval": "30s",
-            "github": {"owner": "org", "token": "t"},
-            "runner_types": {"cpu": {"labels": ["self-hosted", "cpu"], "pools": ["ci-cpu"]}},
-        },
-        env={},
+    return load_config(
+        poll_interval="30s",
+        runner_types={"cpu": {"labels": ["self-hosted", "cpu"], "pools": ["ci-cpu"]}},
     )
 
 
@@ -306,20 +316,16 @@ def test_a_late_rush_fires_the_queue_time_objective_alert_with_its_cause() -> No
     """Ten cpu jobs start after waiting 10 minutes against a 5-minute, 95% objective:
     every window burns at 20x the budget, so the built-in alert fires, per runner type,
     with the type's Cause line (no pools here: scaling_disabled)."""
-    cfg = parse_config(
-        {
-            "poll_interval": "30s",
-            "github": {"owner": "org", "token": "t"},
-            "runner_types": {
-                "cpu": {
-                    "labels": ["self-hosted", "cpu"],
-                    "slo": {"queue_time": "5m", "objective": 0.95},
-                }
-            },
-            "state": {"path": ":memory:"},
-            "alerts": {"receivers": {"oncall": {"type": "webhook", "url": "http://127.0.0.1:9/"}}},
+    cfg = load_config(
+        poll_interval="30s",
+        runner_types={
+            "cpu": {
+                "labels": ["self-hosted", "cpu"],
+                "slo": {"queue_time": "5m", "objective": 0.95},
+            }
         },
-        env={},
+        state={"path": ":memory:"},
+        alerts={"receivers": {"oncall": {"type": "webhook", "url": "http://127.0.0.1:9/"}}},
     )
     later = T0 + timedelta(seconds=30)
     late = tuple(started_job(100 + i, later, waited=600) for i in range(10))
@@ -327,7 +333,7 @@ def test_a_late_rush_fires_the_queue_time_objective_alert_with_its_cause() -> No
         [observation(1, T0), Observation(later, observation(1, later).jobs + late, ())]
     )
     metrics = Metrics()
-    engine = AlertEngine(cfg.alerts, SqliteStore(None), None, metrics)
+    engine = alert_engine(cfg.alerts, metrics=metrics)
     controller = Controller(cfg, source, metrics, alerts=engine)
     controller.tick(T0)
     result = controller.tick(later)
@@ -379,7 +385,7 @@ def test_an_exception_escaping_the_source_is_a_failed_poll_and_alerting_still_ru
     aborted, and with it the alerting stage, so "GitHub unreachable" never fired."""
     cfg = config()
     metrics = Metrics()
-    engine = AlertEngine(cfg.alerts, SqliteStore(None), None, metrics)
+    engine = alert_engine(cfg.alerts, metrics=metrics)
     controller = Controller(cfg, DeepJsonSource(), metrics, alerts=engine)
     first = controller.tick(T0)
     later = controller.tick(T0 + timedelta(minutes=11))

@@ -164,7 +164,10 @@ CASES = [
     pytest.param(
         World(
             queued=3,
-            cfg=config(rtype(), budgets=[BudgetConfig("gpus", 2, ("*gpu*",))]),
+            cfg=config(
+                rtype(),
+                budgets=[BudgetConfig(name="gpus", max_instances=2, runner_types=("*gpu*",))],
+            ),
             pools={"gpu-spot": _full("gpu-spot", 2), "gpu-od": pool("gpu-od")},
             runners=_busy("gpu-spot", 2),
         ),

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import parse_config
 from autoscaler.config.schedule import MinIdle, Prediction
 from autoscaler.domain import Runner
 from autoscaler.errors import ConfigError
@@ -22,19 +21,16 @@ from autoscaler.scale.forecast import (
 from autoscaler.scale.plan import ScalingState
 from autoscaler.sim.simulate import simulate
 from autoscaler.sim.trace import parse_trace
+from tests.factories import load_config
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 CPU = ["self-hosted", "cpu"]
 
 
 def config(min_idle: Any = 0, **extra: Any) -> Any:
-    return parse_config(
-        {
-            "github": {"owner": "o", "token": "t"},
-            "runner_types": {"cpu": {"labels": CPU, "pools": ["p"], "min_idle": min_idle, **extra}},
-            "simulation": {"boot_time": {"p50": "60s", "p95": "60s"}},
-        },
-        env={},
+    return load_config(
+        runner_types={"cpu": {"labels": CPU, "pools": ["p"], "min_idle": min_idle, **extra}},
+        simulation={"boot_time": {"p50": "60s", "p95": "60s"}},
     )
 
 
@@ -127,14 +123,16 @@ def test_predicted_warm_runners_cut_the_queue_time_of_a_steady_stream() -> None:
 
 def test_predict_reads_from_yaml_and_counts_in_the_max_check() -> None:
     rt = config(PREDICT).runner_types[0]
-    assert rt.min_idle == MinIdle(0, (), Prediction(600.0, 60.0, 0.9, 6))
+    assert rt.min_idle == MinIdle(
+        default=0, predict=Prediction(window=600.0, lead=60.0, quantile=0.9, max=6)
+    )
     assert config({"predict": {}}).runner_types[0].min_idle.predict == Prediction()
     with pytest.raises(ConfigError) as err:
         config({"predict": {"quantile": 1.5, "window": "0s", "max": 50}}, max=10)
     # In file order, and an already-invalid min_idle is not blamed again against max.
     assert err.value.problems == [
-        "runner_types.cpu.min_idle.predict: window and lead must be greater than zero",
-        "runner_types.cpu.min_idle.predict.quantile: must be a number between 0 and 1, got 1.5",
+        "runner_types.cpu.min_idle.predict.quantile: must be between 0 and 1 (exclusive), got 1.5",
+        "runner_types.cpu.min_idle.predict.window: must be greater than zero",
     ]
     with pytest.raises(ConfigError) as err:
         config({"predict": {"max": 50}}, max=10)

@@ -1,9 +1,8 @@
 """What a GitHub answer means and how much of its body is read, apart from any transport.
 
-These were inline in GitHubHttp (observe/github/http.py) until it was split; the adapter
-tests drive them through HTTP, these pin each rule on its own: the error type of an
-answer no retry changes, the header readings the retry loop needs, and the page limit
-while a body is read or inflated.
+The adapter tests drive these through HTTP; these pin each rule on its own: the error
+type of an answer no retry changes, the header readings the retry policy needs, and the
+page limit while a body is read or inflated.
 """
 
 from __future__ import annotations

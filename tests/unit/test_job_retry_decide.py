@@ -81,14 +81,14 @@ RERAN = record_rerun(Ledger(), decide([(job(1), INFRA)], Ledger(), DEFAULT, NOW)
         pytest.param(
             [(job(1, attempt=2), INFRA)],
             Ledger(),
-            replace(DEFAULT, max_attempts=3),
+            DEFAULT.model_copy(update={"max_attempts": 3}),
             [(1, RERUN)],
             id="third-attempt-allowed",
         ),
         pytest.param(
             [(job(1), INFRA)],
             Ledger(),
-            replace(DEFAULT, max_attempts=1),
+            DEFAULT.model_copy(update={"max_attempts": 1}),
             [(1, SKIP)],
             id="max-attempts-1-never-reruns-nor-alerts",
         ),
@@ -109,14 +109,14 @@ RERAN = record_rerun(Ledger(), decide([(job(1), INFRA)], Ledger(), DEFAULT, NOW)
         pytest.param(
             [(job(i, run_id=i), INFRA) for i in range(1, 5)],
             Ledger(),
-            replace(DEFAULT, max_per_hour=2),
+            DEFAULT.model_copy(update={"max_per_hour": 2}),
             [(1, RERUN), (2, RERUN), (3, DEFERRED), (4, DEFERRED)],
             id="hourly-limit-defers",
         ),
         pytest.param(
             [(job(2, run_id=2), INFRA)],
             RERAN,
-            replace(DEFAULT, max_per_hour=1),
+            DEFAULT.model_copy(update={"max_per_hour": 1}),
             [(2, DEFERRED)],
             id="earlier-reruns-count-in-the-hour",
         ),
@@ -128,7 +128,7 @@ RERAN = record_rerun(Ledger(), decide([(job(1), INFRA)], Ledger(), DEFAULT, NOW)
                     k: replace(r, at=NOW - timedelta(minutes=61)) for k, r in RERAN.reruns.items()
                 },
             ),
-            replace(DEFAULT, max_per_hour=1),
+            DEFAULT.model_copy(update={"max_per_hour": 1}),
             [(2, RERUN)],
             id="an-hour-later-the-budget-is-back",
         ),
@@ -168,7 +168,10 @@ def test_oldest_completion_goes_first_under_the_hourly_limit() -> None:
     late = job(1, run_id=1, completed_at=NOW - timedelta(minutes=1))
     early = job(2, run_id=2, completed_at=NOW - timedelta(minutes=50))
     choices = decide(
-        [(late, INFRA), (early, INFRA)], Ledger(), replace(DEFAULT, max_per_hour=1), NOW
+        [(late, INFRA), (early, INFRA)],
+        Ledger(),
+        DEFAULT.model_copy(update={"max_per_hour": 1}),
+        NOW,
     )
     assert results(choices) == [(2, RERUN), (1, DEFERRED)]
 
@@ -216,8 +219,12 @@ def test_unreadable_entries_are_skipped(entries: Mapping[str, str]) -> None:
 def test_prune_keeps_what_still_matters() -> None:
     old = NOW - RETENTION
     ledger = replace(RERAN, reruns={k: replace(r, at=old) for k, r in RERAN.reruns.items()})
-    ledger = record_denied(ledger, "r", NOW - DENIED_PAUSE)
+    ledger = record_denied(ledger, "r", NOW - RETENTION)
     assert ledger.pruned(NOW) == Ledger()
+    # a denial outlives its pause: the incident lasts until a re-run goes through
+    paused_no_more = record_denied(Ledger(), "r", NOW - DENIED_PAUSE)
+    assert paused_no_more.pruned(NOW) == paused_no_more
+    assert not paused_no_more.is_denied("r", NOW)
 
 
 def test_an_exhausted_job_alerts_for_a_window_then_stops() -> None:

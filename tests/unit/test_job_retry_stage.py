@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE
-from autoscaler.config import Config, parse_config
+from autoscaler.config import Config
 from autoscaler.domain import Annotation, CompletedJob, RunProgress
 from autoscaler.errors import (
     AuthenticationError,
@@ -24,10 +23,12 @@ from autoscaler.errors import (
     TransientError,
 )
 from autoscaler.job_retry.decide import ALREADY, DEFERRED, DENIED, EXHAUSTED, FAILED, RERUN, SKIP
+from autoscaler.job_retry.ledger import DENIED_PAUSE
 from autoscaler.job_retry.model import SPOT_INTERRUPTION, InstanceEvent
 from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, load_config
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INSTANCE = "i-0abc123def4567890"
@@ -35,13 +36,9 @@ LOST = "The self-hosted runner: ci-gpu-i-0abc123def4567890 lost communication wi
 
 
 def config(**retry: Any) -> Config:
-    return parse_config(
-        {
-            "github": {"owner": "org", "token": "t"},
-            "runner_types": {"gpu": {"labels": ["self-hosted", "gpu"]}},
-            "job_retry": {"enabled": True, **retry},
-        },
-        env={},
+    return load_config(
+        runner_types={"gpu": {"labels": ["self-hosted", "gpu"]}},
+        job_retry={"enabled": True, **retry},
     )
 
 
@@ -178,6 +175,23 @@ def test_403_is_said_once_alerted_once_and_stops_trying(caplog: pytest.LogCaptur
     assert len(errors) == 1
     assert "Actions: read and write" in errors[0].getMessage()
     assert set(second.denied) == {"pytorch"}
+
+
+def test_a_denial_stays_one_incident_across_the_probes_until_a_re_run_goes_through() -> None:
+    """Regression: the denial was forgotten when the pause ended, so "Job re-runs not
+    permitted" resolved although nothing was fixed, and fired again when the next probe
+    was refused. It stays until a re-run in that repository goes through."""
+    rerunner = Rerunner(AuthenticationError("403", code="403"))
+    s, _ = stage(Source([job(1)], [], [job(2)], [], [job(3)]), rerunner)
+    assert set(s.step(NOW).denied) == {"pytorch"}
+    after_pause = NOW + DENIED_PAUSE + timedelta(minutes=1)
+    assert set(s.step(after_pause).denied) == {"pytorch"}  # paused no more, still denied
+    assert set(s.step(after_pause + timedelta(minutes=1)).denied) == {"pytorch"}  # probe: 403
+    assert len(rerunner.calls) == 2
+    later = after_pause + DENIED_PAUSE + timedelta(minutes=2)
+    rerunner.error = None  # the permission was granted
+    assert s.step(later).denied == {}  # the next probe goes through: the incident ends
+    assert rerunner.calls[2:] == [("pytorch", 1), ("pytorch", 2)]  # what waited, re-run
 
 
 @pytest.mark.parametrize(
@@ -326,7 +340,7 @@ def test_the_alert_stage_sends_exhausted_and_denied_once() -> None:
     metrics = Metrics(CollectorRegistry())
     cfg = config()
     store = SqliteStore(None)
-    engine = AlertEngine(cfg.alerts, store, None, metrics)
+    engine = alert_engine(cfg.alerts, store=store, metrics=metrics)
     rerunner = Rerunner(AuthenticationError("403 Forbidden", code="403"))
     s = RetryStage(cfg, Source([job(9, attempt=2), job(1)]), rerunner, metrics)
     report = s.step(NOW)
@@ -380,7 +394,7 @@ def test_a_broken_retry_stage_never_ends_the_tick_and_alerts_keep_their_state() 
     metrics = Metrics(CollectorRegistry())
     cfg = config()
     store = SqliteStore(None)
-    engine = AlertEngine(cfg.alerts, store, None, metrics)
+    engine = alert_engine(cfg.alerts, store=store, metrics=metrics)
     s = RetryStage(cfg, Source([job(9, attempt=2)]), Rerunner(), metrics)
     engine.step(None, NOW, NOW, retries=s.step(NOW))
     controller = Controller(cfg, PollSource(), metrics, alerts=engine, retries=BrokenRetries())

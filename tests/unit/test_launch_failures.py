@@ -19,6 +19,7 @@ from autoscaler.scale.plan import Plan, ScalingState
 from autoscaler.scale.policy import decide
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -173,14 +174,16 @@ def test_backoff_resets_once_the_pool_delivers() -> None:
 
 
 def make(fake: FakePool) -> Scaler:
-    cfg = replace(CFG, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = CFG.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
+    source = FakeSource()
     return Scaler(
         fake,
-        FakeSource(),
+        source,
         cfg,
         Metrics(CollectorRegistry()),
         sleep=lambda _: None,
         rng=random.Random(0),
+        **handover_ports(source),
     )
 
 

@@ -4,7 +4,7 @@ dry run), and the fence every leader-only action passes right before it happens.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +13,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.delivery import Deliverer
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.config import (
     DYNAMODB,
     SQLITE,
@@ -32,6 +31,8 @@ from autoscaler.secrets import SecretUrl
 from autoscaler.state.fence import Fence, FencedPool, FencedSource
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, config_doc
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -53,35 +54,29 @@ from tests.unit.test_controller import observation as controller_observation
 # --- the state section ---------------------------------------------------------------
 
 
-def minimal(state: Any) -> dict[str, Any]:
-    return {
-        "github": {"owner": "my-org", "token": "t"},
-        "runner_types": {"cpu": {"labels": ["self-hosted", "linux.4xlarge"]}},
-        "state": state,
-    }
-
-
 @pytest.mark.parametrize(
     ("state", "expected"),
     [
         pytest.param(None, StateConfig(), id="default-sqlite"),
         pytest.param(
-            {"path": "/var/lib/x.db"}, StateConfig(SQLITE, "/var/lib/x.db"), id="sqlite-path"
+            {"path": "/var/lib/x.db"},
+            StateConfig(backend=SQLITE, path="/var/lib/x.db"),
+            id="sqlite-path",
         ),
         pytest.param(
             {"backend": "dynamodb", "table": "ci-autoscaler"},
-            StateConfig(DYNAMODB, table="ci-autoscaler", lease_duration=30.0),
+            StateConfig(backend=DYNAMODB, table="ci-autoscaler", lease_duration=30.0),
             id="dynamodb",
         ),
         pytest.param(
             {"backend": "dynamodb", "table": "ci.autoscaler_1", "lease_duration": "10s"},
-            StateConfig(DYNAMODB, table="ci.autoscaler_1", lease_duration=10.0),
+            StateConfig(backend=DYNAMODB, table="ci.autoscaler_1", lease_duration=10.0),
             id="dynamodb-lease",
         ),
     ],
 )
 def test_state_section_accepted(state: Any, expected: StateConfig) -> None:
-    assert parse_config(minimal(state), env={}).state == expected
+    assert parse_config(config_doc(state=state), env={}).state == expected
 
 
 @pytest.mark.parametrize(
@@ -127,7 +122,7 @@ def test_state_section_accepted(state: Any, expected: StateConfig) -> None:
 )
 def test_state_section_refused(state: Any, expected: list[str]) -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(minimal(state), env={})
+        parse_config(config_doc(state=state), env={})
     assert info.value.problems == expected
 
 
@@ -260,9 +255,8 @@ def test_a_lease_lost_mid_tick_stops_the_rest_of_the_ticks_actions() -> None:
             lead.leading = False
 
     losing = Losing(fake.pools)
-    cfg = replace(
-        config(rtype(pools=("gpu-spot", "gpu-od"))),
-        aws=AwsConfig(retry=RetryConfig(max_attempts=3)),
+    cfg = config(rtype(pools=("gpu-spot", "gpu-od"))).model_copy(
+        update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))}
     )
     s = Scaler(
         FencedPool(losing, fence),
@@ -271,6 +265,7 @@ def test_a_lease_lost_mid_tick_stops_the_rest_of_the_ticks_actions() -> None:
         Metrics(CollectorRegistry()),
         sleep=lambda _: None,
         rng=random.Random(0),
+        **handover_ports(FakeSource()),
     )
     s.step(snapshot({GPU: 3}), observation(()), T0, observation_fresh=True)
     assert [c for c in fake.calls if c[0] == "set_desired_capacity"] == [
@@ -296,7 +291,11 @@ def test_the_deliverer_sends_nothing_without_the_lease(tmp_path: Any) -> None:
                 max_queue_size=0,
             ),
         ),
-        receivers={"hook": ReceiverConfig("hook", "webhook", url=SecretUrl("https://h.example/x"))},
+        receivers={
+            "hook": ReceiverConfig(
+                name="hook", type="webhook", url=SecretUrl("https://h.example/x")
+            )
+        },
     )
     metrics = Metrics(CollectorRegistry())
 
@@ -312,7 +311,7 @@ def test_the_deliverer_sends_nothing_without_the_lease(tmp_path: Any) -> None:
         gate=fence,
     )
     store = SqliteStore(None)
-    engine = AlertEngine(alerts, store, deliverer, metrics)
+    engine = alert_engine(alerts, store=store, metrics=metrics, deliverer=deliverer)
     engine.step(snapshot({GPU: 3}), T0, T0)
     assert deliverer.flush(5.0)
     assert sent == [] and refused == ["notify"]

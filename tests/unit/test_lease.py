@@ -343,7 +343,7 @@ WAITS = st.sampled_from([0.0, 0.0, 0.0, 0.5, 2.5, 3.4, 5.0, 7.5, 7.9, 8.1, 10.0]
 LATENCIES = st.sampled_from([0.0, 0.0, 0.0, 0.0, 0.1, 1.5, 3.0])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(
         st.tuples(

@@ -16,6 +16,7 @@ from autoscaler.scale.plan import Plan, ScalingState
 from autoscaler.scale.policy import decide
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -82,9 +83,15 @@ def test_orphan_age_is_read_on_the_cloud_clock_and_a_large_skew_holds(
 
 
 def make(fake: FakePool, source: FakeSource, cfg: Config = CFG) -> Scaler:
-    cfg = replace(cfg, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = cfg.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
     return Scaler(
-        fake, source, cfg, Metrics(CollectorRegistry()), sleep=lambda _: None, rng=random.Random(0)
+        fake,
+        source,
+        cfg,
+        Metrics(CollectorRegistry()),
+        sleep=lambda _: None,
+        rng=random.Random(0),
+        **handover_ports(source),
     )
 
 

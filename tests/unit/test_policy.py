@@ -162,11 +162,30 @@ CLAMPS = [
         {"out_of_capacity": [GPU]},
         id="every-pool-in-backoff-is-out-of-capacity",
     ),
+    # A retry is not a recovery: gpu-spot's back-off ended and it is tried again, but
+    # neither pool has delivered since it failed, so the type is still out of capacity
+    # (the page stays one incident across the retries that fail).
+    pytest.param(
+        Case(
+            config(),
+            TWO_GPU,
+            {GPU: 3},
+            state=ScalingState(
+                backoff_until={
+                    "gpu-spot": T0 - timedelta(seconds=1),
+                    "gpu-od": T0 + timedelta(seconds=60),
+                },
+                backoff_seconds={"gpu-spot": 1800.0, "gpu-od": 1800.0},
+            ),
+        ),
+        {"up": {"gpu-spot": 3}, "out_of_capacity": [GPU]},
+        id="a-pool-retried-after-its-backoff-is-still-out",
+    ),
 ]
 
 GPU_A, GPU_B = "a.gpu", "b.gpu"
 TWO_TYPES = (rtype(GPU_A, ["a-pool"], priority=10), rtype(GPU_B, ["b-pool"], priority=1))
-GPU_BUDGET = [BudgetConfig("gpus", 4, ("*gpu*",))]
+GPU_BUDGET = [BudgetConfig(name="gpus", max_instances=4, runner_types=("*gpu*",))]
 BUDGETS = [
     pytest.param(
         Case(
@@ -435,7 +454,10 @@ def test_capacity_backoff_doubles_to_the_cap_and_resets() -> None:
 
 
 def test_demand_follows_the_min_idle_schedule() -> None:
-    office = MinIdle(1, (IdleWindow(8 * 60, 18 * 60, 4, frozenset(range(5))),))
+    office = MinIdle(
+        default=1,
+        schedule=(IdleWindow(start=8 * 60, end=18 * 60, min_idle=4, days=frozenset(range(5))),),
+    )
     cfg = config(rtype(min_idle=office))
 
     def wanted(now: datetime) -> dict[str, int]:

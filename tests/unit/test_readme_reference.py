@@ -13,7 +13,6 @@ receivers' keys.
 
 from __future__ import annotations
 
-import ast
 import copy
 import re
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from autoscaler.config.load import parse_config
+from autoscaler.config import json_schema, parse_config
 from autoscaler.errors import ConfigError
 from autoscaler.telemetry import Metrics
 
@@ -78,46 +77,12 @@ def test_every_defined_metric_is_in_the_readme_metrics_table() -> None:
     assert missing == [], f"defined in telemetry.py, not in README's Metrics table: {missing}"
 
 
-def _strings(node: ast.Tuple) -> list[str]:
-    return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-
-
 def _accepted_keys() -> set[str]:
-    """Every key name the config loader accepts: the key tuples handed to
-    ``Reader.mapping`` in autoscaler/config/ (literal, or a module-level constant)."""
-    keys: set[str] = set()
-    for path in sorted((REPO / "autoscaler" / "config").glob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        constants: dict[str, list[str]] = {}
-        for node in ast.walk(tree):
-            value: ast.expr | None
-            if isinstance(node, ast.Assign):
-                targets, value = node.targets, node.value
-            elif isinstance(node, ast.AnnAssign):
-                targets, value = [node.target], node.value
-            else:
-                continue
-            if isinstance(value, ast.Tuple):
-                for target in targets:
-                    if isinstance(target, ast.Name):
-                        constants[target.id] = _strings(value)
-        for node in ast.walk(tree):
-            if not (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "mapping"
-                and len(node.args) >= 3
-            ):
-                continue
-            arg = node.args[2]
-            if isinstance(arg, ast.Tuple):
-                keys |= set(_strings(arg))
-            else:
-                assert isinstance(arg, ast.Name) and arg.id in constants, (
-                    f"{path.name}:{node.lineno}: keys not a literal tuple or a constant"
-                )
-                keys |= set(constants[arg.id])
-    return keys
+    """Every key name a config file may write: the properties of the JSON Schema the
+    loader checks files against."""
+    schema = json_schema()
+    sections = [schema, *schema["$defs"].values()]
+    return {key for section in sections for key in section.get("properties", {})}
 
 
 def test_every_config_key_is_in_config_example_yaml() -> None:

@@ -9,7 +9,6 @@ ports (:mod:`tests.unit.scaling_fakes`), and the policy's memory as a table.
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from autoscaler.scale.plan import Decision, ScalingState
 from autoscaler.scale.policy import decide, without_removed
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -36,8 +36,8 @@ from tests.unit.scaling_fakes import (
     snapshot,
 )
 
-CFG = replace(
-    config(rtype(pools=("gpu-spot", "gpu-od"))), aws=AwsConfig(retry=RetryConfig(max_attempts=3))
+CFG = config(rtype(pools=("gpu-spot", "gpu-od"))).model_copy(
+    update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))}
 )
 
 
@@ -60,7 +60,15 @@ def at(seconds: float) -> datetime:
 def make(source: FakeSource, fake: FakePool | None = None) -> tuple[Scaler, FakePool]:
     fake = fake or FakePool({"gpu-spot": pool("gpu-spot"), "gpu-od": pool("gpu-od")})
     registry = CollectorRegistry()
-    s = Scaler(fake, source, CFG, Metrics(registry), sleep=lambda _: None, rng=random.Random(0))
+    s = Scaler(
+        fake,
+        source,
+        CFG,
+        Metrics(registry),
+        sleep=lambda _: None,
+        rng=random.Random(0),
+        **handover_ports(source),
+    )
     return s, fake
 
 

@@ -64,7 +64,12 @@ def policy(
     initial_backoff: float = 0.5,
     max_backoff: float = 8.0,
 ) -> RetryPolicy:
-    cfg = RetryConfig(max_attempts, deadline, initial_backoff, max_backoff)
+    cfg = RetryConfig(
+        max_attempts=max_attempts,
+        deadline=deadline,
+        initial_backoff=initial_backoff,
+        max_backoff=max_backoff,
+    )
     return RetryPolicy(cfg, metrics, sleep=t.sleep, rng=random.Random(seed), monotonic=t.monotonic)
 
 

@@ -18,6 +18,7 @@ from autoscaler.errors import (
 from autoscaler.scale.plan import Decision
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -37,14 +38,16 @@ CFG = config(rtype(pools=("gpu-spot", "gpu-od")))
 
 
 def make(fake: FakePool, source: FakeSource | None = None, cfg: Config = CFG) -> Scaler:
-    cfg = replace(cfg, aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    cfg = cfg.model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
+    source = source or FakeSource()
     return Scaler(
         fake,
-        source or FakeSource(),
+        source,
         cfg,
         Metrics(CollectorRegistry()),
         sleep=lambda _: None,
         rng=random.Random(0),
+        **handover_ports(source),
     )
 
 

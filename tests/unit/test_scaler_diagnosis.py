@@ -15,6 +15,7 @@ from autoscaler.errors import AuthenticationError, CapacityError
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -28,17 +29,19 @@ from tests.unit.scaling_fakes import (
     snapshot,
 )
 
-CFG = replace(config(rtype()), aws=AwsConfig(retry=RetryConfig(max_attempts=1)))
+CFG = config(rtype()).model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=1))})
 
 
 def make(fake: FakePool, source: FakeSource | None = None) -> Scaler:
+    source = source or FakeSource()
     return Scaler(
         fake,
-        source or FakeSource(),
+        source,
         CFG,
         Metrics(CollectorRegistry()),
         sleep=lambda _: None,
         rng=random.Random(0),
+        **handover_ports(source),
     )
 
 

@@ -36,6 +36,7 @@ from autoscaler.scale.plan import PendingTermination, ScalingState
 from autoscaler.scale.scaler import Scaler
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -51,9 +52,8 @@ from tests.unit.scaling_fakes import (
     snapshot,
 )
 
-CFG = replace(
-    config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400)),
-    aws=AwsConfig(retry=RetryConfig(max_attempts=3)),
+CFG = config(rtype(pools=("gpu-spot", "gpu-od"), boot_timeout=86400)).model_copy(
+    update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))}
 )
 PENDING = PendingTermination(GPU, "gpu-spot", iid(7), f"gpu-spot-{iid(7)}", T0)
 
@@ -79,6 +79,10 @@ PENDING = PendingTermination(GPU, "gpu-spot", iid(7), f"gpu-spot-{iid(7)}", T0)
             id="refused",
         ),
         pytest.param(ScalingState(pending_terminations={iid(7): PENDING}), id="pending"),
+        pytest.param(
+            ScalingState(pending_terminations={iid(7): replace(PENDING, deregistered=False)}),
+            id="scale-in-under-way",
+        ),
     ],
 )
 def test_memory_round_trips_through_json(state: ScalingState) -> None:
@@ -89,6 +93,13 @@ def test_memory_round_trips_through_json(state: ScalingState) -> None:
     assert memory_of(back) == memory
     assert back.idle_since == {1: T0}, "the observed part is kept"
     assert back.pending_terminations == state.pending_terminations
+
+
+def test_an_older_pending_row_without_the_flag_was_deregistered() -> None:
+    """Rows written before the field existed held only deregistered runners."""
+    row = PoolMemory(pending=(PENDING,)).to_dict()
+    del row["pending"][0]["deregistered"]
+    assert PoolMemory.from_dict("gpu-spot", row).pending == (PENDING,)
 
 
 @dataclass
@@ -184,6 +195,7 @@ def make(fake: FakePool, source: FakeSource, store: ScalingMemoryStore) -> Scale
         sleep=lambda _: None,
         rng=random.Random(0),
         memory=store,
+        **handover_ports(source),
     )
 
 
@@ -249,6 +261,94 @@ def test_a_restarted_controller_terminates_what_was_deregistered(tmp_path: Path)
     assert len(fake.pools["gpu-spot"].instances) == 0
     assert second.load_pools() == {}, "done: nothing left to remember"
     second.close()
+
+
+class Killed(BaseException):
+    """kill -9 at that call: nothing after it runs (no handler catches a BaseException)."""
+
+
+def crash_at_termination(fake: FakePool) -> None:
+    fake.fail("terminate_instance", "gpu-spot", Killed())  # type: ignore[arg-type]
+
+
+ONE_POOL = config(rtype(pools=("gpu-spot",), idle_timeout=2, boot_timeout=30))
+
+
+def two_instances_one_idle() -> tuple[FakePool, FakeSource]:
+    fake = FakePool({"gpu-spot": pool("gpu-spot", [inst(1, "gpu-spot", age=8),
+                                                   inst(2, "gpu-spot", age=8)])})  # fmt: skip
+    return fake, FakeSource({1: runner(1, "gpu-spot"), 2: runner(2, "gpu-spot", busy=True)})
+
+
+def leader(fake: FakePool, source: FakeSource, store: ScalingMemoryStore) -> Scaler:
+    return Scaler(fake, source, ONE_POOL, Metrics(CollectorRegistry()), sleep=lambda _: None,
+                  rng=random.Random(0), memory=store, **handover_ports(source))  # fmt: skip
+
+
+def test_a_leader_killed_between_deregistering_and_terminating_leaves_no_ghost() -> None:
+    """Regression (the two-controller kill -9 test's quiet stretch): the leader
+    deregistered an idle runner and was killed before it terminated the instance. The
+    scale-in lived only in its process. The new leader saw an instance without a runner,
+    launched 8 s before: one still booting, by the policy. It counted it as supply for the
+    queued job and held, no leader-only action at all, until ``boot_timeout`` (30 s in
+    that test) after the launch made it an orphan. Now the scale-in is in the state store
+    before the runner is deregistered; the new leader terminates the instance at its
+    first tick and scales up at the next."""
+    fake, source = two_instances_one_idle()
+    store = MemoryStore()
+    first = leader(fake, source, store)
+    tick(first)
+    crash_at_termination(fake)
+    with pytest.raises(Killed):
+        tick(first, at=timedelta(seconds=3))
+    assert source.removed == [1] and len(fake.pools["gpu-spot"].instances) == 2
+
+    fake.calls.clear()
+    successor = leader(fake, source, store)
+    tick(successor, queued=1, at=timedelta(seconds=5))
+    assert ("terminate_instance", "gpu-spot", iid(1)) in fake.calls
+    assert source.lookups == [f"gpu-spot-{iid(1)}"], "GitHub asked: the runner is gone"
+    tick(successor, queued=1, at=timedelta(seconds=7))
+    assert ("set_desired_capacity", "gpu-spot", 2) in fake.calls
+    assert store.pools["gpu-spot"].pending == (), "nothing left to finish"
+
+
+def test_a_scale_in_that_never_reached_github_keeps_the_runner() -> None:
+    """Killed after the scale-in was written down but before the deregistration: GitHub
+    still has the runner, which may take a job at any moment. The new leader forgets the
+    scale-in and terminates nothing; the runner is the policy's again."""
+    fake, source = two_instances_one_idle()
+    store = MemoryStore()
+    first = leader(fake, source, store)
+    tick(first)
+    source.errors.append(Killed())  # type: ignore[arg-type]
+    with pytest.raises(Killed):
+        tick(first, at=timedelta(seconds=3))
+    [written] = store.pools["gpu-spot"].pending
+    assert (written.instance_id, written.deregistered) == (iid(1), False)
+    source.runners[1] = runner(1, "gpu-spot", busy=True)  # it took a job meanwhile
+
+    fake.calls.clear()
+    successor = leader(fake, source, store)
+    tick(successor, at=timedelta(seconds=5))
+    assert not [c for c in fake.calls if c[0] == "terminate_instance"]
+    assert source.removed == [] and store.pools == {}
+
+
+def test_no_scale_in_starts_when_it_cannot_be_written_down() -> None:
+    """The state store refuses the write (the lease was lost, DynamoDB throttles): no
+    runner is deregistered this tick, so nothing is left half done for a successor."""
+    fake, source = two_instances_one_idle()
+    store = MemoryStore()
+    s = leader(fake, source, store)
+    tick(s)
+    store.fail_save = NotLeaderError("fenced", path="t", code="fenced", operation="save_pools")
+    tick(s, at=timedelta(seconds=3))
+    assert source.removed == [] and len(fake.pools["gpu-spot"].instances) == 2
+    store.fail_save = None
+    tick(s, at=timedelta(seconds=4))
+    assert source.removed == [1] and len(fake.pools["gpu-spot"].instances) == 1
+    assert store.pools == {}
 
 
 def test_a_follower_decides_with_the_leaders_back_off_and_writes_nothing() -> None:

@@ -22,13 +22,14 @@ from autoscaler.domain import InstanceLifecycle, Observation, Runner
 from autoscaler.errors import RejectedError
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import T0, FakePool, config, observation, pool, rtype, snapshot
 
 GPU, CPU = "x.gpu", "x.cpu"
 CFG = config(
     rtype(GPU, ("gpu-spot", "gpu-od"), max=6, priority=10, idle_timeout=300, boot_timeout=600),
     rtype(CPU, ("cpu",), min_idle=1, idle_timeout=300, boot_timeout=600),
-    budgets=[BudgetConfig("all", 8, ("*",))],
+    budgets=[BudgetConfig(name="all", max_instances=8, runner_types=("*",))],
 )
 POOL_OF = {"gpu-spot": GPU, "gpu-od": GPU, "cpu": CPU}
 
@@ -164,7 +165,7 @@ def check_bounds(world: World) -> None:
     assert sum(p.live_instances for p in pools.values()) <= 8
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ROUNDS)
 @example(REGISTERED_AFTER_THE_POLL)
 def test_never_terminates_a_busy_runner_and_never_exceeds_bounds(rounds: list[Round]) -> None:
@@ -178,7 +179,13 @@ def test_never_terminates_a_busy_runner_and_never_exceeds_bounds(rounds: list[Ro
     world = World(fake)
     fake.world = world
     scaler = Scaler(
-        fake, world, CFG, Metrics(CollectorRegistry()), sleep=lambda _: None, rng=random.Random(0)
+        fake,
+        world,
+        CFG,
+        Metrics(CollectorRegistry()),
+        sleep=lambda _: None,
+        rng=random.Random(0),
+        **handover_ports(world),
     )
     now, next_id = T0, [0]
     for ops, dt, fresh, late in rounds:

@@ -11,11 +11,13 @@ from autoscaler.config.schedule import IdleWindow, MinIdle
 MON, FRI, SAT, SUN = 0, 4, 5, 6
 WEEKDAYS = frozenset(range(5))
 SCHEDULE = MinIdle(
-    1,
-    (
-        IdleWindow(8 * 60, 18 * 60, 4, WEEKDAYS),  # office hours
-        IdleWindow(22 * 60, 2 * 60, 2, frozenset({FRI})),  # Friday night, past midnight
-        IdleWindow(0, 24 * 60, 0, frozenset({SUN})),  # all Sunday
+    default=1,
+    schedule=(
+        IdleWindow(start=8 * 60, end=18 * 60, min_idle=4, days=WEEKDAYS),  # office hours
+        IdleWindow(
+            start=22 * 60, end=2 * 60, min_idle=2, days=frozenset({FRI})
+        ),  # Friday night, past midnight
+        IdleWindow(start=0, end=24 * 60, min_idle=0, days=frozenset({SUN})),  # all Sunday
     ),
 )
 
@@ -50,16 +52,25 @@ def test_schedule(now: datetime, expected: int) -> None:
 @pytest.mark.parametrize(
     ("min_idle", "now", "expected"),
     [
-        pytest.param(MinIdle(2), at(SAT, 3), 2, id="plain-number-always"),
+        pytest.param(MinIdle(default=2), at(SAT, 3), 2, id="plain-number-always"),
         pytest.param(MinIdle(), at(MON, 9), 0, id="default-is-zero"),
         pytest.param(
-            MinIdle(0, (IdleWindow(0, 1440, 5), IdleWindow(480, 1080, 9))),
+            MinIdle(
+                default=0,
+                schedule=(
+                    IdleWindow(start=0, end=1440, min_idle=5),
+                    IdleWindow(start=480, end=1080, min_idle=9),
+                ),
+            ),
             at(MON, 9),
             5,
             id="first-match-wins",
         ),
         pytest.param(
-            MinIdle(0, (IdleWindow(23 * 60, 60, 3),)), at(MON, 0, 30), 3, id="no-days-every-day"
+            MinIdle(default=0, schedule=(IdleWindow(start=23 * 60, end=60, min_idle=3),)),
+            at(MON, 0, 30),
+            3,
+            id="no-days-every-day",
         ),
     ],
 )
@@ -68,4 +79,4 @@ def test_min_idle_at(min_idle: MinIdle, now: datetime, expected: int) -> None:
 
 
 def test_maximum_covers_default_and_windows() -> None:
-    assert (SCHEDULE.maximum, MinIdle(3).maximum) == (4, 3)
+    assert (SCHEDULE.maximum, MinIdle(default=3).maximum) == (4, 3)

@@ -133,5 +133,5 @@ def test_a_receiver_url_is_a_secret_in_every_repr() -> None:
     assert f"{rc.url}" == "https://hooks.slack.com/..."
     assert rc.url is not None and rc.url.reveal() == SLACK
     # A plain string built in code (a test, the demo) is wrapped all the same.
-    plain = ReceiverConfig(name="hook", type="webhook", url=SLACK)  # type: ignore[arg-type]
+    plain = ReceiverConfig(name="hook", type="webhook", url=SLACK)
     assert isinstance(plain.url, SecretUrl) and "xoXo" not in repr(plain)

@@ -11,27 +11,24 @@ from typing import Any
 
 import pytest
 
-from autoscaler.config import Config, parse_config
+from autoscaler.config import Config
 from autoscaler.config.simulation import BootTime
 from autoscaler.sim.emulator import Emulator, lognormal
 from autoscaler.sim.metrics import percentile
 from autoscaler.sim.simulate import simulate
 from autoscaler.sim.trace import Trace, parse_trace
+from tests.factories import load_config
 
 CPU = ["self-hosted", "cpu"]
 
 
 def config(simulation: dict[str, Any] | None = None, **runner_type: Any) -> Config:
-    return parse_config(
-        {
-            "github": {"owner": "o", "token": "t"},
-            "poll_interval": "30s",
-            "runner_types": {
-                "cpu": {"labels": CPU, "pools": ["p1", "p2"], "idle_timeout": "2m", **runner_type}
-            },
-            "simulation": {"boot_time": {"p50": "60s", "p95": "60s"}, **(simulation or {})},
+    return load_config(
+        poll_interval="30s",
+        runner_types={
+            "cpu": {"labels": CPU, "pools": ["p1", "p2"], "idle_timeout": "2m", **runner_type}
         },
-        env={},
+        simulation={"boot_time": {"p50": "60s", "p95": "60s"}, **(simulation or {})},
     )
 
 
@@ -131,7 +128,7 @@ def test_boot_times_follow_the_fitted_lognormal_and_repeat_per_pool() -> None:
     assert percentile(samples, 95) == pytest.approx(240, rel=0.05)
     again = Emulator(c, trace((0, 1))).pools["p1"]
     assert [again.boot_time() for _ in range(5)] == samples[:5]
-    mu, sigma = lognormal(BootTime(90, 90))
+    mu, sigma = lognormal(BootTime(p50=90, p95=90))
     assert sigma == 0.0 and mu == pytest.approx(4.49980967)
 
 

@@ -7,26 +7,22 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autoscaler.config import parse_config
 from autoscaler.sim.metrics import PolicyResult, format_table, percentile
 from autoscaler.sim.sweep import SweepError, grid, pareto_front, parse_sweep
+from tests.factories import load_config
 
-CONFIG = parse_config(
-    {
-        "github": {"owner": "o", "token": "t"},
-        "runner_types": {
-            "a": {
-                "labels": ["a"],
-                "pools": ["pa"],
-                "min_idle": {
-                    "default": 1,
-                    "schedule": [{"from": "08:00", "to": "18:00", "min_idle": 3}],
-                },
+CONFIG = load_config(
+    runner_types={
+        "a": {
+            "labels": ["a"],
+            "pools": ["pa"],
+            "min_idle": {
+                "default": 1,
+                "schedule": [{"from": "08:00", "to": "18:00", "min_idle": 3}],
             },
-            "b": {"labels": ["b"], "pools": ["pb"]},
         },
+        "b": {"labels": ["b"], "pools": ["pb"]},
     },
-    env={},
 )
 
 

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from autoscaler.config import Config, parse_config
+from autoscaler.config import Config
 from autoscaler.domain import Job, JobStatus, normalize_labels
 from autoscaler.observe.starts import StartTracker
+from tests.factories import load_config
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 CPU = ["self-hosted", "linux.4xlarge"]
@@ -16,15 +17,11 @@ GPU = ["self-hosted", "gpu"]
 
 
 def cfg() -> Config:
-    return parse_config(
-        {
-            "github": {"owner": "o", "token": "t"},
-            "runner_types": {
-                "linux.4xlarge": {"labels": CPU},
-                "gpu": {"labels": GPU, "slo": {"queue_time": "5m", "objective": 0.95}},
-            },
+    return load_config(
+        runner_types={
+            "linux.4xlarge": {"labels": CPU},
+            "gpu": {"labels": GPU, "slo": {"queue_time": "5m", "objective": 0.95}},
         },
-        env={},
     )
 
 

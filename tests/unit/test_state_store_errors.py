@@ -22,7 +22,6 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.alerting.evaluation import FLEET, Evaluation
 from autoscaler.alerting.lifecycle import Notification
@@ -40,7 +38,6 @@ from autoscaler.config import (
     AlertsConfig,
     BuiltinAlertsConfig,
     ReceiverConfig,
-    parse_config,
 )
 from autoscaler.controller import Controller
 from autoscaler.domain import Observation
@@ -50,6 +47,7 @@ from autoscaler.secrets import SecretUrl
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.state.sqlite_errors import translate
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, load_config, paging
 from tests.unit.test_controller import FakeSource, observation
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -193,17 +191,12 @@ def test_a_second_controller_on_the_same_file_is_told_the_first_one_runs(tmp_pat
 
 def engine_over(store: SqliteStore, health: Health) -> tuple[AlertEngine, Metrics]:
     metrics = Metrics(CollectorRegistry())
-    return AlertEngine(ALERTS, store, None, metrics, health=health), metrics
+    return alert_engine(ALERTS, store=store, metrics=metrics, health=health), metrics
 
 
 def controller_with(engine: AlertEngine, health: Health) -> Controller:
-    config = parse_config(
-        {
-            "poll_interval": "30s",
-            "github": {"owner": "org", "token": "t"},
-            "runner_types": {"cpu": {"labels": ["self-hosted", "cpu"]}},
-        },
-        env={},
+    config = load_config(
+        poll_interval="30s", runner_types={"cpu": {"labels": ["self-hosted", "cpu"]}}
     )
     script: list[Observation] = [observation(5, T0 + timedelta(minutes=m)) for m in range(4)]
     return Controller(config, FakeSource(script), engine.metrics, alerts=engine, health=health)
@@ -288,30 +281,31 @@ def test_a_failed_save_sends_nothing_and_decides_again(tmp_path: Path) -> None:
         return httpx.Response(200)
 
     hook = ReceiverConfig(name="hook", type="webhook", url=SecretUrl("http://127.0.0.1:9/hook"))
-    alerts = replace(ALERTS, rules=(replace(RULE, receivers=("hook",)),), receivers={"hook": hook})
-    metrics = Metrics(CollectorRegistry())
-    deliverer = Deliverer(
-        alerts.receivers, metrics, transport=httpx.MockTransport(receiver), sleep=lambda _: None
+    alerts = ALERTS.model_copy(
+        update={
+            "rules": (RULE.model_copy(update={"receivers": ("hook",)}),),
+            "receivers": {"hook": hook},
+        }
     )
     health = Health()
     store = ReadOnlyStore(tmp_path / "state.db")
-    engine = AlertEngine(alerts, store, deliverer, metrics, health=health)
-    controller = controller_with(engine, health)
-    for minute in range(3):
-        controller.tick(T0 + timedelta(minutes=minute))
-        deliverer.flush(5.0)
-    assert sent == []
-    assert "is read-only" in health.problems()["state"]
-    failures = metrics.registry.get_sample_value(
-        "ci_autoscaler_state_store_errors_total", {"operation": "save", "code": "read_only"}
-    )
-    assert failures == 3
+    quiet = {"sleep": lambda _: None}
+    with paging(alerts, receiver, store=store, deliverer=quiet, health=health) as (engine, d):
+        controller = controller_with(engine, health)
+        for minute in range(3):
+            controller.tick(T0 + timedelta(minutes=minute))
+            d.flush(5.0)
+        assert sent == []
+        assert "is read-only" in health.problems()["state"]
+        failures = engine.metrics.registry.get_sample_value(
+            "ci_autoscaler_state_store_errors_total", {"operation": "save", "code": "read_only"}
+        )
+        assert failures == 3
 
-    store.writable = True  # the operator fixed the file's mode
-    controller.tick(T0 + timedelta(minutes=3))
-    deliverer.flush(5.0)
-    controller.tick(T0 + timedelta(minutes=4))
-    deliverer.flush(5.0)
-    assert sent == ["FIRING"]
-    assert controller.ready(T0 + timedelta(minutes=4))
-    deliverer.close()
+        store.writable = True  # the operator fixed the file's mode
+        controller.tick(T0 + timedelta(minutes=3))
+        d.flush(5.0)
+        controller.tick(T0 + timedelta(minutes=4))
+        d.flush(5.0)
+        assert sent == ["FIRING"]
+        assert controller.ready(T0 + timedelta(minutes=4))

@@ -8,31 +8,28 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html.parser import HTMLParser
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from autoscaler.alerting.engine import AlertEngine
 from autoscaler.app import status_page
 from autoscaler.config import (
     AlertRuleConfig,
-    AlertsConfig,
     AwsConfig,
     BuiltinAlertsConfig,
     Config,
-    ReceiverConfig,
     RetryConfig,
 )
 from autoscaler.controller import Controller
 from autoscaler.domain import Job, JobStatus, Observation, Runner, normalize_labels
 from autoscaler.errors import CapacityError
 from autoscaler.scale.scaler import Scaler
-from autoscaler.secrets import SecretUrl
-from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
+from tests.factories import alert_engine, oncall
+from tests.unit.handover_fakes import handover_ports
 from tests.unit.scaling_fakes import GPU, T0, FakePool, config, pool, rtype
 
 EVIL = '<script>alert("x")</script>'
@@ -68,15 +65,11 @@ def cfg() -> Config:
         per_runner_type=True,
         max_queue_time=600.0,
     )
-    alerts = AlertsConfig(
-        rules=(rule,),
-        receivers={
-            "oncall": ReceiverConfig("oncall", "webhook", url=SecretUrl("http://127.0.0.1:9/"))
-        },
-        builtin=BuiltinAlertsConfig(github_unreachable_after=0),
-    )
+    alerts = oncall(BuiltinAlertsConfig(github_unreachable_after=0), rules=(rule,))
     base = config(rtype(), rtype(EVIL, pools=("evil-pool",)))
-    return replace(base, alerts=alerts, aws=AwsConfig(retry=RetryConfig(max_attempts=1)))
+    return base.model_copy(
+        update={"alerts": alerts, "aws": AwsConfig(retry=RetryConfig(max_attempts=1))}
+    )
 
 
 def controller() -> Controller:
@@ -95,8 +88,16 @@ def controller() -> Controller:
     )
     metrics = Metrics(CollectorRegistry())
     source = Source(jobs)
-    scaler = Scaler(fake, source, config, metrics, sleep=lambda _: None, rng=random.Random(0))
-    engine = AlertEngine(config.alerts, SqliteStore(), None, metrics)
+    scaler = Scaler(
+        fake,
+        source,
+        config,
+        metrics,
+        sleep=lambda _: None,
+        rng=random.Random(0),
+        **handover_ports(source),
+    )
+    engine = alert_engine(config.alerts, metrics=metrics)
     c = Controller(config, source, metrics, alerts=engine, scaler=scaler)
     c.tick(T0)
     return c

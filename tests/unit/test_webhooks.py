@@ -9,11 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from autoscaler.domain import JobStatus
+from autoscaler.observe.github.parse import BadItem, BadPage, PayloadError, UnknownAction
 from autoscaler.observe.github.webhooks import (
-    MalformedPayload,
-    PayloadError,
-    UnknownAction,
-    WrongType,
     parse_workflow_job,
     sign,
     verify_signature,
@@ -118,24 +115,24 @@ def _mutated(where: str, name: str, value: object) -> bytes:
 
 DROP = object()
 BAD = [
-    ("truncated", body("queued")[:-5], MalformedPayload),
-    ("not-json", b"\xff\xfe nope", MalformedPayload),
-    ("a-list", b"[1, 2]", MalformedPayload),
-    ("too-deep", b"[" * 100_000 + b"]" * 100_000, MalformedPayload),
+    ("truncated", body("queued")[:-5], BadPage),
+    ("not-json", b"\xff\xfe nope", BadPage),
+    ("a-list", b"[1, 2]", BadPage),
+    ("too-deep", b"[" * 100_000 + b"]" * 100_000, BadPage),
     ("no-action", _mutated("", "action", DROP), UnknownAction),
     ("unknown-action", _mutated("", "action", "exploded"), UnknownAction),
     ("action-a-number", _mutated("", "action", 3), UnknownAction),
-    ("no-workflow-job", _mutated("", "workflow_job", DROP), WrongType),
-    ("no-repository", _mutated("", "repository", DROP), WrongType),
-    ("id-a-string", _mutated("workflow_job", "id", "1"), WrongType),
-    ("id-a-bool", _mutated("workflow_job", "id", True), WrongType),
-    ("labels-a-string", _mutated("workflow_job", "labels", "gpu"), WrongType),
-    ("labels-of-numbers", _mutated("workflow_job", "labels", [1]), WrongType),
-    ("unknown-status", _mutated("workflow_job", "status", "done"), WrongType),
-    ("bad-time", _mutated("workflow_job", "created_at", "yesterday"), WrongType),
-    ("year-one", _mutated("workflow_job", "created_at", "0001-01-01T00:00:00Z"), WrongType),
-    ("attempt-a-string", _mutated("workflow_job", "run_attempt", "2"), WrongType),
-    ("steps-an-object", _mutated("workflow_job", "steps", {}), WrongType),
+    ("no-workflow-job", _mutated("", "workflow_job", DROP), BadItem),
+    ("no-repository", _mutated("", "repository", DROP), BadItem),
+    ("id-a-string", _mutated("workflow_job", "id", "1"), BadItem),
+    ("id-a-bool", _mutated("workflow_job", "id", True), BadItem),
+    ("labels-a-string", _mutated("workflow_job", "labels", "gpu"), BadItem),
+    ("labels-of-numbers", _mutated("workflow_job", "labels", [1]), BadItem),
+    ("unknown-status", _mutated("workflow_job", "status", "done"), BadItem),
+    ("bad-time", _mutated("workflow_job", "created_at", "yesterday"), BadItem),
+    ("year-one", _mutated("workflow_job", "created_at", "0001-01-01T00:00:00Z"), BadItem),
+    ("attempt-a-string", _mutated("workflow_job", "run_attempt", "2"), BadItem),
+    ("steps-an-object", _mutated("workflow_job", "steps", {}), BadItem),
 ]
 
 

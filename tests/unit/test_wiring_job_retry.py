@@ -6,7 +6,6 @@ source (the webhook wrapper only observes)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry
@@ -20,12 +19,13 @@ from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github.webhook_completions import WebhookCompletedJobs
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
-from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
+from tests.unit.handover_fakes import FakeParameters, RegisteringSource
+from tests.unit.scaling_fakes import FakePool, config, pool, rtype
 
 POOL = "gpu-spot"
 
 
-class RetryingSource(FakeSource):
+class RetryingSource(RegisteringSource):
     """A source that also finds completed jobs and re-runs them, as GitHubSource does."""
 
     def completed_jobs(self, now: datetime) -> Sequence[CompletedJob]:
@@ -50,14 +50,17 @@ class DescribingPool(FakePool):
 
 def runtime(source: RetryingSource, *, webhook: bool, fake_pool: FakePool | None = None) -> Runtime:
     c: Config = config(rtype(pools=(POOL,)))
-    c = replace(c, state=StateConfig(path=":memory:"), job_retry=JobRetryConfig(enabled=True))
+    c = c.model_copy(
+        update={"state": StateConfig(path=":memory:"), "job_retry": JobRetryConfig(enabled=True)}
+    )
     if webhook:
-        c = replace(c, webhook=WebhookConfig(secret=Secret("s3cret")))
+        c = c.model_copy(update={"webhook": WebhookConfig(secret=Secret("s3cret"))})
     return build_runtime(
         c,
         Metrics(CollectorRegistry()),
         source=source,
         pool=fake_pool or FakePool({POOL: pool(POOL)}),
+        parameters=FakeParameters(),
         webhooks=webhook,
     )
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from autoscaler.errors import (
@@ -58,8 +59,10 @@ def refusal(answer: Answer, where: str, message: str) -> PermanentError:
     return PermanentError(f"GitHub {where}: {status} {message}", code=code)
 
 
+@lru_cache(maxsize=8)
 def peer_time(text: str) -> float | None:
-    """A ``Date`` header as unix time; None when absent, malformed or without a zone."""
+    """A ``Date`` header as unix time; None when absent, malformed or without a zone.
+    (It changes once a second, and every answer carries one: remembered.)"""
     try:
         peer = parsedate_to_datetime(text)
     except (TypeError, ValueError):

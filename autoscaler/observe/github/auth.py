@@ -1,7 +1,8 @@
 """GitHub credentials: a token, or a GitHub App's installation token (JWT RS256 exchange).
 
 An installation token lives an hour; it is cached and refreshed ``REFRESH_BEFORE`` seconds
-before it expires (or at once after a 401). Nothing here ever logs or raises a secret.
+before it expires (or at once after a 401). Nothing here ever logs or raises a secret, and
+the token and the App's JWT are held as :class:`Secret`, so the log filter knows them.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class AppAuth:
         self._exchange = exchange
         self._wall_clock = wall_clock
         self._lock = threading.Lock()
-        self._token: str | None = None
+        self._token: Secret | None = None
         self._expires_at = 0.0
         #: How many installation tokens were fetched (for tests and logs).
         self.fetches = 0
@@ -86,17 +87,18 @@ class AppAuth:
             if self._token is None or self._wall_clock() >= self._expires_at - REFRESH_BEFORE:
                 self._refresh()
             assert self._token is not None
-            return f"Bearer {self._token}"
+            return f"Bearer {self._token.reveal()}"
 
     def invalidate(self, rejected: str) -> bool:
         with self._lock:
             # Concurrent requests may all see the same 401: only the first one forgets it.
-            if self._token is not None and rejected == f"Bearer {self._token}":
+            if self._token is not None and rejected == f"Bearer {self._token.reveal()}":
                 self._token = None
             return True
 
     def _refresh(self) -> None:
-        body = self._exchange(self._app.installation_id, f"Bearer {self.app_jwt()}")
+        app_jwt = Secret(self.app_jwt())  # known to the log filter while it is used
+        body = self._exchange(self._app.installation_id, f"Bearer {app_jwt.reveal()}")
         token, expires = body.get("token"), body.get("expires_at")
         if not isinstance(token, str) or not token or not isinstance(expires, str):
             raise TransientError(
@@ -109,5 +111,5 @@ class AppAuth:
             raise TransientError(
                 f"GitHub App installation {self._app.installation_id}: bad expires_at"
             ) from None
-        self._token, self._expires_at = token, expires_at
+        self._token, self._expires_at = Secret(token), expires_at
         self.fetches += 1

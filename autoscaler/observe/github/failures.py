@@ -35,7 +35,7 @@ from urllib.parse import quote
 from autoscaler.domain import Annotation, CompletedJob, normalize_labels
 from autoscaler.errors import AutoscalerError, NotFoundError
 from autoscaler.observe.github.http import GitHubHttp
-from autoscaler.observe.github.parse import BadItem, BadPage, Skips, parse_time
+from autoscaler.observe.github.parse import BadItem, BadPage, JobItem, Skips, model
 from autoscaler.observe.github.records import RunRef
 
 log = logging.getLogger("autoscaler.observe.github")
@@ -51,48 +51,26 @@ MESSAGE_CHARS = 2000
 
 
 def parse_completed_job(item: Any, repo: str) -> CompletedJob | None:
-    """A completed job from a jobs-listing item or a webhook's ``workflow_job``; None when
-    it has not completed. Raises BadItem on a malformed one."""
-    if not isinstance(item, dict):
-        raise BadItem("not an object")
-    if item.get("status") != "completed":
+    """A completed job from a jobs-listing item or a webhook's ``workflow_job`` (decoded
+    JSON, or the model already); None when it has not completed. Raises BadItem on a
+    malformed one."""
+    job = model(JobItem, item)
+    if job.status != "completed":
         return None
-    job_id, run_id = item.get("id"), item.get("run_id")
-    if not isinstance(job_id, int) or isinstance(job_id, bool):
-        raise BadItem("id: expected an integer")
-    if not isinstance(run_id, int) or isinstance(run_id, bool):
-        raise BadItem("run_id: expected an integer")
-    attempt = item.get("run_attempt", 1)
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        raise BadItem("run_attempt: expected a positive integer")
-    conclusion = item.get("conclusion")
-    if conclusion is not None and not isinstance(conclusion, str):
-        raise BadItem("conclusion: expected a string")
-    runner = item.get("runner_name")
-    if runner is not None and not isinstance(runner, str):
-        raise BadItem("runner_name: expected a string")
-    labels = item.get("labels") or []
-    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
-        raise BadItem("labels: expected a list of strings")
-    steps = item.get("steps")
-    failed_step: bool | None = None
-    if isinstance(steps, list) and steps:
-        failed_step = any(isinstance(s, dict) and s.get("conclusion") == "failure" for s in steps)
-    started = item.get("started_at")
-    completed = item.get("completed_at")
-    name = item.get("name")
+    if job.run_id is None:
+        raise BadItem("run_id: missing")
     return CompletedJob(
         repo=repo,
-        run_id=run_id,
-        job_id=job_id,
-        name=name if isinstance(name, str) else "",
-        conclusion=conclusion or "",
-        run_attempt=attempt,
-        runner_name=runner or None,
-        labels=normalize_labels(labels),
-        started_at=parse_time(started, "started_at") if started else None,
-        completed_at=parse_time(completed, "completed_at") if completed else None,
-        failed_step=failed_step,
+        run_id=job.run_id,
+        job_id=job.id,
+        name=job.name or "",
+        conclusion=job.conclusion or "",
+        run_attempt=job.run_attempt or 1,
+        runner_name=job.runner_name or None,
+        labels=normalize_labels(job.labels),
+        started_at=job.started_at,
+        completed_at=job.completed_at,
+        failed_step=job.failed_step,
     )
 
 

@@ -19,7 +19,6 @@ created_at`` (what it really waited: informative only, the replay measures its o
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -31,12 +30,12 @@ from urllib.parse import quote
 import httpx
 
 from autoscaler.config import Config
-from autoscaler.config.reader import parse_duration
+from autoscaler.config.durations import parse_duration
 from autoscaler.domain import normalize_labels
 from autoscaler.errors import ConfigError, NotFoundError, RateLimitedError, TransientError
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
-from autoscaler.observe.github.http import BadPage, GitHubHttp
-from autoscaler.observe.github.parse import BadItem, parse_time
+from autoscaler.observe.github.http import GitHubHttp
+from autoscaler.observe.github.parse import BadItem, BadPage, JobItem, RunItem, decode, model
 from autoscaler.observe.queue import match_job
 from autoscaler.telemetry import Metrics
 
@@ -137,7 +136,7 @@ class JobHistory:
         self._spend()
         path = f"/app/installations/{int(installation_id)}/access_tokens"
         answer = self._http.send("POST", path, "app_token", authorization=authorization)
-        body = _json(answer.content, f"POST {path}")
+        body = decode(answer.content)
         if not isinstance(body, dict):
             raise TransientError(f"GitHub POST {path}: the body is not a JSON object")
         return body
@@ -155,7 +154,7 @@ class JobHistory:
         while url is not None:
             self._spend()
             answer = self._http.send("GET", url, endpoint)
-            body = _json(answer.content, endpoint)
+            body = decode(answer.content)
             chunk = body if key is None else (body.get(key) if isinstance(body, dict) else None)
             if not isinstance(chunk, list):
                 raise BadPage(f"{endpoint}: expected a list")
@@ -198,12 +197,11 @@ class JobHistory:
         out: dict[int, _Run] = {}
         for item in items:
             try:
-                created = parse_time(item.get("created_at"), "created_at")
-                run_id = item["id"]
-            except (BadItem, KeyError, AttributeError):
+                run = model(RunItem, item)
+            except BadItem:
                 continue
-            if isinstance(run_id, int) and since <= created < until:
-                out[run_id] = _Run(created, run_id, repo)
+            if since <= run.created_at < until:
+                out[run.id] = _Run(run.created_at, run.id, repo)
         return list(out.values())
 
     def jobs(self, run: _Run, sink: Sink) -> None:
@@ -216,20 +214,26 @@ class JobHistory:
                 self.summary.jobs_written += 1
 
     def _job(self, item: Any, sink: Sink) -> bool:
-        if not isinstance(item, dict) or not isinstance(item.get("labels"), list):
+        try:
+            job = model(JobItem, item)
+        except BadItem:
             return False
-        labels = [x for x in item["labels"] if isinstance(x, str)]
+        labels = list(job.labels)
         if match_job(normalize_labels(labels), self._types) is None:
             self.summary.jobs_other_runners += 1
             return False
         try:
-            created = parse_time(item.get("created_at"), "created_at")
-            started = parse_time(item.get("started_at"), "started_at")
-            completed = parse_time(item.get("completed_at"), "completed_at")
+            created = job.created
         except BadItem:
-            self.summary.jobs_not_run += 1
-            return False
-        if not item.get("runner_name") or completed < started:
+            created = None
+        started, completed = job.started_at, job.completed_at
+        if (
+            created is None
+            or started is None
+            or completed is None
+            or not job.runner_name
+            or completed < started
+        ):
             self.summary.jobs_not_run += 1
             return False
         duration = (completed - started).total_seconds()
@@ -269,11 +273,3 @@ def parse_since(text: str, now: datetime) -> datetime:
         return now - timedelta(seconds=parse_duration(text))
     parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-
-
-def _json(content: bytes, where: str) -> Any:
-    """The decoded body; BadPage when it is not JSON (or nested too deep to decode)."""
-    try:
-        return json.loads(content)
-    except (ValueError, RecursionError):
-        raise BadPage(f"{where}: the body is not JSON") from None

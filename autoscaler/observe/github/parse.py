@@ -1,158 +1,338 @@
-"""GitHub JSON -> domain values, strictly: a bad item raises BadItem and is skipped upstream.
+"""GitHub's JSON as declared models: REST listing items and webhook bodies, one set.
 
-Shapes as documented for REST API 2022-11-28: a job carries ``id``, ``run_id``, ``status``,
-``labels`` (list of str), ``created_at``, ``started_at``, ``steps``, ``runner_name``; a
-runner carries ``id``, ``name``, ``status`` (online/offline), ``busy`` and ``labels``
-(objects with a ``name``). A timestamp outside years 2000-2999 (year 1, say) is bad data,
-not a job 2,000 years in the queue.
+Shapes as documented for REST API 2022-11-28 and the ``workflow_job`` webhook: a job
+carries ``id``, ``run_id``, ``status``, ``labels`` (list of str), ``created_at``,
+``started_at``, ``steps``, ``runner_name`` (and, once completed, ``conclusion``,
+``completed_at``, ``run_attempt``); a run ``id``, ``status``, ``created_at``; a runner
+``id``, ``name``, ``status`` (online/offline), ``busy`` and ``labels`` (objects with a
+``name``); a repository ``name`` and ``archived``. The same :class:`JobItem` reads a jobs
+listing's items and a webhook's ``workflow_job``.
 
-:func:`compact_page` turns one page into a :class:`PageRecord`; a page that is not the
-documented shape raises :class:`BadPage` (the caller skips the page or fails the poll).
+Strict where it matters: an ``id`` is an integer (not a string, not a bool), a timestamp
+is an ISO-8601 string (not a number) within years 2000-2999 (year 1 is bad data, not a
+job 2,000 years in the queue; a time without a zone is UTC). Fields we do not read are
+ignored. Tolerance, and why: GitHub's own examples of the jobs listing and of the
+``in_progress`` webhook predate ``created_at`` and ``run_attempt``: a missing
+``created_at`` takes ``started_at`` (the queue time then reads 0), a missing
+``run_attempt`` reads 1; a ``created_at`` that is present but null is malformed.
+
+The models are pydantic's, picked by ``bench/github_payloads.py`` (items per second and
+CPU against msgspec and hand-written checks, side by side). A page is validated whole;
+when that fails, item by item, so one bad item is skipped (:class:`BadItem`, counted by
+:class:`Skips`) and never costs the page. A body that is not the documented page raises
+:class:`BadPage` (the caller skips the page or fails the poll).
+
+Errors are one tree (:class:`PayloadError`), typed by what went wrong, never by message;
+messages name fields, never quote the body.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Protocol, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    ValidationError,
+)
 
 from autoscaler.domain import Job, JobStatus, Runner, normalize_labels
 from autoscaler.observe.github.records import Interner, PageRecord, RunRef
-from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github")
 
 _JOB_STATUSES = {s.value: s for s in JobStatus}
-
-
 #: Timestamps outside these years are bad data (GitHub Actions did not exist before).
 _YEARS = (2000, 2999)
 
 
-class BadItem(Exception):
-    """One item of a GitHub response is malformed."""
+class PayloadError(Exception):
+    """GitHub JSON that is not the documented shape. ``kind`` is a bounded label."""
+
+    kind = "invalid"
 
 
-class BadPage(Exception):
-    """A 2xx body that is not the JSON we expect (the caller decides: skip or fail)."""
+class BadPage(PayloadError):
+    """A body that is not JSON, nested too deep, or not the documented page or object."""
+
+    kind = "malformed"
 
 
-class Skips:
-    """Counts skipped items and pages in ``github_skipped_items_total{kind}``; logs the
-    first of each kind once per source (later ones are only counted)."""
+class BadItem(PayloadError):
+    """One item (or a webhook's ``workflow_job``) misses a field or has a wrong type."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
-        self._logged: set[str] = set()
-        self._lock = threading.Lock()
-
-    def skip(self, kind: str, reason: str) -> None:
-        self._metrics.github_skipped_items.labels(kind).inc()
-        with self._lock:
-            first = kind not in self._logged
-            self._logged.add(kind)
-        if first:
-            log.warning(
-                "skipping malformed GitHub %s (%s); further ones are only counted", kind, reason
-            )
+    kind = "wrong_type"
 
 
-def _field(item: Any, name: str, kind: type | tuple[type, ...]) -> Any:
-    if not isinstance(item, dict):
-        raise BadItem("not an object")
-    value = item.get(name)
-    if isinstance(value, bool) and kind is not bool:
-        raise BadItem(f"{name}: expected {kind}, got bool")
-    if not isinstance(value, kind):
-        raise BadItem(f"{name}: expected {getattr(kind, '__name__', kind)}")
+class UnknownAction(PayloadError):
+    """A ``workflow_job`` delivery whose action GitHub does not document (or none at all)."""
+
+    kind = "unknown_action"
+
+
+def _text(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ValueError("expected an ISO-8601 timestamp")
     return value
 
 
-def parse_time(value: Any, name: str) -> datetime:
-    if not isinstance(value, str):
-        raise BadItem(f"{name}: expected a timestamp")
+def _plausible(value: datetime) -> datetime:
+    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if not _YEARS[0] <= value.year <= _YEARS[1]:
+        raise ValueError(f"year {value.year} is not plausible")
+    return value
+
+
+#: A timestamp: an ISO-8601 string, UTC, within years 2000-2999.
+Timestamp = Annotated[datetime, BeforeValidator(_text), AfterValidator(_plausible)]
+
+
+class RepoItem(BaseModel):
+    name: StrictStr
+    archived: StrictBool | None = None
+
+
+class RunItem(BaseModel):
+    id: StrictInt
+    status: StrictStr
+    created_at: Timestamp
+
+
+class LabelItem(BaseModel):
+    name: StrictStr
+
+
+class RunnerItem(BaseModel):
+    id: StrictInt
+    name: StrictStr
+    status: StrictStr
+    busy: StrictBool
+    labels: list[LabelItem]
+
+
+class StepItem(BaseModel):
+    conclusion: StrictStr | None = None
+
+
+class JobItem(BaseModel):
+    """A job, from a jobs listing or a ``workflow_job`` webhook."""
+
+    id: StrictInt
+    run_id: StrictInt | None = None
+    status: StrictStr
+    labels: list[StrictStr]
+    name: StrictStr | None = None
+    created_at: Timestamp | None = None
+    started_at: Timestamp | None = None
+    completed_at: Timestamp | None = None
+    steps: list[StepItem] | None = None
+    runner_name: StrictStr | None = None
+    conclusion: StrictStr | None = None
+    run_attempt: Annotated[StrictInt, Field(ge=1)] | None = None
+
+    @property
+    def created(self) -> datetime:
+        """``created_at``, or ``started_at`` when the answer predates the field."""
+        if "created_at" not in self.model_fields_set:
+            if self.started_at is None:
+                raise BadItem("created_at: missing, and no started_at")
+            return self.started_at
+        if self.created_at is None:
+            raise BadItem("created_at: null")
+        return self.created_at
+
+    @property
+    def failed_step(self) -> bool | None:
+        """A step concluded ``failure``; None when no steps are listed."""
+        if not self.steps:
+            return None
+        return any(step.conclusion == "failure" for step in self.steps)
+
+
+class Repository(BaseModel):
+    name: StrictStr
+
+
+class WorkflowJobBody(BaseModel):
+    """A ``workflow_job`` webhook delivery (the fields we read)."""
+
+    action: StrictStr
+    workflow_job: JobItem
+    repository: Repository
+
+
+class _JitRunner(BaseModel):
+    id: StrictInt
+
+
+class JitConfigAnswer(BaseModel):
+    """``generate-jitconfig``'s 201: the runner it created and its single-use config."""
+
+    runner: _JitRunner
+    encoded_jit_config: Annotated[StrictStr, Field(min_length=1)]
+
+
+class RegistrationTokenAnswer(BaseModel):
+    """``registration-token``'s 201: a token that can only register runners, and its end."""
+
+    token: Annotated[StrictStr, Field(min_length=1)]
+    expires_at: Timestamp
+
+
+class _Page(BaseModel):
+    total_count: StrictInt | None = None
+
+
+class _Repositories(_Page):
+    repositories: list[RepoItem]
+
+
+class _Runs(_Page):
+    workflow_runs: list[RunItem]
+
+
+class _Jobs(_Page):
+    jobs: list[JobItem]
+
+
+class _Runners(_Page):
+    runners: list[RunnerItem]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+#: Per listing: the wrapper key (``None``: a bare JSON array), the item model, and the
+#: whole page's validator (the fast path when every item is good).
+_LISTINGS: dict[str, tuple[str | None, type[BaseModel], TypeAdapter[Any]]] = {
+    "repos": (None, RepoItem, TypeAdapter(list[RepoItem])),
+    "repositories": ("repositories", RepoItem, TypeAdapter(_Repositories)),
+    "runs": ("workflow_runs", RunItem, TypeAdapter(_Runs)),
+    "jobs": ("jobs", JobItem, TypeAdapter(_Jobs)),
+    "runners": ("runners", RunnerItem, TypeAdapter(_Runners)),
+}
+#: ``/installation/repositories`` wraps repositories; the owner listings do not.
+INSTALLATION_KEY = "repositories"
+
+
+def why(error: ValidationError) -> str:
+    """The first problem of a validation error: where and what, never the value."""
+    first = error.errors(include_url=False, include_input=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]
+
+
+def decode(content: bytes) -> Any:
+    """The body as JSON. Raises BadPage (truncated, too deep, not UTF-8)."""
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    except (ValueError, OverflowError):
-        raise BadItem(f"{name}: not ISO-8601") from None
-    if not _YEARS[0] <= parsed.year <= _YEARS[1]:
-        raise BadItem(f"{name}: year {parsed.year} is not plausible")
-    return parsed
+        return json.loads(content)
+    except (ValueError, RecursionError):
+        raise BadPage("the body is not JSON (truncated?)") from None
+
+
+def items(content: bytes, listing: str) -> tuple[list[BaseModel | BadItem], int | None]:
+    """One page's items as models (a bad one as its BadItem), and its ``total_count``.
+    ``listing`` is a key of the listing table (``repos``, ``repositories``, ``runs``,
+    ``jobs``, ``runners``). Raises BadPage when the page is not the documented shape."""
+    key, model, page = _LISTINGS[listing]
+    try:
+        valid = page.validate_json(content)
+    except ValidationError:
+        pass  # a bad item, or a bad page: told apart below
+    else:
+        if key is None:
+            return list(valid), None
+        return list(getattr(valid, key)), valid.total_count
+    body = decode(content)
+    chunk = body if key is None else (body.get(key) if isinstance(body, dict) else None)
+    if not isinstance(chunk, list):
+        raise BadPage("expected a list" + (f" under {key!r}" if key else ""))
+    total = body.get("total_count") if isinstance(body, dict) else None
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
+        raise BadPage("total_count is not an integer")
+    out: list[BaseModel | BadItem] = []
+    for item in chunk:
+        try:
+            out.append(model.model_validate(item))
+        except ValidationError as exc:
+            out.append(BadItem(why(exc)))
+    return out, total
+
+
+def model(kind: type[M], item: Any) -> M:
+    """``item`` (a model already, or decoded JSON) as ``kind``. Raises BadItem."""
+    if isinstance(item, kind):
+        return item
+    try:
+        return kind.model_validate(item)
+    except ValidationError as exc:
+        raise BadItem(why(exc)) from None
 
 
 def parse_repo(item: Any) -> str | None:
     """The repository's name, or None when it is archived (no workflow can run there)."""
-    name = _field(item, "name", str)
-    return None if item.get("archived") is True else str(name)
+    repo = model(RepoItem, item)
+    return None if repo.archived is True else repo.name
 
 
 def parse_run(item: Any, repo: str) -> RunRef:
-    run_id = _field(item, "id", int)
-    status = _field(item, "status", str)
-    created = parse_time(item.get("created_at"), "created_at")
-    return RunRef(run_id, repo, status == "completed", created.timestamp())
+    run = model(RunItem, item)
+    return RunRef(run.id, repo, run.status == "completed", run.created_at.timestamp())
 
 
 def parse_job(item: Any, run: RunRef, interner: Interner | None = None) -> Job | None:
-    """The job, or None for a status we do not track (requested, pending)."""
-    status = _JOB_STATUSES.get(_field(item, "status", str))
-    job_id = _field(item, "id", int)
-    labels = _field(item, "labels", list)
-    if not all(isinstance(label, str) for label in labels):
-        raise BadItem("labels: expected a list of strings")
-    steps = item.get("steps")
-    if steps is not None and not isinstance(steps, list):
-        raise BadItem("steps: expected a list")
-    runner_name = item.get("runner_name")
-    if runner_name is not None and not isinstance(runner_name, str):
-        raise BadItem("runner_name: expected a string")
-    name = item.get("name")
-    # GitHub's own example of this listing has no created_at (older answers lack it): the
-    # job still counts, its started_at (set when GitHub queues it) standing in. A null
-    # created_at is malformed: the description makes it required and not nullable.
-    created = "created_at" if "created_at" in item else "started_at"
-    created_at = parse_time(item.get(created), created)
-    started_at = None
-    # GitHub reports started_at on queued jobs too (= created_at); it means nothing there.
-    if status not in (None, JobStatus.QUEUED, JobStatus.WAITING) and item.get("started_at"):
-        started_at = parse_time(item.get("started_at"), "started_at")
+    """The job of a listing item, or None for a status we do not track (requested,
+    pending). Raises BadItem."""
+    job = model(JobItem, item)
+    status = _JOB_STATUSES.get(job.status)
     if status is None:
         return None
+    return to_job(job, status, run.id, run.repo, run.completed, interner)
+
+
+def to_job(  # noqa: PLR0917
+    item: JobItem,
+    status: JobStatus,
+    run_id: int,
+    repo: str,
+    run_completed: bool = False,
+    interner: Interner | None = None,
+) -> Job:
+    """The domain's job. GitHub reports ``started_at`` on queued jobs too (=
+    ``created_at``): it means nothing there."""
     interner = interner or Interner()
+    started = item.started_at if status not in (JobStatus.QUEUED, JobStatus.WAITING) else None
     return Job(
-        id=job_id,
-        run_id=run.id,
-        repo=run.repo,
-        name=interner.text(name) if isinstance(name, str) else "",
-        labels=interner.labels(normalize_labels(labels)),
+        id=item.id,
+        run_id=run_id,
+        repo=repo,
+        name=interner.text(item.name) if item.name else "",
+        labels=interner.labels(normalize_labels(item.labels)),
         status=status,
-        created_at=created_at,
-        started_at=started_at,
-        has_steps=bool(steps),
-        run_completed=run.completed,
-        runner_name=runner_name or None,
+        created_at=item.created,
+        started_at=started,
+        has_steps=bool(item.steps),
+        run_completed=run_completed,
+        runner_name=item.runner_name or None,
     )
 
 
 def parse_runner(item: Any, interner: Interner | None = None) -> Runner:
-    runner_id = _field(item, "id", int)
-    name = _field(item, "name", str)
-    status = _field(item, "status", str)
-    busy = _field(item, "busy", bool)
-    labels = _field(item, "labels", list)
-    names = []
-    for label in labels:
-        label_name = label.get("name") if isinstance(label, dict) else None
-        if not isinstance(label_name, str):
-            raise BadItem("labels: expected objects with a name")
-        names.append(label_name)
-    label_set = normalize_labels(names)
+    runner = model(RunnerItem, item)
+    labels = normalize_labels([label.name for label in runner.labels])
     if interner is not None:
-        label_set = interner.labels(label_set)
-    return Runner(runner_id, name, label_set, status == "online", busy)
+        labels = interner.labels(labels)
+    return Runner(runner.id, runner.name, labels, runner.status == "online", runner.busy)
 
 
 def merge_runners(
@@ -169,50 +349,76 @@ def merge_runners(
     return runners, where
 
 
-#: The wrapper key of each listing (``None``: a bare JSON array).
-_KEYS = {"repos": None, "runs": "workflow_runs", "jobs": "jobs", "runners": "runners"}
-#: ``/installation/repositories`` wraps repositories; the owner listings do not.
-INSTALLATION_KEY = "repositories"
+class SkipMetrics(Protocol):
+    """Where skips are counted (``autoscaler.telemetry.Metrics``; the models stay pure)."""
+
+    @property
+    def github_skipped_items(self) -> Any: ...
+
+
+class Skips:
+    """Counts skipped items and pages in ``github_skipped_items_total{kind}``; logs the
+    first of each kind once per source (later ones are only counted)."""
+
+    def __init__(self, metrics: SkipMetrics) -> None:
+        self._metrics = metrics
+        self._logged: set[str] = set()
+        self._lock = threading.Lock()
+
+    def skip(self, kind: str, reason: str) -> None:
+        self._metrics.github_skipped_items.labels(kind).inc()
+        with self._lock:
+            first = kind not in self._logged
+            self._logged.add(kind)
+        if first:
+            log.warning(
+                "skipping malformed GitHub %s (%s); further ones are only counted", kind, reason
+            )
 
 
 def compact_page(  # noqa: PLR0917
     kind: str,
-    body: Any,
+    content: bytes,
     skips: Skips,
     interner: Interner,
     repo: str = "",
     run: RunRef | None = None,
     key: str | None = None,
 ) -> PageRecord:
-    """One page -> its record. ``repo`` names the runs' repository, ``run`` the jobs' run;
-    ``key`` overrides the wrapper key. Raises BadPage when the page is not the shape."""
-    key = key if key is not None else _KEYS[kind]
-    chunk = body if key is None else (body.get(key) if isinstance(body, dict) else None)
-    if not isinstance(chunk, list):
-        raise BadPage(f"{kind}: expected a list" + (f" under {key!r}" if key else ""))
-    total = body.get("total_count") if isinstance(body, dict) else None
-    if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
-        raise BadPage(f"{kind}: total_count is not an integer")
-    items: list[Any] = []
-    skipped: dict[str, int] = {}
+    """One page's body -> its record. ``repo`` names the runs' repository, ``run`` the
+    jobs' run; ``key`` is :data:`INSTALLATION_KEY` for ``/installation/repositories``.
+    Raises BadPage when the page is not the shape."""
+    try:
+        found, total = items(content, key or kind)
+    except BadPage as exc:
+        raise BadPage(f"{kind}: {exc}") from None
+    convert = _converters(kind, interner, repo, run)
+    values: list[Any] = []
+    skipped = 0
     item_kind = kind.rstrip("s")
-    for item in chunk:
+    for item in found:
         try:
-            value: Any
-            if kind == "repos":
-                value = parse_repo(item)
-                value = None if value is None else interner.text(value)
-            elif kind == "runs":
-                value = parse_run(item, repo)
-            elif kind == "jobs":
-                assert run is not None
-                value = parse_job(item, run, interner)
-            else:
-                value = parse_runner(item, interner)
+            if isinstance(item, BadItem):
+                raise item
+            value = convert(item)
         except BadItem as exc:
             skips.skip(item_kind, str(exc))
-            skipped[item_kind] = skipped.get(item_kind, 0) + 1
+            skipped += 1
             continue
         if value is not None:
-            items.append(value)
-    return PageRecord(kind, tuple(items), total, tuple(skipped.items()))
+            values.append(value)
+    return PageRecord(kind, tuple(values), total, ((item_kind, skipped),) if skipped else ())
+
+
+def _converters(
+    kind: str, interner: Interner, repo: str, run: RunRef | None
+) -> Callable[[Any], Any]:
+    if kind == "repos":
+        return lambda item: None if (name := parse_repo(item)) is None else interner.text(name)
+    if kind == "runs":
+        return lambda item: parse_run(item, repo)
+    if kind == "jobs":
+        if run is None:
+            raise ValueError("a jobs page needs its run")
+        return lambda item: parse_job(item, run, interner)
+    return lambda item: parse_runner(item, interner)

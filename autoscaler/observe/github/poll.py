@@ -41,6 +41,7 @@ from autoscaler.observe.github.records import RunRef, skip_counts
 from autoscaler.observe.github.units import (
     RUN_STATUSES,
     PollState,
+    RepoUnit,
     RunUnit,
     average,
     fresh_queued,
@@ -132,6 +133,10 @@ class Poll:
         if tick.runners is None or tick.names is None:
             raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
         if tick.cut is not None:
+            for repo in tick.runs_left:  # asked for, not completed: say so when never listed
+                unit = self.state.repos.get(repo)
+                if unit is not None and unit.last is None:
+                    unit.failed = f"poll cut short ({tick.cut.kind})"
             log.warning(
                 "GitHub poll cut short (%s); %d repositories keep an earlier listing, "
                 "%d were never listed",
@@ -326,8 +331,8 @@ class Poll:
             if tick.runs_left[repo] == len(RUN_STATUSES):  # count the repository once
                 self._deferred(tick, unit is not None and self.state.repo_busy(unit))
             tick.incomplete.add(repo)
-        elif isinstance(error, BadPage):
-            self._skip_page(tick, "runs_page", error)
+        elif isinstance(error, BadPage | TransientError):
+            self._failed(tick, "runs_page", error, self.state.repos.get(repo))
             tick.incomplete.add(repo)
         elif error is not None:
             raise error
@@ -371,6 +376,7 @@ class Poll:
         unit.cost = average(unit.cost, counted) if unit.relisted else float(counted)
         unit.urls = tick.runs_urls[repo]
         unit.last = tick.now
+        unit.failed = None
         tick.listed_repos.add(repo)
 
     def _on_jobs(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
@@ -381,8 +387,8 @@ class Poll:
         if isinstance(error, NotFoundError):
             self.http.cache.drop(self.state.drop_runs([tag[1]]))  # the run was deleted
             return
-        if isinstance(error, BadPage):
-            self._skip_page(tick, "jobs_page", error)
+        if isinstance(error, BadPage | TransientError):
+            self._failed(tick, "jobs_page", error, unit)
             return
         if error is not None:
             raise error
@@ -396,6 +402,7 @@ class Poll:
         unit.relisted = unit.last is not None
         unit.cost = average(unit.cost, listed.counted) if unit.relisted else float(listed.counted)
         unit.last = tick.now
+        unit.failed = None
 
     def _result(self, value: Any, error: BaseException | None) -> tuple[Any, Listed]:
         """A runner or repository list, or the error that fails the poll."""
@@ -408,6 +415,27 @@ class Poll:
             raise error
         listed: Listed = value
         return listed.items, listed
+
+    def _failed(
+        self,
+        tick: Tick,
+        kind: str,
+        error: BadPage | TransientError,
+        unit: RepoUnit | RunUnit | None,
+    ) -> None:
+        """A runs or jobs listing that could not be completed: its unit keeps its last
+        listing; without one it is unlisted (:meth:`PollState.failed`), never an empty one.
+        A bad page is also skipped and counted; a transient error (a 5xx after its
+        retries, an endpoint closed by ``Retry-After``) is logged."""
+        if isinstance(error, BadPage):
+            self._skip_page(tick, kind, error)
+            why = error.reason if isinstance(error, PaginationError) else "malformed page"
+        else:  # an endpoint closed by Retry-After was logged once, when it closed
+            level = logging.DEBUG if error.code == "retry_after" else logging.WARNING
+            log.log(level, "GitHub listing not completed this poll: %s", error)
+            why = f"{error.kind} ({error.code})" if error.code else error.kind
+        if unit is not None:
+            unit.failed = why
 
     def _skip_page(self, tick: Tick, kind: str, error: BadPage) -> None:
         if isinstance(error, PaginationError):
@@ -487,4 +515,5 @@ class Poll:
             skipped_items=sum(skips.values()),
             skipped_runners=skips.get("runner", 0),
             budget=poll_budget(plan, tick.busy_deferred),
+            unlisted_repos=tuple(sorted(st.failed().items())),
         )

@@ -1,4 +1,4 @@
-"""GitHub's rate limits at the adapter edge: one gate every request of the source passes.
+"""GitHub's rate limits and ``Retry-After`` at the adapter edge: one gate every request passes.
 
 GitHub's documentation ("Rate limits for the REST API", "Exceeding the rate limit"):
 
@@ -8,12 +8,16 @@ GitHub's documentation ("Rate limits for the REST API", "Exceeding the rate limi
 - **Secondary**: a 403 or 429 whose message says a secondary rate limit was exceeded
   (``Retry-After`` is optional). Wait ``Retry-After`` seconds when given, else at least
   a minute, and exponentially longer while it keeps happening.
+- **A 5xx with** ``Retry-After``: no request to that endpoint before then.
 
-A hit pauses **every** worker: the gate is shared, so no thread keeps sending while
-another waits. A wait that ends before the poll's deadline is slept (injected sleep);
-a longer one raises :class:`RateLimitedError` at once, so no sleep inside a tick is
+A rate limit pauses **every** worker: the gate is shared, so no thread keeps sending while
+another waits. The gate never sleeps: :meth:`RateGate.before` raises, and the one retry
+policy (:mod:`autoscaler.retrying`) decides with :meth:`RateGate.hint`. A rate-limit pause
+that ends before the call's deadline is slept there (through :meth:`RateGate.sleep`); a
+longer one ends the call with :class:`RateLimitedError`, so no sleep inside a tick is
 longer than the tick's own deadline: the tick ends with what it has and the next tick
-starts after the pause.
+starts after the pause. A 5xx's ``Retry-After`` is never slept: the call ends with a
+:class:`TransientError` carrying it, and the endpoint stays closed across ticks until then.
 
 GitHub says "secondary" only in its message; telling the two limits apart by it happens
 here, at the edge, and nowhere above: callers see the error's type and ``retry_after``.
@@ -22,10 +26,11 @@ here, at the edge, and nowhere above: callers see the error's type and ``retry_a
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Mapping
 
-from autoscaler.errors import RateLimitedError
+from autoscaler.errors import RateLimitedError, TransientError
 from autoscaler.observe.github.budget import Limits
 from autoscaler.telemetry import Metrics
 
@@ -56,7 +61,7 @@ def _number(text: str | None) -> float | None:
 
 
 class RateGate:
-    """Shared by the source's workers: when may the next request go out."""
+    """Shared by the source's workers: when may the next request go out, and to where."""
 
     def __init__(
         self,
@@ -72,6 +77,8 @@ class RateGate:
         self._kind = ""
         self._strikes = 0
         self._limits = Limits()
+        #: Endpoint -> wall time before which it gets no request (a 5xx's Retry-After).
+        self._endpoints: dict[str, float] = {}
 
     @property
     def limits(self) -> Limits:
@@ -83,24 +90,63 @@ class RateGate:
         with self._lock:
             return max(0.0, self._until - self._wall_clock())
 
-    def before(self, where: str, time_left: float) -> None:
-        """Call before each counted request: returns at once, sleeps out a pause that ends
-        within ``time_left`` seconds, or raises RateLimitedError."""
+    def before(self, where: str, endpoint: str, *, exempt: bool = False) -> None:
+        """Call before each request: returns when it may go out, else raises
+        RateLimitedError (every request waits) or TransientError (this endpoint waits for
+        a 5xx's ``Retry-After``), each with the seconds left as ``retry_after``.
+        ``exempt``: a request the rate limit does not count (``GET /rate_limit``)."""
+        now = self._wall_clock()
         with self._lock:
-            until, kind = self._until, self._kind
-            wait = until - self._wall_clock()
-        if wait <= 0:
-            return
-        if wait > time_left:
+            wait, kind = self._until - now, self._kind
+            closed = self._endpoints.get(endpoint, 0.0) - now
+        if wait > 0 and not exempt:
             raise RateLimitedError(
                 f"GitHub {where}: {kind} rate limit, no request before {wait:.0f}s from now",
                 code=kind,
                 retry_after=wait,
             )
-        self._sleep(wait)
-        with self._lock:  # slept out: the pause is over for every worker
-            if self._until == until:
-                self._until = 0.0
+        if closed > 0:
+            raise TransientError(
+                f"GitHub {where}: GitHub asked for no request before {closed:.0f}s from now",
+                code="retry_after",
+                retry_after=closed,
+            )
+
+    def hint(self, error: BaseException) -> float | None:
+        """GitHub's rules as the retry policy's wait: a rate limit's pause (slept when it
+        fits the call's deadline); a 5xx's ``Retry-After`` never within the call."""
+        if isinstance(error, RateLimitedError):
+            return error.retry_after
+        if isinstance(error, TransientError) and error.retry_after is not None:
+            return math.inf
+        return None
+
+    def sleep(self, seconds: float) -> None:
+        """The retry policy's sleep: a rate-limit pause it covered is then over for every
+        worker (the injected wall clock need not move with the injected sleep)."""
+        with self._lock:
+            until, started = self._until, self._wall_clock()
+        self._sleep(seconds)
+        if until and started + seconds >= until:
+            with self._lock:
+                if self._until == until:
+                    self._until = 0.0
+
+    def close_endpoint(self, endpoint: str, seconds: float, where: str) -> None:
+        """A 5xx with ``Retry-After``: no request to ``endpoint`` for ``seconds``."""
+        until = self._wall_clock() + seconds
+        with self._lock:
+            first = until > self._endpoints.get(endpoint, 0.0)
+            self._endpoints[endpoint] = max(until, self._endpoints.get(endpoint, 0.0))
+        self._metrics.github_rate_limit_pauses.labels("retry_after").inc()
+        if first:
+            log.warning(
+                "GitHub %s: asked to retry after %.0fs; no %s request before %.0f",
+                where,
+                seconds,
+                endpoint,
+                until,
+            )
 
     def observe(self, headers: Mapping[str, str]) -> None:
         """Remember the primary limit a response reports (``x-ratelimit-*``, core only)."""

@@ -19,6 +19,9 @@ parameter (the org's, or each watched repository's), right before an orphan inst
 terminated. Only an exact name match counts: a server that ignores ``name`` (an old GitHub
 Enterprise Server) then costs a full listing, never a wrong answer.
 
+The runners' credentials (:mod:`.registration`): ``generate_jit_config`` for an ephemeral
+instance, ``create_registration_token`` for a persistent one.
+
 Bad data skips the item (counted in ``github_skipped_items_total{kind}``, logged once per
 kind); a malformed runs/jobs page skips that page. A malformed repository or runner list
 fails the poll (TransientError): a partial runner list would make live runners look gone.
@@ -54,13 +57,13 @@ from autoscaler.observe.github.delivery_reader import DeliveryLog
 from autoscaler.observe.github.failures import CompletedRuns
 from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
-from autoscaler.observe.github.jit import generate_jit_config
 from autoscaler.observe.github.parse import Skips
 from autoscaler.observe.github.poll import Lean, ListedScope, Poll
 from autoscaler.observe.github.records import skip_counts
+from autoscaler.observe.github.registration import create_registration_token, generate_jit_config
 from autoscaler.observe.github.units import RUN_STATUSES
 from autoscaler.observe.github.workers import WorkerPool
-from autoscaler.ports import JitRunner
+from autoscaler.ports import JitRunner, RegistrationToken
 from autoscaler.telemetry import Metrics
 
 __all__ = ["RUN_STATUSES", "GitHubSource"]
@@ -236,11 +239,11 @@ class GitHubSource:
         self._http.send("DELETE", path, "runner_delete")
         self._poll.runner_repos.pop(runner_id, None)
 
-    # --- RunnerRegistrar (ephemeral runners)
+    # --- RunnerRegistrar (the credentials the controller hands to instances)
     def generate_jit_config(
         self, name: str, labels: Sequence[str], runner_group_id: int, work_folder: str
     ) -> JitRunner:
-        """Create an ephemeral runner and its single-use config (:mod:`.jit`): at the org,
+        """Create an ephemeral runner and its single-use config (:mod:`.registration`): at the org,
         or, for a user owner (the "repos" scope), at the first watched repository, where
         ``remove_runner`` then finds it."""
         path = f"/orgs/{self._owner}/actions/runners/generate-jitconfig"
@@ -255,6 +258,19 @@ class GitHubSource:
         if repo is not None:
             self._poll.runner_repos[jit.runner_id] = repo
         return jit
+
+    def create_registration_token(self) -> RegistrationToken:
+        """A one-hour token that registers runners (:mod:`.registration`): the org's, or,
+        for a user owner, the first watched repository's (where the pool's ``github_url``
+        must point)."""
+        path = f"/orgs/{self._owner}/actions/runners/registration-token"
+        if self._poll.runner_scope == "repos":
+            repos = sorted(self._poll.watched_repos())
+            if not repos:
+                raise NotFoundError("no watched repository to register a runner at", code="404")
+            repo = quote(repos[0], safe="")
+            path = f"/repos/{self._owner}/{repo}/actions/runners/registration-token"
+        return create_registration_token(self._http, path)
 
     # --- job retry (autoscaler.job_retry.stage's CompletedJobSource and JobRerunner)
     def completed_jobs(self, now: datetime) -> list[CompletedJob]:

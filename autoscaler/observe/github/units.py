@@ -52,6 +52,8 @@ class RunUnit:
     relisted: bool = False
     status: str = ""
     """The status of the runs listing it was last seen in."""
+    failed: str | None = None
+    """Why its last jobs listing could not be completed (None: it was, or it waits)."""
 
     @property
     def busy(self) -> bool:
@@ -69,6 +71,8 @@ class RepoUnit:
     skips: dict[str, int] = field(default_factory=dict)
     urls: list[str] = field(default_factory=list)
     relisted: bool = False
+    failed: str | None = None
+    """Why its last runs listing could not be completed (None: it was, or it waits)."""
 
 
 @dataclass(slots=True)
@@ -152,5 +156,22 @@ class PollState:
         return total
 
     def unlisted(self) -> int:
-        """Repositories whose runs were never listed (no picture of them yet)."""
-        return sum(1 for r in self.repos.values() if r.last is None)
+        """Repositories with no picture yet: never listed (deferred, or failed), or holding
+        a run whose jobs never were."""
+        never = {name for name, r in self.repos.items() if r.last is None}
+        return len(never | set(self.failed()))
+
+    def failed(self) -> dict[str, str]:
+        """Repository -> why, for each one whose listing could not be completed and that
+        has no earlier listing to keep: its runs, or the jobs of one of its runs. Their
+        queued jobs are missing from the picture (a listing waiting for the budget is not
+        here: it was not tried)."""
+        out = {
+            name: repo.failed
+            for name, repo in self.repos.items()
+            if repo.last is None and repo.failed is not None
+        }
+        for unit in self.runs.values():
+            if unit.last is None and unit.failed is not None:
+                out.setdefault(unit.ref.repo, f"jobs of run {unit.ref.id}: {unit.failed}")
+        return out

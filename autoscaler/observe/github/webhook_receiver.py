@@ -59,14 +59,12 @@ from urllib.parse import parse_qs
 from autoscaler.config import WebhookConfig
 from autoscaler.errors import StateError
 from autoscaler.observe.github.group_commit import GroupCommit
+from autoscaler.observe.github.parse import BadPage, PayloadError, UnknownAction
 from autoscaler.observe.github.webhook_index import event_row
 from autoscaler.observe.github.webhook_rows import JobIndexStore, Outcome
 from autoscaler.observe.github.webhooks import (
     ACTIONS,
     SIGNATURE_HEADER,
-    MalformedPayload,
-    PayloadError,
-    UnknownAction,
     WorkflowJobEvent,
     parse_workflow_job,
     verify_signature,
@@ -118,16 +116,16 @@ def media_type(headers: Mapping[str, str]) -> str:
 
 def _json_of(kind: str, body: bytes) -> bytes:
     """The JSON payload of a verified body: the body itself, or the form's ``payload``
-    field. Raises :class:`MalformedPayload` when a form has no single ``payload``."""
+    field. Raises :class:`BadPage` when a form has no single ``payload``."""
     if kind == JSON:
         return body
     try:
         fields = parse_qs(body.decode("ascii"), strict_parsing=True, max_num_fields=16)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise MalformedPayload("form: not URL-encoded") from exc
+        raise BadPage("form: not URL-encoded") from exc
     payload = fields.get("payload", [])
     if len(payload) != 1:
-        raise MalformedPayload("form: expected one payload field")
+        raise BadPage("form: expected one payload field")
     return payload[0].encode()
 
 

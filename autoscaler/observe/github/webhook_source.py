@@ -416,6 +416,7 @@ class WebhookSource:
             skipped_runners=base.skipped_runners,
             clock_skew_seconds=base.clock_skew_seconds,
             runners_observed_at=base.runners_seen_at,  # the last poll's list, not now's
+            unlisted_repos=base.unlisted_repos,
         )
 
     def _forget_reactions(self) -> None:

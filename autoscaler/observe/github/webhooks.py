@@ -7,26 +7,32 @@ reachable without the secret. :func:`parse_workflow_job` then turns the signed b
 a :class:`WorkflowJobEvent` whose ``job`` is the same :class:`~autoscaler.domain.Job` the
 poll builds, so the index feeds the queue math unchanged.
 
-Parse errors are typed (:class:`PayloadError` and its kinds), never told apart by message.
-
-Tolerance, and why: GitHub's own ``in_progress`` example (``@octokit/webhooks-examples``
-#0) predates ``created_at`` and ``run_attempt``. Like the poll (``parse.parse_job``) a
-missing ``created_at`` takes ``started_at`` (the job's queue time then reads 0), and a
-missing ``run_attempt`` reads 1. A *present* but malformed field is an error.
-
-No I/O, no vendor imports.
+The body is read by the same declared models as the poll's listings
+(:mod:`autoscaler.observe.github.parse`, with their tolerance of GitHub's older examples);
+errors are typed (:class:`~autoscaler.observe.github.parse.PayloadError` and its kinds),
+never told apart by message. No I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-from autoscaler.domain import Job, JobStatus, normalize_labels
+from pydantic import ValidationError
+
+from autoscaler.domain import Job, JobStatus
+from autoscaler.observe.github.parse import (
+    BadItem,
+    BadPage,
+    PayloadError,
+    UnknownAction,
+    WorkflowJobBody,
+    decode,
+    to_job,
+    why,
+)
 
 #: The header GitHub signs deliveries in: ``sha256=<hex HMAC-SHA256 of the raw body>``.
 SIGNATURE_HEADER = "x-hub-signature-256"
@@ -38,8 +44,6 @@ ACTIONS = ("queued", "waiting", "in_progress", "completed")
 RANK = {"queued": 0, "waiting": 0, "in_progress": 1, "completed": 2}
 _STATUSES = {s.value: s for s in JobStatus}
 _PREFIX = "sha256="
-#: Timestamps outside these years are bad data (as in the poll's parser).
-_YEARS = (2000, 2999)
 
 
 def sign(secret: bytes, body: bytes) -> str:
@@ -61,32 +65,6 @@ def verify_signature(secret: bytes, body: bytes, header: str | None) -> bool:
     except UnicodeEncodeError:
         return False
     return hmac.compare_digest(expected, given)
-
-
-class PayloadError(Exception):
-    """A signed body that is not a ``workflow_job`` delivery we understand.
-
-    ``kind`` is a bounded label for metrics and logs; the message never quotes the body."""
-
-    kind = "invalid"
-
-
-class MalformedPayload(PayloadError):
-    """Not JSON, truncated, not an object, or nested too deep."""
-
-    kind = "malformed"
-
-
-class WrongType(PayloadError):
-    """A field is missing or has the wrong type (``id`` a string, ``labels`` not a list)."""
-
-    kind = "wrong_type"
-
-
-class UnknownAction(PayloadError):
-    """A ``workflow_job`` action GitHub does not document (or none at all)."""
-
-    kind = "unknown_action"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,97 +94,42 @@ class WorkflowJobEvent:
         return RANK[self.action]
 
 
-def _need(obj: dict[str, Any], name: str, kind: type) -> Any:
-    value = obj.get(name)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise WrongType(f"{name}: expected {kind.__name__}")
-    return value
-
-
-def _optional(obj: dict[str, Any], name: str, kind: type) -> Any:
-    value = obj.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise WrongType(f"{name}: expected {kind.__name__} or null")
-    return value
-
-
-def _time(value: Any, name: str) -> datetime:
-    if not isinstance(value, str):
-        raise WrongType(f"{name}: expected a timestamp")
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    except (ValueError, OverflowError):
-        raise WrongType(f"{name}: not ISO-8601") from None
-    if not _YEARS[0] <= parsed.year <= _YEARS[1]:
-        raise WrongType(f"{name}: year {parsed.year} is not plausible")
-    return parsed
-
-
-def decode(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object. Raises MalformedPayload (truncated, too deep, not UTF-8)."""
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):
-        raise MalformedPayload("the body is not JSON (truncated?)") from None
-    if not isinstance(payload, dict):
-        raise MalformedPayload("the body is not a JSON object")
-    return payload
-
-
 def parse_workflow_job(body: bytes, delivery: str) -> WorkflowJobEvent:
-    """A verified ``workflow_job`` body -> the typed event. Raises :class:`PayloadError`."""
-    payload = decode(body)
-    action = payload.get("action")
-    if not isinstance(action, str) or action not in RANK:
-        raise UnknownAction("workflow_job: the action is missing or not documented")
-    item = payload.get("workflow_job")
-    if not isinstance(item, dict):
-        raise WrongType("workflow_job: expected an object")
-    repository = payload.get("repository")
-    if not isinstance(repository, dict):
-        raise WrongType("repository: expected an object")
-    status = _STATUSES.get(_need(item, "status", str))
+    """A verified ``workflow_job`` body -> the typed event. Raises
+    :class:`~autoscaler.observe.github.parse.PayloadError`: BadPage (not a JSON object),
+    UnknownAction, BadItem (a field missing or of the wrong type)."""
+    try:
+        payload = WorkflowJobBody.model_validate_json(body)
+    except ValidationError as exc:
+        raise _what_failed(body, exc) from None
+    action = payload.action
+    if action not in RANK:
+        raise UnknownAction("workflow_job: the action is not documented")
+    item = payload.workflow_job
+    status = _STATUSES.get(item.status)
     if status is None:
-        raise WrongType("workflow_job.status: not a documented status")
-    labels = _need(item, "labels", list)
-    if not all(isinstance(label, str) for label in labels):
-        raise WrongType("workflow_job.labels: expected a list of strings")
-    steps = _optional(item, "steps", list) or []
-    name = _optional(item, "name", str) or ""
-    created_key = "created_at" if item.get("created_at") is not None else "started_at"
-    created_at = _time(item.get(created_key), f"workflow_job.{created_key}")
-    started_at = None
-    if status in (JobStatus.IN_PROGRESS, JobStatus.COMPLETED) and item.get("started_at"):
-        started_at = _time(item["started_at"], "workflow_job.started_at")
-    completed_at = None
-    if status is JobStatus.COMPLETED and item.get("completed_at") is not None:
-        completed_at = _time(item["completed_at"], "workflow_job.completed_at")
-    attempt = _optional(item, "run_attempt", int)
-    job = Job(
-        id=_need(item, "id", int),
-        run_id=_need(item, "run_id", int),
-        repo=_need(repository, "name", str),
-        name=name,
-        labels=normalize_labels(labels),
-        status=status,
-        created_at=created_at,
-        started_at=started_at,
-        has_steps=bool(steps),
-        runner_name=_optional(item, "runner_name", str) or None,
-    )
+        raise BadItem("workflow_job.status: not a documented status")
+    if item.run_id is None:
+        raise BadItem("workflow_job.run_id: missing")
+    job = to_job(item, status, item.run_id, payload.repository.name)
+    completed_at = item.completed_at if status is JobStatus.COMPLETED else None
     return WorkflowJobEvent(
         delivery=delivery,
         action=action,
         job=job,
-        conclusion=_optional(item, "conclusion", str),
+        conclusion=item.conclusion,
         completed_at=completed_at,
-        run_attempt=attempt if attempt is not None else 1,
-        failed_step=(
-            any(isinstance(step, dict) and step.get("conclusion") == "failure" for step in steps)
-            if steps
-            else None
-        ),
+        run_attempt=item.run_attempt if item.run_attempt is not None else 1,
+        failed_step=item.failed_step,
     )
+
+
+def _what_failed(body: bytes, error: ValidationError) -> PayloadError:
+    """The typed error of a body the model refused: malformed, unknown action, wrong type."""
+    payload = decode(body)
+    if not isinstance(payload, dict):
+        return BadPage("the body is not a JSON object")
+    action = payload.get("action")
+    if not isinstance(action, str) or action not in RANK:
+        return UnknownAction("workflow_job: the action is missing or not documented")
+    return BadItem(why(error))

@@ -1,17 +1,27 @@
-"""The bytes of a GitHub answer: request headers, response headers, a bounded body.
+"""GitHub's bytes on the wire, below httpx's client: a connection per worker thread, the
+response headers read once, a body read (and inflated) within the page limit.
 
-Kept apart from GitHubHttp's retry loop because this is where a hostile or broken
-answer is stopped: a body over :data:`MAX_PAGE_BYTES` is refused while it is read (and a
-gzipped one while it is inflated: a small gzip bomb is refused as early as a large page),
-before anything parses it. No httpx here: the transport hands over raw header pairs and
-an iterable of chunks.
+Why not ``httpx.Client``: ``bench/github_poll.py`` measures the poll's CPU per request at
+four org sizes, and a client shared by the 16 workers costs over half as much CPU again a
+request (its pool's lock and scan at every request, its cookie jar, its URL and header
+merging) on a controller that is CPU-bound at 16 requests in flight; the README's
+benchmark section has the figures. So :class:`GitHubHttp` hands each worker thread its
+own keep-alive ``httpx.HTTPTransport`` (one connection, no coordination between threads;
+an injected transport, ``httpx.MockTransport`` in tests, is shared) and does here what the
+client would: the proxy (``github.proxy``, never the environment's), the timeout of each
+request, gzip. This is also where a hostile or broken answer is stopped: a body over
+:data:`MAX_PAGE_BYTES` is refused while it is read, and a gzipped one while it is
+inflated (a small gzip bomb is refused as early as a large page), before anything parses it.
 """
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterable
 from typing import Any
+
+import httpx
 
 from autoscaler import __version__
 
@@ -25,6 +35,42 @@ REQUEST_HEADERS = {
     "X-GitHub-Api-Version": "2022-11-28",
     "User-Agent": f"ci-autoscaler/{__version__}",
 }
+
+
+class ThreadTransports:
+    """One keep-alive connection per worker thread (an injected transport is shared)."""
+
+    def __init__(self, injected: httpx.BaseTransport | None, proxy: httpx.Proxy | None) -> None:
+        self._injected = injected
+        self._proxy = proxy
+        self._local = threading.local()
+        #: One TLS context for every thread's transport (loading the CA bundle costs ~0.1 s
+        #: of CPU each time).
+        self._ssl = httpx.create_ssl_context()
+        self._transports: list[httpx.BaseTransport] = []
+        self._lock = threading.Lock()
+
+    def here(self) -> httpx.BaseTransport:
+        """This thread's transport (the injected one, else one of its own)."""
+        transport: httpx.BaseTransport | None = getattr(self._local, "transport", None)
+        if transport is None:
+            transport = self._injected or httpx.HTTPTransport(
+                verify=self._ssl,
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                proxy=self._proxy,
+            )
+            self._local.transport = transport
+            if self._injected is None:
+                with self._lock:
+                    self._transports.append(transport)
+        return transport
+
+    def close(self) -> None:
+        """Close every transport this made (an injected one is its owner's to close)."""
+        with self._lock:
+            transports, self._transports = self._transports, []
+        for transport in transports:
+            transport.close()
 
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:

@@ -1,7 +1,7 @@
-"""SSM Parameter Store behind the :class:`autoscaler.scale.jit.ParameterStore` port: where an
-ephemeral instance finds its just-in-time runner config.
+"""SSM Parameter Store behind the :class:`autoscaler.scale.registration.ParameterStore` port:
+where an instance finds its runner credential (a JIT config, or a registration token).
 
-Narrowed to the three calls the controller makes, each on ``jit.parameter_path`` only (the
+Narrowed to the three calls the controller makes, on ``jit.parameter_path`` (the
 controller's IAM policy allows nothing else):
 
 - ``PutParameter`` a ``SecureString`` (the account's default ``aws/ssm`` key), tagged
@@ -9,9 +9,13 @@ controller's IAM policy allows nothing else):
   parameter only when that tag names the instance itself. A parameter is written once
   with its tag; a recovery overwrites the value (``Overwrite`` cannot carry tags, and the
   tag is already there);
-- ``DeleteParameter`` (``ParameterNotFound`` is success: it is gone either way);
-- ``GetParametersByPath`` (names only, recursive, paginated) to find parameters left
-  behind by a stop.
+- ``DeleteParameter``: ``ParameterNotFound`` is not an error (it is gone either way), but
+  it is reported: a persistent instance claims its registration token by deleting the
+  parameter, and the controller learns from its own delete whether the machine did;
+- ``DescribeParameters`` filtered on the path (recursive, paginated) to find parameters
+  left behind by a stop: names and metadata only, so no value ever travels back to the
+  controller (``GetParametersByPath`` returns them, as ciphertext at best). AWS does not
+  scope this action to a resource: the role grants it on ``*``, and it shows names only.
 
 Single attempts; the caller's :class:`autoscaler.retrying.RetryPolicy` retries what
 :func:`autoscaler.aws_sdk.translate` calls transient (``ThrottlingException``
@@ -34,16 +38,13 @@ from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
 
-#: The IAM actions these calls need, on ``jit.parameter_path`` only; the terraform task
+#: The IAM actions these calls need on ``jit.parameter_path`` only; the terraform task
 #: role is checked against it (PutParameter with Tags needs AddTagsToResource too).
 IAM_ACTIONS: frozenset[str] = frozenset(
-    {
-        "ssm:PutParameter",
-        "ssm:AddTagsToResource",
-        "ssm:DeleteParameter",
-        "ssm:GetParametersByPath",
-    }
+    {"ssm:PutParameter", "ssm:AddTagsToResource", "ssm:DeleteParameter"}
 )
+#: The one action AWS cannot scope to a resource (granted on ``*``; names only).
+IAM_LIST_ACTION = "ssm:DescribeParameters"
 #: The tag the instance role's policy matches against the reading instance's id.
 INSTANCE_TAG = "ci-autoscaler:instance-id"
 _EXISTS = "ParameterAlreadyExists"
@@ -51,7 +52,7 @@ _NOT_FOUND = "ParameterNotFound"
 
 
 class SsmParameters:
-    """JIT configs in SSM Parameter Store, over one boto3 ``ssm`` client."""
+    """Runner credentials in SSM Parameter Store, over one boto3 ``ssm`` client."""
 
     def __init__(
         self,
@@ -93,17 +94,21 @@ class SsmParameters:
                 Overwrite=True,
             )
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str) -> bool:
         try:
             self._call("delete_parameter", self.ssm.delete_parameter, Name=name)
         except _NotFound:
-            return
+            return False
+        return True
 
     def list_names(self, path: str) -> list[str]:
         names: list[str] = []
-        kwargs: dict[str, Any] = {"Path": path, "Recursive": True, "WithDecryption": False}
+        kwargs: dict[str, Any] = {
+            "ParameterFilters": [{"Key": "Path", "Option": "Recursive", "Values": [path]}],
+            "MaxResults": 50,
+        }
         while True:
-            page = self._call("get_parameters_by_path", self.ssm.get_parameters_by_path, **kwargs)
+            page = self._call("describe_parameters", self.ssm.describe_parameters, **kwargs)
             names += [str(p["Name"]) for p in page.get("Parameters", []) if "Name" in p]
             token = page.get("NextToken")
             if not token:
@@ -133,6 +138,6 @@ class _Exists(Exception):
 
 
 class _NotFound(Exception):
-    """DeleteParameter found nothing (handled inside the adapter: success)."""
+    """DeleteParameter found nothing (handled inside the adapter: False)."""
 
     code = _NOT_FOUND

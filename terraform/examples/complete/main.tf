@@ -1,23 +1,25 @@
 # One CPU pool, one GPU pool (spot first, on-demand base), and the controller that scales
 # them. The controller config is generated from the pools, so names cannot drift. The GPU
 # pool runs ephemeral runners registered just in time (mode: ephemeral, what new pools
-# should use: no GitHub credential on the machine); the CPU pool shows the older
-# self-registration (mode: persistent in the controller's eyes).
+# should use); the CPU pool registers its own runners (mode: persistent) with the one-hour
+# registration token the controller hands each instance. No GitHub credential that lasts
+# reaches any machine.
 
 module "cpu_pool" {
   source = "../../modules/runner-pool"
 
-  pool_name                         = "ci-cpu"
-  runner_type                       = "linux.4xlarge"
-  labels                            = ["self-hosted", "linux.4xlarge"]
-  github_url                        = "https://github.com/${var.github_owner}"
-  registration_token_parameter_name = var.registration_token_parameter_name
-  ami_id                            = var.cpu_ami_id
-  instance_types                    = ["c6i.4xlarge", "c6a.4xlarge", "c5.4xlarge"]
-  root_volume_size_gb               = 150
-  subnet_ids                        = var.runner_subnet_ids
-  security_group_ids                = var.runner_security_group_ids
-  max_size                          = 100
+  pool_name           = "ci-cpu"
+  runner_type         = "linux.4xlarge"
+  labels              = ["self-hosted", "linux.4xlarge"]
+  github_url          = "https://github.com/${var.github_owner}"
+  mode                = "persistent"
+  jit_parameter_path  = var.jit_parameter_path
+  ami_id              = var.cpu_ami_id
+  instance_types      = ["c6i.4xlarge", "c6a.4xlarge", "c5.4xlarge"]
+  root_volume_size_gb = 150
+  subnet_ids          = var.runner_subnet_ids
+  security_group_ids  = var.runner_security_group_ids
+  max_size            = 100
 }
 
 module "gpu_pool" {
@@ -27,6 +29,7 @@ module "gpu_pool" {
   runner_type         = "linux.g5.4xlarge.nvidia.gpu"
   labels              = ["self-hosted", "linux.g5.4xlarge.nvidia.gpu"]
   github_url          = "https://github.com/${var.github_owner}"
+  mode                = "ephemeral"
   jit_parameter_path  = var.jit_parameter_path
   ami_id              = var.gpu_ami_id
   instance_types      = ["g5.4xlarge"]
@@ -69,6 +72,7 @@ locals {
       (module.cpu_pool.runner_type) = {
         labels       = module.cpu_pool.labels
         pools        = [module.cpu_pool.asg_name]
+        mode         = "persistent"
         min_idle     = 2
         max          = 100
         idle_timeout = "10m"
@@ -102,7 +106,7 @@ locals {
           runner_types    = ["*"]
           per_runner_type = true
           max_queue_time  = "30m"
-          for             = "5m"
+          "for"           = "5m" # quoted: checkov's HCL parser reads a bare for as a loop
           receivers       = keys(local.receivers)
         },
       ]
@@ -129,4 +133,6 @@ module "controller" {
   webhook_secret_arn             = var.webhook_secret_arn
   webhook_certificate_arn        = var.webhook_certificate_arn
   webhook_public_subnet_ids      = var.webhook_public_subnet_ids
+  receiver_egress_cidrs          = var.receiver_egress_cidrs
+  receiver_egress_ports          = var.receiver_egress_ports
 }

@@ -30,14 +30,8 @@ variable "github_token_secret_arn" {
   type        = string
 }
 
-variable "registration_token_parameter_name" {
-  description = "SSM SecureString parameter holding the token runner instances use to register (organization self-hosted runners: write)."
-  type        = string
-  default     = "/ci-autoscaler/runner-registration-token"
-}
-
 variable "jit_parameter_path" {
-  description = "SSM path of the ephemeral (GPU) pool's just-in-time runner configs: the controller writes <path>/<pool>/<instance id>, each instance reads its own."
+  description = "SSM path of every instance's runner credential (the GPU pool's just-in-time configs, the CPU pool's registration tokens): the controller writes <path>/<pool>/<instance id>, each instance reads its own."
   type        = string
   default     = "/ci-autoscaler/jit"
 }
@@ -117,4 +111,16 @@ variable "webhook_public_subnet_ids" {
   description = "Public subnets (two AZs or more) of the webhook ALB."
   type        = list(string)
   default     = []
+}
+
+variable "receiver_egress_cidrs" {
+  description = "Where the controller may reach alert receivers besides HTTPS anywhere (an in-VPC Alertmanager on http://alertmanager:9093, say): CIDRs allowed on receiver_egress_ports."
+  type        = list(string)
+  default     = []
+}
+
+variable "receiver_egress_ports" {
+  description = "TCP ports the controller may reach receiver_egress_cidrs on (Alertmanager: 9093)."
+  type        = list(number)
+  default     = [9093]
 }

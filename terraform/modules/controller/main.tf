@@ -8,6 +8,11 @@ locals {
   config_dir  = "/etc/ci-autoscaler"
   state_dir   = "/var/lib/ci-autoscaler"
 
+  # An image in ECR (ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO[:tag|@digest]): its
+  # repository's ARN, the only one the execution role may pull from.
+  ecr_image          = try(regex("^([0-9]{12})\\.dkr\\.ecr\\.([a-z0-9-]+)\\.amazonaws\\.com(?:\\.cn)?/([^:@]+)", var.image), null)
+  ecr_repository_arn = local.ecr_image == null ? null : "arn:${data.aws_partition.current.partition}:ecr:${local.ecr_image[1]}:${local.ecr_image[0]}:repository/${local.ecr_image[2]}"
+
   # Environment variable name => secret ARN, for the controller and for the init step.
   controller_secrets = merge(
     var.github_token_secret_arn == null ? {} : { GITHUB_TOKEN = var.github_token_secret_arn },
@@ -52,6 +57,8 @@ locals {
 # ------------------------------------------------------------------ config and logs
 
 resource "aws_ssm_parameter" "config" {
+  #checkov:skip=CKV2_AWS_34:config.yaml holds no secret: credentials reach the task as secrets and the config names them (${GITHUB_TOKEN})
+  #checkov:skip=CKV_AWS_337:no secret in it (see CKV2_AWS_34)
   name        = "/${var.name}/config.yaml"
   description = "ci-autoscaler configuration (no secrets; they come from the task's secrets)"
   type        = "String"
@@ -61,6 +68,8 @@ resource "aws_ssm_parameter" "config" {
 }
 
 resource "aws_cloudwatch_log_group" "this" {
+  #checkov:skip=CKV_AWS_158:the controller's logs carry no secret (a filter redacts every credential's value) and CloudWatch Logs encrypts them at rest by default
+  #checkov:skip=CKV_AWS_338:operational logs: log_retention_days (default 30) is the operator's choice, not a compliance archive
   name              = "/ecs/${var.name}"
   retention_in_days = var.log_retention_days
   tags              = local.tags
@@ -112,20 +121,27 @@ data "aws_iam_policy_document" "task" {
     }
   }
 
-  # Ephemeral runners: the JIT configs the controller hands to instances, under its own
-  # parameter path only (GetParametersByPath names the path itself).
+  # Every instance's runner credential (a JIT config, or a registration token), under its
+  # own parameter path only (autoscaler/scale/aws/ssm.py IAM_ACTIONS).
   statement {
     sid = "JitParameters"
     actions = [
       "ssm:AddTagsToResource",
       "ssm:DeleteParameter",
-      "ssm:GetParametersByPath",
       "ssm:PutParameter",
     ]
     resources = [
       "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}",
       "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter${var.jit_parameter_path}/*",
     ]
+  }
+
+  # Finding parameters a stop left behind: names and metadata only, never a value. AWS
+  # does not scope DescribeParameters to a resource (IAM_LIST_ACTION).
+  statement {
+    sid       = "ListParameterNames"
+    actions   = ["ssm:DescribeParameters"]
+    resources = ["*"] #checkov:skip=CKV_AWS_356:DescribeParameters supports no resource-level permission; it returns names and metadata, no value
   }
 
   # With interruption_queue: read and delete on that one queue (interruptions.tf), exactly
@@ -166,6 +182,7 @@ data "aws_iam_policy_document" "task" {
 # leader lease. Exactly the schema `ci-autoscaler state create-table` creates
 # (autoscaler/state/dynamodb_table.py; tests/e2e/test_terraform.py compares the two).
 resource "aws_dynamodb_table" "state" {
+  #checkov:skip=CKV_AWS_119:holds alert states, ledgers and ETags, no credential (the handover ledger keeps no credential value); DynamoDB encrypts at rest by default
   count        = local.high_availability ? 1 : 0
   name         = var.state_table_name
   billing_mode = "PAY_PER_REQUEST"
@@ -210,9 +227,20 @@ resource "aws_iam_role_policy" "task" {
 # rather than AmazonECSTaskExecutionRolePolicy, so logs are scoped to this log group.
 data "aws_iam_policy_document" "execution" {
   statement {
-    sid       = "PullImage"
-    actions   = ["ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
-    resources = ["*"]
+    sid       = "EcrLogin"
+    actions   = ["ecr:GetAuthorizationToken"]
+    resources = ["*"] #checkov:skip=CKV_AWS_356:GetAuthorizationToken supports no resource-level permission
+  }
+
+  # Pulling the image: its own ECR repository only (none for an image from another
+  # registry, which ECS pulls without IAM).
+  dynamic "statement" {
+    for_each = local.ecr_repository_arn == null ? [] : [local.ecr_repository_arn]
+    content {
+      sid       = "PullImage"
+      actions   = ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"]
+      resources = [statement.value]
+    }
   }
 
   statement {
@@ -291,6 +319,22 @@ resource "aws_vpc_security_group_egress_rule" "https" {
   from_port         = 443
   to_port           = 443
   cidr_ipv4         = "0.0.0.0/0"
+  tags              = local.tags
+}
+
+# Receivers that are not HTTPS on 443 (an Alertmanager in the VPC on http://...:9093, a
+# webhook on another port): one rule per CIDR and port, nothing when none are given.
+resource "aws_vpc_security_group_egress_rule" "receivers" {
+  for_each = {
+    for pair in setproduct(var.receiver_egress_cidrs, var.receiver_egress_ports) :
+    "${pair[0]}:${pair[1]}" => { cidr = pair[0], port = pair[1] }
+  }
+  security_group_id = aws_security_group.this.id
+  description       = "alert receivers (receiver_egress_cidrs)"
+  ip_protocol       = "tcp"
+  from_port         = each.value.port
+  to_port           = each.value.port
+  cidr_ipv4         = each.value.cidr
   tags              = local.tags
 }
 

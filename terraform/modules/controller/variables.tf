@@ -197,7 +197,7 @@ variable "state_table_name" {
 }
 
 variable "jit_parameter_path" {
-  description = "The config's `jit.parameter_path`: where the controller writes ephemeral runners' just-in-time configs (SSM SecureStrings). Its task role may put, tag, list and delete parameters under this path and nowhere else."
+  description = "The config's `jit.parameter_path`: where the controller writes every instance's runner credential (a just-in-time config, or a registration token; SSM SecureStrings). Its task role may put, tag and delete parameters under this path and nowhere else (and list parameter names, which AWS does not scope)."
   type        = string
   default     = "/ci-autoscaler/jit"
 
@@ -264,5 +264,27 @@ variable "webhook_ingress_cidrs" {
   validation {
     condition     = alltrue([for c in var.webhook_ingress_cidrs : can(cidrhost(c, 0))])
     error_message = "webhook_ingress_cidrs must be CIDRs."
+  }
+}
+
+variable "receiver_egress_cidrs" {
+  description = "Alert receivers the controller reaches on other ports than 443 (an Alertmanager in the VPC on http://alertmanager:9093, say): the CIDRs its security group may send to on receiver_egress_ports. Empty: HTTPS on 443 only."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for c in var.receiver_egress_cidrs : can(cidrhost(c, 0))])
+    error_message = "receiver_egress_cidrs must be IPv4 CIDRs such as 10.0.0.0/16."
+  }
+}
+
+variable "receiver_egress_ports" {
+  description = "TCP ports the controller may reach receiver_egress_cidrs on (Alertmanager: 9093)."
+  type        = list(number)
+  default     = [9093]
+
+  validation {
+    condition     = alltrue([for p in var.receiver_egress_ports : p >= 1 && p <= 65535 && floor(p) == p])
+    error_message = "receiver_egress_ports must be TCP ports (1-65535)."
   }
 }

@@ -16,28 +16,25 @@ locals {
   runner_labels  = [for l in var.labels : l if !contains(local.default_labels, lower(l))]
 
   ssm_arn_prefix = "arn:${data.aws_partition.current.partition}:ssm:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:parameter"
-  parameter_name = trimprefix(coalesce(var.registration_token_parameter_name, "/unused"), "/")
-  parameter_arn  = "${local.ssm_arn_prefix}/${local.parameter_name}"
-  jit            = var.jit_parameter_path != null
-  # Ephemeral mode: this pool's instances' JIT configs, <path>/<pool>/<instance id>.
-  jit_parameters_arn = "${local.ssm_arn_prefix}${coalesce(var.jit_parameter_path, "/unused")}/${var.pool_name}/*"
+  jit            = var.mode == "ephemeral"
+  # Each instance's credential (a JIT config, or a registration token in persistent mode),
+  # written by the controller: <path>/<pool>/<instance id>.
+  own_parameters_arn = "${local.ssm_arn_prefix}${var.jit_parameter_path}/${var.pool_name}/*"
 
   instance_profile_name = var.create_instance_profile ? aws_iam_instance_profile.runner[0].name : var.instance_profile_name
 
   user_data = templatefile("${path.module}/templates/user-data.sh.tftpl", {
-    pool_name              = var.pool_name
-    github_url             = trimsuffix(var.github_url, "/")
-    github_api_url         = trimsuffix(var.github_api_url, "/")
-    github_owner           = element(split("/", trimsuffix(var.github_url, "/")), -1)
-    registration_parameter = var.registration_token_parameter_name == null ? "" : var.registration_token_parameter_name
-    jit_parameter_path     = var.jit_parameter_path == null ? "" : var.jit_parameter_path
-    jit_wait               = var.jit_wait_for_termination
-    runner_labels          = join(",", local.runner_labels)
-    runner_group           = var.runner_group
-    runner_version         = var.runner_version
-    runner_sha256          = var.runner_sha256
-    runner_arch            = var.runner_arch
-    extra_user_data        = var.extra_user_data
+    pool_name          = var.pool_name
+    github_url         = trimsuffix(var.github_url, "/")
+    jit                = local.jit
+    jit_parameter_path = var.jit_parameter_path
+    jit_wait           = var.jit_wait_for_termination
+    runner_labels      = join(",", local.runner_labels)
+    runner_group       = var.runner_group
+    runner_version     = var.runner_version
+    runner_sha256      = var.runner_sha256
+    runner_arch        = var.runner_arch
+    extra_user_data    = var.extra_user_data
   })
 }
 
@@ -54,36 +51,25 @@ data "aws_iam_policy_document" "assume_ec2" {
 }
 
 data "aws_iam_policy_document" "runner" {
-  dynamic "statement" {
-    for_each = local.jit ? [] : [local.parameter_arn]
-    content {
-      sid       = "ReadRegistrationToken"
-      actions   = ["ssm:GetParameter"]
-      resources = [statement.value]
-    }
-  }
-
-  # Ephemeral mode: an instance reads its own JIT config only. The controller tags each
-  # parameter with the instance it is for; ec2:InstanceID is the id of the instance whose
-  # role credentials sign the request.
-  dynamic "statement" {
-    for_each = local.jit ? [local.jit_parameters_arn] : []
-    content {
-      sid       = "ReadOwnJitConfig"
-      actions   = ["ssm:GetParameter"]
-      resources = [statement.value]
-      condition {
-        test     = "StringEquals"
-        variable = "ssm:resourceTag/ci-autoscaler:instance-id"
-        values   = ["$${ec2:InstanceID}"]
-      }
+  # An instance reads its own credential only, and deletes it (a persistent instance claims
+  # its registration token that way). The controller tags each parameter with the instance
+  # it is for; ec2:InstanceID is the id of the instance whose role credentials sign the
+  # request. Nothing else: no GitHub credential, no other instance's parameter.
+  statement {
+    sid       = "ReadAndClaimOwnCredential"
+    actions   = ["ssm:GetParameter", "ssm:DeleteParameter"]
+    resources = [local.own_parameters_arn]
+    condition {
+      test     = "StringEquals"
+      variable = "ssm:resourceTag/ci-autoscaler:instance-id"
+      values   = ["$${ec2:InstanceID}"]
     }
   }
 
   dynamic "statement" {
     for_each = var.kms_key_arn == null ? [] : [var.kms_key_arn]
     content {
-      sid       = "DecryptRegistrationToken"
+      sid       = "DecryptOwnCredential"
       actions   = ["kms:Decrypt"]
       resources = [statement.value]
     }
@@ -99,7 +85,7 @@ resource "aws_iam_role" "runner" {
 
 resource "aws_iam_role_policy" "runner" {
   count  = var.create_instance_profile ? 1 : 0
-  name   = "read-registration-token"
+  name   = "read-own-runner-credential"
   role   = aws_iam_role.runner[0].id
   policy = data.aws_iam_policy_document.runner.json
 }
@@ -139,10 +125,13 @@ resource "aws_launch_template" "runner" {
     }
   }
 
+  # IMDSv2 only, and its answers never leave the host: a PUT's response has a TTL of one
+  # hop, so a container on a bridge network (one more hop) gets no session token. The boot
+  # script also rejects the runner user's packets to 169.254.169.254 (templates/).
   metadata_options {
     http_endpoint               = "enabled"
     http_tokens                 = "required"
-    http_put_response_hop_limit = 2
+    http_put_response_hop_limit = 1
     instance_metadata_tags      = "enabled"
   }
 

@@ -30,44 +30,33 @@ variable "labels" {
 }
 
 variable "github_url" {
-  description = "Where runners register: the organization URL, e.g. `https://github.com/my-org` (GitHub Enterprise Server: `https://HOST/my-org`)."
+  description = "Where runners register: the organization URL, e.g. `https://github.com/my-org` (GitHub Enterprise Server: `https://HOST/my-org`). For a user owner, the URL of the repository the controller registers runners at (the first watched repository, sorted)."
   type        = string
 
   validation {
-    condition     = can(regex("^https://[^/]+/[^/]+/?$", var.github_url))
-    error_message = "github_url must be an https URL naming an organization, like https://github.com/my-org."
+    condition     = can(regex("^https://[^/]+/[^/]+(/[^/]+)?/?$", var.github_url))
+    error_message = "github_url must be an https URL naming an organization (https://github.com/my-org) or a repository (https://github.com/me/repo)."
   }
 }
 
-variable "github_api_url" {
-  description = "GitHub REST API root the boot script asks for a registration token (GitHub Enterprise Server: `https://HOST/api/v3`)."
+variable "mode" {
+  description = "The controller's `mode` for this pool's runner type. `ephemeral`: each instance reads the just-in-time runner config the controller wrote for it, runs `run.sh --jitconfig`, takes one job and waits for the controller to terminate it. `persistent`: each instance claims the one-hour registration token the controller wrote for it (reads it, deletes the parameter, and registers only when that delete succeeded), registers with `config.sh`, takes one job and powers off. In both modes no long-lived GitHub credential ever reaches an instance."
   type        = string
-  default     = "https://api.github.com"
+  default     = "ephemeral"
 
   validation {
-    condition     = can(regex("^https://", var.github_api_url))
-    error_message = "github_api_url must be an https URL."
-  }
-}
-
-variable "registration_token_parameter_name" {
-  description = "Persistent-style self-registration (the controller's `mode: persistent`): name of an SSM SecureString parameter holding a GitHub token allowed to create runner registration tokens for the organization (organization self-hosted runners: read/write). Instances read it at boot through their instance profile. Leave null with `jit_parameter_path` (ephemeral mode: no GitHub credential ever reaches an instance)."
-  type        = string
-  default     = null
-
-  validation {
-    condition     = var.registration_token_parameter_name == null || can(regex("^/?[A-Za-z0-9_.\\-/]+$", coalesce(var.registration_token_parameter_name, "x")))
-    error_message = "registration_token_parameter_name must be an SSM parameter name such as /ci-autoscaler/runner-registration-token."
+    condition     = contains(["ephemeral", "persistent"], var.mode)
+    error_message = "mode must be ephemeral or persistent, as the runner type's mode in the controller config."
   }
 }
 
 variable "jit_parameter_path" {
-  description = "Ephemeral mode (the controller's `mode: ephemeral`, its `jit.parameter_path`): each instance reads its just-in-time runner config from the SSM SecureString `<jit_parameter_path>/<pool_name>/<instance id>` that the controller writes, runs `run.sh --jitconfig`, takes one job and waits for the controller to terminate it. The instance role may read only the parameter tagged with its own instance id. Null: self-registration with `registration_token_parameter_name`."
+  description = "The controller's `jit.parameter_path`: each instance reads its own credential from the SSM SecureString `<jit_parameter_path>/<pool_name>/<instance id>`, which the controller writes and tags with the instance's id. The instance role may read (and delete) only the parameter tagged with its own instance id."
   type        = string
-  default     = null
+  default     = "/ci-autoscaler/jit"
 
   validation {
-    condition     = var.jit_parameter_path == null || can(regex("^(/[A-Za-z0-9_.\\-]+)+$", coalesce(var.jit_parameter_path, "/x")))
+    condition     = can(regex("^(/[A-Za-z0-9_.\\-]+)+$", var.jit_parameter_path))
     error_message = "jit_parameter_path must be an SSM path such as /ci-autoscaler/jit (leading '/', no trailing '/')."
   }
 }
@@ -229,13 +218,13 @@ variable "spot" {
 }
 
 variable "create_instance_profile" {
-  description = "Create an instance role and profile that may read the registration token parameter. false: pass instance_profile_name."
+  description = "Create an instance role and profile that may read (and delete) the instance's own credential parameter, and nothing else. false: pass instance_profile_name."
   type        = bool
   default     = true
 }
 
 variable "instance_profile_name" {
-  description = "An existing instance profile (only when create_instance_profile is false). It must allow ssm:GetParameter on the registration token parameter."
+  description = "An existing instance profile (only when create_instance_profile is false). It must allow ssm:GetParameter and ssm:DeleteParameter on the instance's own parameter under jit_parameter_path, conditioned on the parameter's ci-autoscaler:instance-id tag equalling $${ec2:InstanceID}, and nothing more."
   type        = string
   default     = null
 
@@ -246,7 +235,7 @@ variable "instance_profile_name" {
 }
 
 variable "kms_key_arn" {
-  description = "KMS key that encrypts the registration token parameter, if not the AWS-managed aws/ssm key."
+  description = "KMS key that encrypts the credential parameters, if not the AWS-managed aws/ssm key."
   type        = string
   default     = null
 }

@@ -1,6 +1,8 @@
-"""Ephemeral pools through the scaler, over hand-written fakes of GitHub's
-generate-jitconfig, SSM and the ledger store: one config per instance (across ticks and
-restarts), spent machines terminated at once, faults retried or cleaned up."""
+"""The handover through the scaler, over hand-written fakes of GitHub's runner
+registration, SSM and the ledger store. Ephemeral pools: one config per instance (across
+ticks and restarts), spent machines terminated at once, faults retried or cleaned up.
+Persistent pools: one registration token per instance, in its own parameter, and an orphan
+terminated only once no token it may hold can still register a runner."""
 
 from __future__ import annotations
 
@@ -20,10 +22,10 @@ from autoscaler.errors import (
     RejectedError,
     TransientError,
 )
-from autoscaler.scale.ephemeral import JitRecord
+from autoscaler.scale.handover import HandoverRecord
 from autoscaler.scale.scaler import Scaler
 from autoscaler.telemetry import Metrics
-from tests.unit.jit_fakes import FakeLedgerStore, FakeParameters, FakeRegistrar
+from tests.unit.handover_fakes import FakeLedgerStore, FakeParameters, FakeRegistrar
 from tests.unit.scaling_fakes import (
     GPU,
     T0,
@@ -43,8 +45,10 @@ PATH = "/ci-autoscaler/jit"
 
 
 def eph_config(min_idle: int = 0) -> Config:
-    rt = replace(rtype(pools=(POOL,), min_idle=min_idle), mode="ephemeral", runner_group_id=4)
-    return replace(config(rt), aws=AwsConfig(retry=RetryConfig(max_attempts=3)))
+    rt = rtype(pools=(POOL,), min_idle=min_idle).model_copy(
+        update={"mode": "ephemeral", "runner_group_id": 4}
+    )
+    return config(rt).model_copy(update={"aws": AwsConfig(retry=RetryConfig(max_attempts=3))})
 
 
 @dataclass
@@ -73,7 +77,7 @@ class World:
             rng=random.Random(0),
             registrar=self.registrar,
             parameters=self.params,
-            jit_store=self.store,
+            handover_store=self.store,
         )
 
     def tick(self, now: datetime, queued: int = 0) -> None:
@@ -135,7 +139,7 @@ def test_a_new_instance_gets_exactly_one_config_across_ticks_and_restarts() -> N
     value, tag = w.params.values[name]
     runner = w.runner_of(1)
     assert runner is not None and value == f"jit-{runner.id}" and tag == iid(1)
-    assert JitRecord.from_json(iid(1), w.store.records[iid(1)]).runner_id == runner.id
+    assert HandoverRecord.from_json(iid(1), w.store.records[iid(1)]).runner_id == runner.id
     w.tick(later(30))
     w.restart()
     w.tick(later(60))
@@ -152,7 +156,7 @@ def test_the_parameter_is_deleted_once_the_runner_is_online() -> None:
     w.source.runners[runner.id] = replace(runner, online=True)
     w.tick(later(30))
     assert w.params.values == {}
-    assert JitRecord.from_json(iid(1), w.store.records[iid(1)]).online_at == later(30)
+    assert HandoverRecord.from_json(iid(1), w.store.records[iid(1)]).online_at == later(30)
 
 
 def test_a_spent_runner_s_instance_is_terminated_in_the_same_tick_and_not_replaced() -> None:
@@ -211,7 +215,7 @@ def test_a_stop_between_github_and_the_ledger_recovers_with_one_runner() -> None
     runner, ask again) instead of leaving a second, unused runner."""
     w = World()
     w.add_instance(1)
-    w.store.records[iid(1)] = JitRecord(iid(1), POOL, GPU, asked_at=T0).to_json()
+    w.store.records[iid(1)] = HandoverRecord(iid(1), POOL, GPU, asked_at=T0).to_json()
     w.registrar.generate_jit_config(f"{POOL}-{iid(1)}", ["gpu"], 1, "_work")  # before the stop
     w.tick(later(30))
     runner = w.runner_of(1)
@@ -223,7 +227,7 @@ def test_a_stop_between_github_and_the_ledger_recovers_with_one_runner() -> None
 def test_a_taken_name_whose_runner_is_online_is_adopted() -> None:
     w = World()
     w.add_instance(1)
-    w.store.records[iid(1)] = JitRecord(iid(1), POOL, GPU, asked_at=T0).to_json()
+    w.store.records[iid(1)] = HandoverRecord(iid(1), POOL, GPU, asked_at=T0).to_json()
     w.registrar.generate_jit_config(f"{POOL}-{iid(1)}", ["gpu"], 1, "_work")
     runner = w.runner_of(1)
     assert runner is not None
@@ -324,11 +328,104 @@ def test_an_unreadable_ledger_registers_nothing() -> None:
     assert len(w.registrar.asked) == 1
 
 
-def test_persistent_types_are_untouched() -> None:
-    w = World(cfg=replace(eph_config(), runner_types=(rtype(pools=(POOL,)),)))
+def persistent() -> World:
+    return World(cfg=eph_config().model_copy(update={"runner_types": (rtype(pools=(POOL,)),)}))
+
+
+def token_of(w: World, n: int) -> str:
+    value, tag = w.params.values[f"{PATH}/{POOL}/{iid(n)}"]
+    assert tag == iid(n)
+    return value
+
+
+def claim_and_register(w: World, n: int, *, busy: bool = False) -> Runner:
+    """The boot script: read the token, claim it (delete the parameter), register."""
+    token = token_of(w, n)
+    assert w.params.delete(f"{PATH}/{POOL}/{iid(n)}")
+    assert w.registrar.now < w.registrar.tokens[token]
+    rid = 900 + n
+    w.source.runners[rid] = Runner(rid, f"{POOL}-{iid(n)}", frozenset(), True, busy)
+    return w.source.runners[rid]
+
+
+def tokens(w: World, result: str) -> float:
+    value = w.metrics.registry.get_sample_value(
+        "ci_autoscaler_registration_tokens_total", {"runner_type": GPU, "result": result}
+    )
+    return value or 0.0
+
+
+def kept(w: World, reason: str) -> float:
+    value = w.metrics.registry.get_sample_value(
+        "ci_autoscaler_orphans_kept_total", {"runner_type": GPU, "pool": POOL, "reason": reason}
+    )
+    return value or 0.0
+
+
+def test_a_persistent_instance_gets_its_own_token_and_github_creates_no_runner() -> None:
+    w = persistent()
     w.add_instance(1)
     w.tick(T0)
-    assert w.registrar.asked == [] and w.params.calls == []
+    w.tick(later(30))
+    assert w.registrar.asked == [] and len(w.registrar.tokens) == 1
+    assert token_of(w, 1) in w.registrar.tokens
+    record = HandoverRecord.from_json(iid(1), w.store.records[iid(1)])
+    assert record.kind == "token" and record.expires_at == T0 + timedelta(hours=1)
+    assert tokens(w, "created") == 1
+    claim_and_register(w, 1)
+    w.tick(later(60))
+    assert HandoverRecord.from_json(iid(1), w.store.records[iid(1)]).online_at == later(60)
+    assert w.params.values == {}
+
+
+def test_a_token_that_cannot_be_stored_is_asked_for_again() -> None:
+    w = persistent()
+    w.params.errors["put"] = [AuthenticationError("denied", code="AccessDenied")]
+    w.add_instance(1)
+    w.tick(T0)
+    assert tokens(w, "handover_failed") == 1 and w.params.values == {}
+    w.tick(later(30))
+    assert tokens(w, "created") == 1 and token_of(w, 1) == "REGTOKEN0002"
+
+
+def orphan_candidate(w: World) -> None:
+    """Instance 1 got its token at T0 and has no runner at boot_timeout (900 s)."""
+    w.add_instance(1)
+    w.tick(T0)
+
+
+def test_an_orphan_that_never_claimed_its_token_is_terminated_at_once() -> None:
+    w = persistent()
+    orphan_candidate(w)
+    w.tick(later(1000))
+    assert ("terminate_instance", POOL, iid(1)) in w.pool.calls
+    assert w.params.values == {} and iid(1) not in w.store.records
+
+
+def test_an_orphan_that_claimed_its_token_is_kept_until_the_token_expires() -> None:
+    """It may still register with the token it took, at any moment until the token expires
+    (plus the margin for the clocks: a quarter of boot_timeout and a minute)."""
+    w = persistent()
+    orphan_candidate(w)
+    w.params.delete(f"{PATH}/{POOL}/{iid(1)}")  # claimed; registering failed on the machine
+    w.tick(later(1000))
+    w.tick(later(3600 + 225 + 59))
+    assert not any(c[0] == "terminate_instance" for c in w.pool.calls)
+    assert kept(w, "token_live") == 2
+    w.tick(later(3600 + 225 + 61))
+    assert ("terminate_instance", POOL, iid(1)) in w.pool.calls
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "busy"])
+def test_an_orphan_whose_runner_registered_since_the_poll_is_kept(busy: bool) -> None:
+    w = persistent()
+    orphan_candidate(w)
+    polled = observation((), later(1000))  # the poll saw no runner...
+    claim_and_register(w, 1, busy=busy)  # ...which registers right after it
+    w.pool.now = later(1000)
+    w.scaler.step(snapshot({GPU: 0}, at=later(1000)), polled, later(1000), observation_fresh=True)
+    assert not any(c[0] == "terminate_instance" for c in w.pool.calls)
+    assert kept(w, "registered") == 1
 
 
 def test_github_is_not_asked_while_the_intent_cannot_be_saved() -> None:
@@ -359,7 +456,7 @@ def test_a_process_that_did_not_act_reads_the_ledger_again_before_it_acts() -> N
         dry_run=True,
     )
     # Meanwhile the acting process gave instance 2 its runner (77) and recorded it.
-    w.store.records[iid(2)] = JitRecord(iid(2), POOL, GPU, asked_at=T0, runner_id=77).to_json()
+    w.store.records[iid(2)] = HandoverRecord(iid(2), POOL, GPU, asked_at=T0, runner_id=77).to_json()
     w.add_instance(2)
     w.tick(later(60))
     assert [a[0] for a in w.registrar.asked] == [f"{POOL}-{iid(1)}"]

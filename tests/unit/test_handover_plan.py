@@ -1,9 +1,8 @@
-"""The ephemeral duties of a tick, as a pure function: a table of situations, each with the
-duty it must (and only it must) produce."""
+"""The handover duties of a tick, as a pure function: a table of situations, each with the
+duty it must (and only it must) produce, for ephemeral and persistent pools."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,11 +10,13 @@ import pytest
 
 from autoscaler.config import Config
 from autoscaler.domain import InstanceLifecycle, PoolState, Runner
-from autoscaler.scale.ephemeral import (
-    EphemeralPlan,
-    JitRecord,
+from autoscaler.scale.handover import (
+    JIT,
+    TOKEN,
+    HandoverPlan,
+    HandoverRecord,
     StrayParameter,
-    plan_ephemeral,
+    plan_handover,
     without_instances,
 )
 from tests.unit.scaling_fakes import GPU, T0, config, iid, inst, pool, rtype, runner
@@ -25,19 +26,21 @@ BEFORE = T0 - timedelta(seconds=60)  # a config asked for in the tick before thi
 
 
 def eph_config(**kw: Any) -> Config:
-    return config(replace(rtype(pools=(POOL,), **kw), mode="ephemeral", runner_group_id=3))
+    return config(
+        rtype(pools=(POOL,), **kw).model_copy(update={"mode": "ephemeral", "runner_group_id": 3})
+    )
 
 
-def rec(n: int, **kw: Any) -> JitRecord:
+def rec(n: int, **kw: Any) -> HandoverRecord:
     """Instance ``n``'s record: runner ``n`` registered before this poll, parameter stored."""
     fields: dict[str, Any] = {"asked_at": BEFORE, "runner_id": n, "parameter": True, **kw}
-    return JitRecord(iid(n), POOL, GPU, **fields)
+    return HandoverRecord(iid(n), POOL, GPU, **fields)
 
 
 def plan(
     instances: list[Any],
     runners: list[Runner],
-    ledger: list[JitRecord],
+    ledger: list[HandoverRecord],
     *,
     cfg: Config | None = None,
     fresh: bool = True,
@@ -45,9 +48,9 @@ def plan(
     observed_at: datetime | None = T0,
     parameters: list[tuple[str, str]] | None = None,
     exclude: tuple[str, ...] = (),
-) -> EphemeralPlan:
+) -> HandoverPlan:
     pools = {POOL: pool(POOL, instances)}
-    return plan_ephemeral(
+    return plan_handover(
         cfg or eph_config(),
         pools,
         runners,
@@ -61,7 +64,7 @@ def plan(
     )
 
 
-def duties(p: EphemeralPlan) -> dict[str, list[str]]:
+def duties(p: HandoverPlan) -> dict[str, list[str]]:
     """Which duty each instance got (only the non-empty ones)."""
     out = {
         "register": [r.instance_id for r in p.register],
@@ -173,7 +176,7 @@ CASES = [
 
 @pytest.mark.parametrize(("instances", "runners", "ledger", "expected"), CASES)
 def test_duties(
-    instances: list[Any], runners: list[Runner], ledger: list[JitRecord], expected: Any
+    instances: list[Any], runners: list[Runner], ledger: list[HandoverRecord], expected: Any
 ) -> None:
     assert duties(plan(instances, runners, ledger)) == expected
 
@@ -198,8 +201,66 @@ def test_absence_is_only_judged_on_a_fresh_complete_poll(kw: dict[str, Any]) -> 
     assert duties(p) == {}
 
 
-def test_persistent_pools_get_no_duty() -> None:
-    assert duties(plan([inst(1, POOL)], [], [], cfg=config(rtype(pools=(POOL,))))) == {}
+def tok(n: int, **kw: Any) -> HandoverRecord:
+    """Instance ``n``'s registration token, stored before this poll."""
+    fields: dict[str, Any] = {"asked_at": BEFORE, "kind": TOKEN, "parameter": True, **kw}
+    return HandoverRecord(iid(n), POOL, GPU, expires_at=BEFORE + timedelta(hours=1), **fields)
+
+
+PERSISTENT = [
+    pytest.param([inst(1, POOL)], [], [], {"register": [iid(1)]}, id="new-instance-gets-a-token"),
+    pytest.param(
+        [inst(1, POOL)],
+        [runner(1, POOL)],
+        [],
+        {},
+        id="registered-without-us-needs-none",
+    ),
+    pytest.param([inst(1, POOL)], [], [tok(1)], {}, id="token-handed-over-waits"),
+    pytest.param(
+        [inst(1, POOL)],
+        [],
+        [tok(1, stored=False)],
+        {"register": [iid(1)], "recover": [iid(1)]},
+        id="token-not-stored-is-asked-again",
+    ),
+    pytest.param(
+        [inst(1, POOL)],
+        [runner(1, POOL)],
+        [tok(1)],
+        {"came_online": [iid(1)]},
+        id="registered-runner-parameter-goes",
+    ),
+    pytest.param(
+        [inst(1, POOL)],
+        [runner(1, POOL, online=False)],
+        [tok(1, asked_at=T0 - timedelta(seconds=901))],
+        {},
+        id="never-online-is-the-orphan-sweeps",
+    ),
+    pytest.param(
+        [inst(1, POOL)],
+        [],
+        [tok(1, online_at=BEFORE, parameter=False)],
+        {},
+        id="runner-gone-is-not-spent",
+    ),
+    pytest.param([], [], [tok(1)], {"gone": [iid(1)]}, id="instance-gone-record-dropped"),
+]
+
+
+@pytest.mark.parametrize(("instances", "runners", "ledger", "expected"), PERSISTENT)
+def test_persistent_duties(
+    instances: list[Any], runners: list[Runner], ledger: list[HandoverRecord], expected: Any
+) -> None:
+    got = plan(instances, runners, ledger, cfg=config(rtype(pools=(POOL,))))
+    assert duties(got) == expected
+    assert all(r.kind == TOKEN for r in got.register)
+
+
+def test_a_type_that_changed_mode_gets_the_credential_of_its_new_mode() -> None:
+    [r] = plan([inst(1, POOL)], [], [tok(1)]).register
+    assert r.kind == JIT and not r.recover
 
 
 def test_excluded_instances_get_no_duty() -> None:
@@ -232,7 +293,7 @@ def test_register_carries_the_types_labels_and_group() -> None:
     ],
 )
 def test_parameters_left_behind(
-    params: list[tuple[str, str]], ledger: list[JitRecord], stray: list[str]
+    params: list[tuple[str, str]], ledger: list[HandoverRecord], stray: list[str]
 ) -> None:
     p = plan([inst(1, POOL)], [runner(1, POOL, online=False)], ledger, parameters=params)
     assert [s.instance_id for s in p.stray_parameters] == stray
@@ -240,10 +301,12 @@ def test_parameters_left_behind(
 
 
 def test_records_round_trip_through_json() -> None:
-    r = rec(1, online_at=T0)
-    assert JitRecord.from_json(r.instance_id, r.to_json()) == r
+    for r in (rec(1, online_at=T0), tok(2, withdrawn=True, stored=False)):
+        assert HandoverRecord.from_json(r.instance_id, r.to_json()) == r
+    old = '{"pool": "p", "runner_type": "t", "asked_at": "2026-01-01T00:00:00+00:00"}'
+    assert HandoverRecord.from_json("i-1", old).kind == JIT  # written before tokens existed
     with pytest.raises((ValueError, KeyError)):
-        JitRecord.from_json("i-1", "{}")
+        HandoverRecord.from_json("i-1", "{}")
 
 
 def test_without_instances_takes_terminated_ones_out_of_supply() -> None:
@@ -255,7 +318,7 @@ def test_without_instances_takes_terminated_ones_out_of_supply() -> None:
 
 
 def test_the_sqlite_state_store_keeps_the_ledger_across_a_restart(tmp_path: Any) -> None:
-    """The JIT ledger lives in the state store: a new process reads what the last saved."""
+    """The handover ledger lives in the state store: a new process reads what the last saved."""
     from autoscaler.state.sqlite import SqliteStore  # noqa: PLC0415 (an adapter, here only)
 
     path = tmp_path / "state.db"
@@ -267,4 +330,4 @@ def test_the_sqlite_state_store_keeps_the_ledger_across_a_restart(tmp_path: Any)
     again = SqliteStore(path)
     loaded = again.load_jit_records()
     again.close()
-    assert {k: JitRecord.from_json(k, v) for k, v in loaded.items()} == {r.instance_id: r}
+    assert {k: HandoverRecord.from_json(k, v) for k, v in loaded.items()} == {r.instance_id: r}

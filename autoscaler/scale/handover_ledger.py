@@ -1,10 +1,11 @@
-"""The JIT ledger of ephemeral runners: kept in memory, written through to the state store.
+"""The handover ledger: kept in memory, written through to the state store.
 
-:class:`~autoscaler.scale.jit.EphemeralRunners` reads and changes one
-:class:`~autoscaler.scale.ephemeral.JitRecord` per instance each tick; this is where those
-records live between ticks and how they survive a restart or a failover: loaded once (and
-again after :meth:`JitLedger.forget`, when another process may have acted), changes tracked
-per instance, and only what changed written (``put`` and ``drop``) at :meth:`JitLedger.flush`.
+:class:`~autoscaler.scale.handover_duties.HandoverDuties` reads and changes one
+:class:`~autoscaler.scale.handover.HandoverRecord` per instance each tick; this is where
+those records live between ticks and how they survive a restart or a failover: loaded once
+(and again after :meth:`HandoverLedger.forget`, when another process may have acted),
+changes tracked per instance, and only what changed written (``put`` and ``drop``) at
+:meth:`HandoverLedger.flush`.
 A store that fails keeps the changes pending for the next flush and is counted
 (``ci_autoscaler_state_store_errors_total``). Apart from the duties that use it: what the
 ledger holds, not what is done with it.
@@ -15,20 +16,19 @@ from __future__ import annotations
 import logging
 
 from autoscaler.errors import AutoscalerError
-from autoscaler.scale.ephemeral import JitLedgerStore, JitRecord
+from autoscaler.scale.handover import HandoverRecord, HandoverStore
 from autoscaler.telemetry import Metrics
 
-#: The ephemeral duties' logger: the ledger's log lines keep the name they had in jit.py.
-log = logging.getLogger("autoscaler.scale.jit")
+log = logging.getLogger(__name__)
 
 
-class JitLedger:
-    """JIT records by instance id; without a store, kept in the process only."""
+class HandoverLedger:
+    """Handover records by instance id; without a store, kept in the process only."""
 
-    def __init__(self, store: JitLedgerStore | None, metrics: Metrics) -> None:
+    def __init__(self, store: HandoverStore | None, metrics: Metrics) -> None:
         self.store = store
         self.metrics = metrics
-        self.records: dict[str, JitRecord] = {}
+        self.records: dict[str, HandoverRecord] = {}
         self.loaded = store is None
         self._dirty: set[str] = set()
         self._dropped: set[str] = set()
@@ -51,18 +51,18 @@ class JitLedger:
             raw = self.store.load_jit_records()
         except AutoscalerError as exc:
             self._store_failed(exc, "load_jit_records")
-            log.error("JIT ledger not loaded (%s %s): ephemeral pools wait", exc.kind, exc.code)
+            log.error("handover ledger not loaded (%s %s): new instances wait", exc.kind, exc.code)
             return False
         for iid, text in raw.items():
             try:
-                self.records[iid] = JitRecord.from_json(iid, text)
+                self.records[iid] = HandoverRecord.from_json(iid, text)
             except (ValueError, KeyError, TypeError):
-                log.warning("JIT ledger: unreadable record for %s ignored", iid)
+                log.warning("handover ledger: unreadable record for %s ignored", iid)
         self.loaded = True
-        log.info("JIT ledger: %d records loaded", len(self.records))
+        log.info("handover ledger: %d records loaded", len(self.records))
         return True
 
-    def put(self, record: JitRecord) -> None:
+    def put(self, record: HandoverRecord) -> None:
         """Record (or replace) an instance's record; written at the next :meth:`flush`."""
         self.records[record.instance_id] = record
         self._dirty.add(record.instance_id)
@@ -85,7 +85,7 @@ class JitLedger:
             self.store.save_jit_records(put, set(self._dropped))
         except AutoscalerError as exc:
             self._store_failed(exc, "save_jit_records")
-            log.error("JIT ledger not saved (%s %s); retried next tick", exc.kind, exc.code)
+            log.error("handover ledger not saved (%s %s); retried next tick", exc.kind, exc.code)
             return False
         self._dirty.clear()
         self._dropped.clear()

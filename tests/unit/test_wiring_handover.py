@@ -1,9 +1,7 @@
-"""Wiring for ephemeral types: the scaler gets GitHub's generate-jitconfig (the source),
-the parameter store and the state store's ledger, only when some type is ephemeral."""
+"""Wiring of the handover: the scaler gets GitHub's runner registration (the source), the
+parameter store and the state store's ledger, in every mode."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -13,23 +11,15 @@ from autoscaler.config import Config, StateConfig, WebhookConfig
 from autoscaler.scale.scaler import Scaler
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
-from tests.unit.jit_fakes import FakeParameters, FakeRegistrar
+from tests.unit.handover_fakes import FakeParameters, RegisteringSource
 from tests.unit.scaling_fakes import FakePool, FakeSource, config, pool, rtype
 
 POOL = "gpu-spot"
 
 
-class RegisteringSource(FakeSource):
-    """A source that also speaks generate-jitconfig, as GitHubSource does."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.generate_jit_config = FakeRegistrar(self).generate_jit_config
-
-
 def cfg(mode: str) -> Config:
-    c = config(replace(rtype(pools=(POOL,)), mode=mode))
-    return replace(c, state=StateConfig(path=":memory:"))
+    c = config(rtype(pools=(POOL,)).model_copy(update={"mode": mode}))
+    return c.model_copy(update={"state": StateConfig(path=":memory:")})
 
 
 def scaler_of(mode: str, source: FakeSource) -> Scaler | None:
@@ -48,20 +38,19 @@ def scaler_of(mode: str, source: FakeSource) -> Scaler | None:
         runtime.close()
 
 
-def test_an_ephemeral_type_gets_the_jit_duties() -> None:
-    scaler = scaler_of("ephemeral", RegisteringSource())
-    assert scaler is not None and scaler.ephemeral is not None
-    assert scaler.ephemeral.store is not None  # the ledger lives in the state store
+@pytest.mark.parametrize("mode", ["ephemeral", "persistent"])
+def test_every_mode_gets_the_handover_over_the_state_store(mode: str) -> None:
+    source = RegisteringSource()
+    scaler = scaler_of(mode, source)
+    assert scaler is not None
+    assert scaler.handover.ledger.store is not None  # the ledger lives in the state store
+    assert scaler.handover.calls.registrar is source
 
 
-def test_persistent_types_get_none() -> None:
-    scaler = scaler_of("persistent", FakeSource())
-    assert scaler is not None and scaler.ephemeral is None
-
-
-def test_a_source_that_cannot_register_runners_is_refused_at_start() -> None:
+@pytest.mark.parametrize("mode", ["ephemeral", "persistent"])
+def test_a_source_that_cannot_register_runners_is_refused_at_start(mode: str) -> None:
     with pytest.raises(ValueError, match="register runners"):
-        scaler_of("ephemeral", FakeSource())
+        scaler_of(mode, FakeSource())
 
 
 def test_with_webhooks_an_ephemeral_type_still_registers_through_the_poll() -> None:
@@ -70,7 +59,7 @@ def test_with_webhooks_an_ephemeral_type_still_registers_through_the_poll() -> N
     refused to start ("needs a source that can register runners"), so `make demo`
     crashed. Registration goes through the poll's source, as job retry does."""
     source = RegisteringSource()
-    c = replace(cfg("ephemeral"), webhook=WebhookConfig(secret=Secret("s3cret")))
+    c = cfg("ephemeral").model_copy(update={"webhook": WebhookConfig(secret=Secret("s3cret"))})
     runtime = build_runtime(
         c,
         Metrics(CollectorRegistry()),
@@ -82,7 +71,7 @@ def test_with_webhooks_an_ephemeral_type_still_registers_through_the_poll() -> N
     try:
         assert runtime.webhooks is not None
         scaler = runtime.controller.scaler
-        assert isinstance(scaler, Scaler) and scaler.ephemeral is not None
-        assert scaler.ephemeral.registrar is source
+        assert isinstance(scaler, Scaler)
+        assert scaler.handover.calls.registrar is source
     finally:
         runtime.close()
