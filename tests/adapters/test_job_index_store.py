@@ -80,35 +80,36 @@ def event(action: str, job_id: int = 7, *, runner: str | None = None, at: int = 
 A, D, S = Outcome.ACCEPTED, Outcome.DUPLICATE, Outcome.STALE
 
 
-@pytest.mark.parametrize(
-    ("sequence", "outcomes", "final"),
-    [
-        pytest.param(["queued", "queued"], [A, D], "queued", id="redelivery-is-a-no-op"),
-        pytest.param(["queued", "in_progress", "completed"], [A, A, A], None, id="in-order"),
-        pytest.param(
-            ["in_progress", "queued"], [A, S], "in_progress", id="older-state-never-moves-back"
-        ),
-        pytest.param(
-            ["completed", "queued", "in_progress"],
-            [A, S, S],
-            None,
-            id="completed-for-an-unseen-job-is-remembered",
-        ),
-        pytest.param(["completed", "completed"], [A, D], None, id="completed-twice"),
-        pytest.param(
-            ["queued", "waiting", "queued"],
-            [A, A, A],
-            "queued",
-            id="same-rank-with-a-changed-job-is-taken",
-        ),
-        pytest.param(
-            ["in_progress", "completed", "in_progress", "queued"],
-            [A, A, S, S],
-            None,
-            id="late-events-after-completed-are-stale",
-        ),
-    ],
-)
+#: Sequences of one job's events: the outcome of each write, and the job's status after.
+ORDERING = [
+    pytest.param(["queued", "queued"], [A, D], "queued", id="redelivery-is-a-no-op"),
+    pytest.param(["queued", "in_progress", "completed"], [A, A, A], None, id="in-order"),
+    pytest.param(
+        ["in_progress", "queued"], [A, S], "in_progress", id="older-state-never-moves-back"
+    ),
+    pytest.param(
+        ["completed", "queued", "in_progress"],
+        [A, S, S],
+        None,
+        id="completed-for-an-unseen-job-is-remembered",
+    ),
+    pytest.param(["completed", "completed"], [A, D], None, id="completed-twice"),
+    pytest.param(
+        ["queued", "waiting", "queued"],
+        [A, A, A],
+        "queued",
+        id="same-rank-with-a-changed-job-is-taken",
+    ),
+    pytest.param(
+        ["in_progress", "completed", "in_progress", "queued"],
+        [A, A, S, S],
+        None,
+        id="late-events-after-completed-are-stale",
+    ),
+]
+
+
+@pytest.mark.parametrize(("sequence", "outcomes", "final"), ORDERING)
 def test_the_ordering_rules_hold_in_the_store(
     store: StateStore, sequence: list[str], outcomes: list[Outcome], final: str | None
 ) -> None:
@@ -121,6 +122,22 @@ def test_the_ordering_rules_hold_in_the_store(
         assert job is None
         completion = index.completion(7)
         assert completion is not None and completion.conclusion == "success"
+    else:
+        assert job is not None and job.status is STATUS[final]
+
+
+@pytest.mark.parametrize(("sequence", "outcomes", "final"), ORDERING)
+def test_the_ordering_rules_hold_within_one_batch(
+    store: StateStore, sequence: list[str], outcomes: list[Outcome], final: str | None
+) -> None:
+    """The committer writes what waits as one batch: a job's later row in the same batch
+    is decided against its earlier one, as if each had been written alone."""
+    assert store.record_job_events([event(a, at=i) for i, a in enumerate(sequence)]) == outcomes
+    index = JobIndex()
+    index.restore(store.load_job_index(T0.timestamp()))
+    job = index.get(7)
+    if final is None:
+        assert job is None and index.completion(7) is not None
     else:
         assert job is not None and job.status is STATUS[final]
 

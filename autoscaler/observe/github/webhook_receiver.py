@@ -271,8 +271,9 @@ class WebhookReceiver:
                     )
                 )
                 return
-            except Exception as exc:  # a bug in the committer: the listener answers 500
+            except Exception as exc:  # a bug: the committer logged it, the listener answers 500
                 self._forget(delivery, digest)
+                self._metrics.webhook_events.labels("workflow_job", action, "error").inc()
                 answer.set_exception(exc)
                 return
             self._metrics.webhook_events.labels("workflow_job", action, result.value).inc()

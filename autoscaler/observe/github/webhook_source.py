@@ -250,29 +250,33 @@ class WebhookSource:
         self._was_acting = acting
         try:
             if self._cursor is None or takeover:
-                self._read_whole(now)
+                self._read_whole(now, "start" if self._cursor is None else "takeover")
             else:
                 changes = self.store.job_index_changes(self._cursor)
                 self._cursor = changes.cursor
                 if changes.complete:
                     self._follow(changes.rows, now)
                 else:
-                    log.info("webhook job index: rows were lost to this reader; read whole")
-                    self._read_whole(now)
-            self._expire(now, acting)
+                    log.warning(
+                        "webhook job index: rows accepted since the last tick were lost to "
+                        "this reader (it fell behind); reading the stored index whole"
+                    )
+                    self._read_whole(now, "lost")
         except StateError as exc:
             self._store_failed("load", exc)
             return
+        self._expire(now, acting)
         if self.index.last_event_at is not None:
             self._metrics.webhook_last_event.set(self.index.last_event_at.timestamp())
 
-    def _read_whole(self, now: datetime) -> None:
+    def _read_whole(self, now: datetime, reason: str) -> None:
         """The stored index, whole; rows accepted from here on are followed. A queued job
         new since the last read starts its reaction clock."""
         assert self.store is not None
         cursor = self.store.job_index_changes(None).cursor  # first: nothing falls between
         rows = self.store.load_job_index(now.timestamp())
         self.whole_reads += 1
+        self._metrics.webhook_index_reads.labels(reason).inc()
         before = self._rows
         self._rows = self.index.restore(rows)
         self._cursor = cursor
@@ -320,7 +324,10 @@ class WebhookSource:
         for job_id in gone:
             del self._rows[job_id]
         if acting:
-            self.store.prune_job_index(wall)
+            try:
+                self.store.prune_job_index(wall)
+            except StateError as exc:
+                self._store_failed("prune", exc)  # the rows expired are pruned next time
 
     def _write_back(self, now: datetime) -> None:
         """The reconcile's changes to the store (the acting controller's only)."""
