@@ -499,7 +499,8 @@ class Metrics:
         self.webhook_events = Counter(
             P + "webhook_events_total",
             "Webhook deliveries by event, action and result (accepted, duplicate, stale, "
-            "bad_signature, ignored, too_large, invalid, queue_full, store_error).",
+            "bad_signature, ignored, too_large, invalid, queue_full, store_error; error: a "
+            "fault of ours, answered 500).",
             ["event", "action", "result"],
             registry=r,
         )
@@ -518,8 +519,17 @@ class Metrics:
         self.webhook_store_errors = Counter(
             P + "webhook_store_errors_total",
             "Webhook job index operations on the state store that failed, by operation "
-            "(record: the delivery was answered 503; load, reconcile, watch) and error code.",
+            "(record: the delivery was answered 503; load, prune, reconcile, watch) and error "
+            "code.",
             ["operation", "code"],
+            registry=r,
+        )
+        self.webhook_index_reads = Counter(
+            P + "webhook_index_reads_total",
+            "Whole reads of the stored webhook job index, by reason (start; takeover: this "
+            "controller began to act; lost: rows accepted since the last read were lost to "
+            "this reader). Between them the index in memory follows the accepted rows.",
+            ["reason"],
             registry=r,
         )
         self.webhook_reconciles = Counter(

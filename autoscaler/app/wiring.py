@@ -121,6 +121,7 @@ def build_runtime(
             shared=lease is not None,
             clock=lambda: datetime.fromtimestamp(wall_clock(), UTC),  # when it was received
         )
+        closers.append(hooks.receiver.close)  # the deliveries in hand are written first
         source = hooks.source
 
     deliverer = Deliverer.from_config(
