@@ -149,6 +149,9 @@ class QueueStats:
     oldest_queued_at: datetime | None = None
     #: Queue time in seconds of every fresh queued job, oldest first (for min_job_age).
     queued_ages_seconds: tuple[float, ...] = ()
+    #: Seconds since creation of every job of the type in progress, when the source
+    #: lists them (the arrival rate counts the jobs created since the last poll).
+    started_ages_seconds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -334,7 +334,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     sweep = [item for group in args.sweep or [] for item in group]
-    return run_simulate(config, args.trace, args.policy, args.output, args.plot, sweep)
+    return run_simulate(
+        config,
+        args.trace,
+        args.policy,
+        args.output,
+        args.plot,
+        sweep,
+        equal_knobs=args.equal_knobs,
+    )
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -499,6 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="KNOB=V1,V2",
         help="this project's knobs over a grid (min_idle, idle_timeout, ...): the Pareto front",
+    )
+    p.add_argument(
+        "--equal-knobs",
+        action="store_true",
+        help="give the peers this project's poll interval, idle timeout and min_idle"
+        " wherever they have such a knob (rule against rule)",
     )
     p.set_defaults(func=cmd_simulate)
 
