@@ -19,7 +19,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     WHEELS=/tmp/wheels
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY autoscaler ./autoscaler
 
 # Build the package's wheel, then install it (and its dependencies) into a fresh venv.

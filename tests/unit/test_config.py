@@ -246,6 +246,23 @@ def test_example_config_is_valid() -> None:
     assert config.runner_types[1].pools == ("ci-gpu-spot", "ci-gpu-ondemand")
 
 
+@pytest.mark.parametrize(
+    "inline",
+    [pytest.param({}, id="no-rules-key"), pytest.param({"rules": []}, id="empty-rules")],
+)
+def test_rule_files_alone_bring_their_rules(inline: dict[str, Any]) -> None:
+    """The README's minimal config names `rule_files` and no `rules`. The rule files' rules
+    join `rules` in its validator, which pydantic skipped for a key left out: the shipped
+    queue rule vanished, silently, from every config without a `rules:` line."""
+    alerts = {
+        "rule_files": ["alerts/rules/*.yaml"],
+        "receivers": {"oncall": {"type": "webhook", "url": "https://hooks.example/x"}},
+        **inline,
+    }
+    config = parse_config(config_doc(alerts=alerts), env={}, base_dir=REPO)
+    assert [r.name for r in config.alerts.rules] == ["Jobs queueing too long"]
+
+
 def test_hosted_labels_default_and_override() -> None:
     assert parse_config(config_doc(), env={}).github.hosted_labels == (
         "ubuntu-*",
