@@ -46,6 +46,7 @@ from autoscaler.app.demo_world import (
     WORLD,
     demo_world,
 )
+from autoscaler.app.explain import format_waits
 from autoscaler.app.logs import redact
 from autoscaler.app.served import StatusServer, WebhookServer
 from autoscaler.app.service import stop_on_signals
@@ -270,6 +271,8 @@ def run_demo(
                 listener.stop()
             server.stop()
             runtime.close()
-        sys.stdout.write("\n" + "\n".join(story.summary(clock())) + "\n")
+        waits = format_waits(list(runtime.controller.waits.summary().values()))
+        waits.append(ui.stage_series(metrics.registry))
+        sys.stdout.write("\n" + "\n".join([*story.summary(clock()), *waits]) + "\n")
         sys.stdout.flush()
     return 0 if fleet.busy_terminations == 0 else 1
