@@ -36,16 +36,20 @@ TF_MIRROR_ROOTS := /opt /usr/local/share /usr/share $(HOME)/.terraform.d $(HOME)
 TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
 
 # The whole suite, one pytest-xdist worker per core (PYTEST_WORKERS=0: in this process).
+# worksteal: an idle worker takes half of a busy one's queue. With the default (load) one
+# worker was handed every end-to-end test in one chunk and ran them alone while the other
+# had finished everything else and waited.
 PYTEST_WORKERS ?= auto
+XDIST := -n $(PYTEST_WORKERS) --dist worksteal
 
 test: $(STAMP) references
 	TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 -path '$(TF_PROVIDER)' \
 	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS)
+	  $(BIN)/python -m pytest $(XDIST)
 
 # The unit tier: pure code, fakes at the ports; no moto server, no network, no tools.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit -n $(PYTEST_WORKERS) -q
+	$(BIN)/python -m pytest tests/unit $(XDIST) -q
 
 # GitHub's OpenAPI description and webhook examples/schemas (pinned in
 # tests/conformance/references.txt), fetched once with npm into .cache/octokit.

@@ -254,6 +254,11 @@ STALE_AND_IDLE = [
         id="idle-past-timeout-scaled-in",
     ),
     pytest.param(
+        Case(config(), IDLE_POOLS, {}, IDLE_RUNNERS, idle_for(600, 1, 2)),
+        {"in": [("gpu-spot", 1, iid(1)), ("gpu-spot", 2, iid(2))]},
+        id="idle-for-exactly-the-timeout-scaled-in",
+    ),
+    pytest.param(
         Case(config(), IDLE_POOLS, {}, IDLE_RUNNERS, idle_for(599, 1, 2)),
         {},
         id="idle-not-yet-timed-out",
