@@ -17,12 +17,16 @@ the low byte), never by message text:
 | SQLITE_IOERR            | ``io_error``     | StateUnusableError | check the volume            |
 | anything else           | ``sqlite_error`` | StateUnusableError | see the debug log           |
 
-An ``OSError`` making the file's directory is ``permission`` or ``cannot_open``. The
+An ``OSError`` making the file's directory is ``permission`` or ``cannot_open``. A file in
+write-ahead-log mode that the controller may not write fails to open with an I/O or
+cannot-open error (SQLite cannot map its shared-memory index): that is ``read_only``, read
+from the file's mode. The
 ``code`` is the bounded label of ``ci_autoscaler_state_store_errors_total``.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 from autoscaler.errors import StateError, StateLockedError, StateUnusableError
@@ -91,8 +95,15 @@ def classify(exc: BaseException) -> str:
     return "cannot_open"
 
 
+def _read_only(path: str) -> bool:
+    """The file exists and this process may not write it."""
+    return os.path.exists(path) and not os.access(path, os.W_OK)
+
+
 def translate(exc: BaseException, path: str, operation: str) -> StateError:
     """Our error for ``exc``, raised by ``operation`` on the state file at ``path``."""
     code = classify(exc)
+    if code in ("io_error", "cannot_open") and _read_only(path):
+        code = "read_only"
     cls = StateLockedError if code == "locked" else StateUnusableError
     return cls(MESSAGES[code].format(path=path), path=path, code=code, operation=operation)
