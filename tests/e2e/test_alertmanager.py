@@ -37,22 +37,20 @@ from tests.e2e.alertmanager_support import (
 from tests.e2e.harness import running_controller, seeded_github, wait_for, write_config
 
 GPU_TYPE = "linux.g5.4xlarge.nvidia.gpu"
-FLEET_RULE = "Jobs queueing too long"  # alerts/rules/queue.yaml, via the README's rule_files
+FLEET_RULE = "Jobs queueing too long"  # shipped in the package, on by default
 GPU_RULE = "GPU jobs queueing"
 PROMETHEUS_RULES = ROOT / "alerts" / "prometheus" / "ci-autoscaler.rules.yml"
 
 
 def controller_alerts(*urls: str) -> dict[str, Any]:
     """The README's controller block, pointed at the test's Alertmanagers: the first by
-    base URL (as the README writes it), the second by the full API path; the shipped rule
-    files by absolute path; plus a per-runner-type rule like config.example.yaml's."""
+    base URL (as the README writes it), the second by the full API path; plus a per-runner-type rule like config.example.yaml's."""
     alerts: dict[str, Any] = readme_yaml("readme: controller alertmanager receiver")["alerts"]
     receiver = alerts["receivers"]["oncall"]
     assert receiver["type"] == "alertmanager"
     assert receiver["url"] == "http://alertmanager:9093"
     del receiver["url"]
     receiver["urls"] = [urls[0], *(f"{u}/api/v2/alerts" for u in urls[1:])]
-    alerts["rule_files"] = [str(ROOT / f) for f in alerts["rule_files"]]
     alerts["alertmanager_resend"] = "1s"
     alerts["rules"] = [
         {
