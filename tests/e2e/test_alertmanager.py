@@ -37,8 +37,8 @@ from tests.e2e.alertmanager_support import (
 from tests.e2e.harness import running_controller, seeded_github, wait_for, write_config
 
 GPU_TYPE = "linux.g5.4xlarge.nvidia.gpu"
-FLEET_RULE = "Jobs queueing too long"  # shipped in the package, on by default
-GPU_RULE = "GPU jobs queueing"
+FLEET_RULE = "JobsQueueingTooLong"  # "Jobs queueing too long", shipped in the package
+GPU_RULE = "GPUJobsQueueing"  # the alertname of config.example.yaml's "GPU jobs queueing"
 PROMETHEUS_RULES = ROOT / "alerts" / "prometheus" / "ci-autoscaler.rules.yml"
 
 
@@ -54,7 +54,7 @@ def controller_alerts(*urls: str) -> dict[str, Any]:
     alerts["alertmanager_resend"] = "1s"
     alerts["rules"] = [
         {
-            "name": GPU_RULE,
+            "name": "GPU jobs queueing",
             "team": "pytorch-dev-infra",
             "priority": "P2",
             "description": "GPU jobs wait too long for a runner",
@@ -114,7 +114,7 @@ def test_readme_alertmanager_setup_holds_the_alert_through_the_incident(tmp_path
                             "runner_type": GPU_TYPE,
                         }
                         notes = gpu["annotations"]
-                        assert notes["summary"] == f"[P2] {GPU_RULE} ({GPU_TYPE})"
+                        assert notes["summary"] == f"[P2] GPU jobs queueing ({GPU_TYPE})"
                         assert notes["description"] == "GPU jobs wait too long for a runner"
                         assert notes["reason"].startswith("max_queue_size=3, max_queue_time_mins=")
                         assert notes["reason"].endswith("threshold_breached=1")
@@ -172,7 +172,16 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                 (tmp_path / "prometheus.yml").write_text(
                     yaml.safe_dump(
                         {
-                            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                            "global": {
+                                "scrape_interval": "1s",
+                                "evaluation_interval": "1s",
+                                # team and links are configuration, not rule literals
+                                "external_labels": {
+                                    "team": "pytorch-dev-infra",
+                                    "runbook_url": "https://example.com/runbooks/ci-queue",
+                                    "dashboard_url": "https://example.com/d/ci-autoscaler",
+                                },
+                            },
                             "rule_files": [str(PROMETHEUS_RULES)],
                             "alerting": {
                                 "alertmanagers": [
@@ -220,6 +229,9 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                         assert alert["labels"]["priority"] == "P2"
                         assert alert["labels"]["severity"] == "error"
                         assert alert["annotations"]["summary"] == "[P2] Jobs queueing too long"
+                        notes = alert["annotations"]
+                        assert notes["runbook_url"] == "https://example.com/runbooks/ci-queue"
+                        assert notes["dashboard_url"] == "https://example.com/d/ci-autoscaler"
                         wait_for(
                             lambda: box.alerts("JobsQueueingTooLong", "firing"),
                             10,

@@ -37,8 +37,13 @@ def test_the_package_ships_the_queue_rule_without_team_receivers_or_links() -> N
             {
                 "receivers": HOOKS,
                 "rules": [
-                    {"name": "Mine", "team": "t", "description": "d", "receivers": ["a"],
-                     "max_queue_size": 1}
+                    {
+                        "name": "Mine",
+                        "team": "t",
+                        "description": "d",
+                        "receivers": ["a"],
+                        "max_queue_size": 1,
+                    }
                 ],
             },
             [SHIPPED, "Mine"],
@@ -48,8 +53,13 @@ def test_the_package_ships_the_queue_rule_without_team_receivers_or_links() -> N
             {
                 "receivers": HOOKS,
                 "rules": [
-                    {"name": SHIPPED, "team": "t", "description": "d", "receivers": ["a"],
-                     "max_queue_size": 3}
+                    {
+                        "name": SHIPPED,
+                        "team": "t",
+                        "description": "d",
+                        "receivers": ["a"],
+                        "max_queue_size": 3,
+                    }
                 ],
             },
             [SHIPPED],
@@ -62,8 +72,13 @@ def test_which_rules_are_evaluated(alerts: dict[str, Any], names: list[str]) -> 
 
 
 def test_a_replacing_rule_keeps_its_own_thresholds() -> None:
-    mine = {"name": SHIPPED, "team": "t", "description": "d", "receivers": ["a"],
-            "max_queue_size": 3}
+    mine = {
+        "name": SHIPPED,
+        "team": "t",
+        "description": "d",
+        "receivers": ["a"],
+        "max_queue_size": 3,
+    }
     (rule,) = rules({"receivers": HOOKS, "rules": [mine]})
     assert (rule.team, rule.max_queue_size, rule.max_queue_time) == ("t", 3, None)
 
@@ -94,5 +109,7 @@ def test_the_shipped_rule_takes_team_priority_receivers_and_links_from_builtin(
 def test_loading_twice_does_not_double_the_shipped_rule() -> None:
     """A dumped config read again (``model_validate`` of its own dump) keeps one copy."""
     config = load_config()
-    again = type(config.alerts).model_validate(config.alerts.model_dump(by_alias=True, exclude_defaults=True))
+    again = type(config.alerts).model_validate(
+        config.alerts.model_dump(by_alias=True, exclude_defaults=True)
+    )
     assert [r.name for r in again.rules] == [SHIPPED]
