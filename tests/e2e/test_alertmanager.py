@@ -34,7 +34,7 @@ from tests.e2e.alertmanager_support import (
     inbox,
     readme_yaml,
 )
-from tests.e2e.harness import running_controller, seeded_github, wait_for, write_config
+from tests.e2e.harness import cli, running_controller, seeded_github, wait_for, write_config
 
 GPU_TYPE = "linux.g5.4xlarge.nvidia.gpu"
 FLEET_RULE = "JobsQueueingTooLong"  # "Jobs queueing too long", shipped in the package
@@ -44,7 +44,8 @@ PROMETHEUS_RULES = ROOT / "alerts" / "prometheus" / "ci-autoscaler.rules.yml"
 
 def controller_alerts(*urls: str) -> dict[str, Any]:
     """The README's controller block, pointed at the test's Alertmanagers: the first by
-    base URL (as the README writes it), the second by the full API path; plus a per-runner-type rule like config.example.yaml's."""
+    base URL (as the README writes it), the second by the full API path; plus a
+    per-runner-type rule like config.example.yaml's."""
     alerts: dict[str, Any] = readme_yaml("readme: controller alertmanager receiver")["alerts"]
     receiver = alerts["receivers"]["oncall"]
     assert receiver["type"] == "alertmanager"
@@ -242,3 +243,50 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                         prom.wait(timeout=10)
     finally:
         fake.stop()
+
+
+def test_alerts_test_waits_out_group_wait_and_reads_the_alert_back(tmp_path: Path) -> None:
+    """Story: ``alerts test`` posted FIRING and RESOLVED back to back: Alertmanager took
+    both, but the alert resolved before its route's group_wait ended, so nobody was ever
+    notified and the test said "sent". Now it waits the longest group_wait (3s here, in a
+    child route), finds the alert in /api/v2/alerts with the receivers it routes to, and
+    only then resolves it: on-call's webhook got the FIRING notification."""
+    with inbox() as box:
+        am_config = {
+            "route": {
+                "receiver": "oncall-hook",
+                "group_by": ["alertname"],
+                "group_wait": "1s",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+                "routes": [
+                    {
+                        "matchers": ['priority="P4"'],
+                        "receiver": "oncall-hook",
+                        "group_wait": "3s",
+                    }
+                ],
+            },
+            "receivers": [{"name": "oncall-hook", "webhook_configs": [{"url": box.url}]}],
+        }
+        with alertmanager(tmp_path, am_config) as am:
+            alerts = {"receivers": {"oncall": {"type": "alertmanager", "url": am.url}}}
+            config = write_config(tmp_path, "http://127.0.0.1:9", free_port(), alerts=alerts)
+            started = time.monotonic()
+            done = cli("alerts", "test", "oncall", "--config", str(config), timeout=120)
+            took = time.monotonic() - started
+            assert done.returncode == 0, done.stdout + done.stderr
+            lines = done.stdout.splitlines()
+            assert "oncall: FIRING: sent" in lines
+            host = am.url.removeprefix("http://")
+            assert (
+                f"oncall: received 1: {host}: received after group_wait 3s, active, "
+                "routed to oncall-hook"
+            ) in lines
+            assert "oncall: RESOLVED: sent" in lines
+            assert took >= 3
+            wait_for(
+                lambda: box.alerts("CiAutoscalerTestAlert", "firing"),
+                10,
+                "on-call notified of the test alert",
+            )
