@@ -29,6 +29,7 @@ The world the script runs against (runner types, pools, the config, the fakes) i
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -270,6 +271,7 @@ def run_demo(
                 listener.stop()
             server.stop()
             runtime.close()
+        story.load_average = os.getloadavg()[0]
         sys.stdout.write("\n" + "\n".join(story.summary(clock())) + "\n")
         sys.stdout.flush()
     return 0 if fleet.busy_terminations == 0 else 1
