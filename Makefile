@@ -9,7 +9,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 DEMO_DURATION ?= 60
 
-.PHONY: demo test test-fast lint bench clean references
+.PHONY: demo test test-fast lint bench clean references lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,13 @@ lint: $(STAMP) $(CHECKOV_VENV)/.installed
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The image's dependencies, every version pinned with its files' hashes (the Dockerfile
+# installs from it with --require-hashes); tests/unit/test_lock_file.py fails when
+# pyproject.toml asks for something it does not pin.
+lock: $(STAMP)
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+	  --no-emit-index-url --no-emit-find-links --output-file requirements.lock pyproject.toml
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache
