@@ -80,6 +80,10 @@ class AlertView:
     """The Reason line's text (for the status page; not in ``once`` JSON)."""
     cause: str | None = None
     """The Cause line's text, None when the alert has none (not in ``once`` JSON)."""
+    fired_at: datetime | None = None
+    """When it started firing (the status page's "firing for"; not in ``once`` JSON)."""
+    runbook_url: str = ""
+    dashboard_url: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +112,9 @@ def _view(state: AlertState) -> AlertView:
         dict(ev.values),
         ev.reason,
         ev.cause,
+        state.fired_at,
+        ev.runbook_url,
+        ev.dashboard_url,
     )
 
 

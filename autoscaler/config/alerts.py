@@ -13,7 +13,6 @@ from importlib.resources import files
 from typing import Annotated, Any, Self
 
 import yaml
-
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 from pydantic_core import PydanticCustomError
