@@ -294,9 +294,12 @@ class JobStart:
 # ``workflow_job`` ``completed`` webhook (the same fields: ``conclusion``, ``runner_name``,
 # ``run_attempt``, ``steps``). Annotations come from a separate call
 # (``GET /repos/{o}/{r}/check-runs/{job_id}/annotations``; a job's id is its check run's
-# id), so they are optional: ``None`` when they could not be read.
+# id), so they are optional: ``None`` when they could not be read. A CompletedRun is every
+# job of one run attempt once all of them completed: the unit a re-run is decided for
+# (``POST .../actions/runs/{run_id}/rerun-failed-jobs`` brings back a whole run attempt).
 
-#: Conclusions of a job that failed (``cancelled`` is a person's or a newer push's choice).
+#: Conclusions of a job that failed (``cancelled`` is a person's, a newer push's, or a
+#: failing matrix sibling's doing: ``strategy.fail-fast``).
 FAILED_CONCLUSIONS = frozenset({"failure", "timed_out"})
 CANCELLED = "cancelled"
 
@@ -351,3 +354,39 @@ class CompletedJob:
     def key(self) -> str:
         """Stable id of this job (one attempt of one job): ``repo#job_id``."""
         return f"{self.repo}#{self.job_id}"
+
+
+def run_key(repo: str, run_id: int, attempt: int) -> str:
+    """Stable id of one run attempt: ``repo#run_id#attempt``."""
+    return f"{repo}#{run_id}#{attempt}"
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedRun:
+    """One workflow run attempt after every job of it completed.
+
+    ``jobs`` is what ``GET .../runs/{run_id}/jobs?filter=latest`` lists then: the latest
+    of each job. A re-run attempt keeps the results of the jobs it did not re-run, so a
+    job may carry an earlier ``run_attempt`` than the run's."""
+
+    repo: str
+    run_id: int
+    attempt: int
+    """The run's ``run_attempt`` (GitHub counts from 1)."""
+    jobs: tuple[CompletedJob, ...]
+
+    @property
+    def key(self) -> str:
+        return run_key(self.repo, self.run_id, self.attempt)
+
+    @property
+    def of_interest(self) -> bool:
+        """A job of it failed or was cancelled: something job retry may judge."""
+        return any(j.failed or j.conclusion == CANCELLED for j in self.jobs)
+
+
+def completed_run(repo: str, run_id: int, jobs: Iterable[CompletedJob]) -> CompletedRun:
+    """The run of these jobs (its attempt: the newest any of them belongs to)."""
+    listed = tuple(jobs)
+    attempt = max((j.run_attempt for j in listed), default=1)
+    return CompletedRun(repo, run_id, attempt, listed)

@@ -517,10 +517,21 @@ class Metrics:
         # --- job retries, interruption events, the interruption queue's errors
         self.job_retries = Counter(
             P + "job_retries_total",
-            "Failed jobs judged by the job-retry stage, by runner type, reason (the"
-            " classifier's evidence: spot_interruption, runner_lost, user, ...) and result"
-            " (rerun, skip, already, outage, exhausted, denied, deferred, failed).",
+            "Failed and cancelled jobs judged by the job-retry stage, by runner type, reason"
+            " (the classifier's evidence: spot_interruption, runner_lost, user,"
+            " cancelled_by_loss, ...) and result (their run's: rerun, skip, already, outage,"
+            " exhausted, denied, deferred, failed).",
             ["runner_type", "reason", "result"],
+            registry=r,
+        )
+        self.job_retry_runs = Counter(
+            P + "job_retry_runs_total",
+            "Completed workflow run attempts with a failed or cancelled job, decided by the"
+            " job-retry stage, by verdict (lost: every failure lost to infrastructure and"
+            " every cancel caused by the loss; own_failure, cancelled_before_loss,"
+            " nothing_lost) and result (rerun: one rerun-failed-jobs; skip, already,"
+            " outage, exhausted, denied, deferred, failed).",
+            ["verdict", "result"],
             registry=r,
         )
         self.interruptions = Counter(

@@ -5,7 +5,7 @@ between two ticks; the controller's GitHub source polls, then the job-retry read
 the completed runs tick after tick (30 s of virtual time apart) until it has them all.
 Measured by the fake: requests that counted against its primary rate limit, by the poll
 and by the reader, side by side in one run, at several sizes; and the time the pure
-classifier and decision take for those jobs.
+classifier, the run verdict and the decision take for those jobs.
 
 Aims: the reader never spends more than its per-tick bound (one jobs page per run plus one
 annotations page per failed job, for ``RUNS_PER_TICK`` runs), every failed job is found,
@@ -20,10 +20,10 @@ from datetime import timedelta
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig, JobRetryConfig
-from autoscaler.domain import CompletedJob
+from autoscaler.domain import CompletedRun
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.fakes.github_reruns import LOST, annotation, fail_job
-from autoscaler.job_retry.classify import classify
+from autoscaler.job_retry.classify import classify, judge_run
 from autoscaler.job_retry.decide import decide
 from autoscaler.job_retry.ledger import Ledger
 from autoscaler.observe.github import failures
@@ -70,21 +70,24 @@ def measure(n: int) -> dict[str, float]:
             before = counted(fake)
             source.observe(now)
             poll = counted(fake) - before
-            found: list[CompletedJob] = []
+            found: list[CompletedRun] = []
             ticks, worst = 0, 0
             while source.completed.finished:
                 before = counted(fake)
-                found += source.completed_jobs(now)
+                found += source.completed_runs(now)
                 worst = max(worst, counted(fake) - before)
                 ticks += 1
                 now += timedelta(seconds=30)
         finally:
             source.close()
-    failed = [j for j in found if j.failed]
+    jobs = [j for run in found for j in run.jobs]
+    failed = [j for j in jobs if j.failed]
     started = time.perf_counter()
-    judged = [(j, classify(j, {}, JobRetryConfig())) for j in found]
+    judged = [
+        (r, judge_run([(j, classify(j, {}, JobRetryConfig())) for j in r.jobs])) for r in found
+    ]
     decide(judged, Ledger(), JobRetryConfig(enabled=True), now)
-    per_job_ms = (time.perf_counter() - started) * 1000 / max(1, len(found))
+    per_job_ms = (time.perf_counter() - started) * 1000 / max(1, len(jobs))
     return {
         "runs": n,
         "poll": poll,

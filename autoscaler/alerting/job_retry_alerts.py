@@ -1,10 +1,11 @@
 """Built-in alerts of the job-retry stage (pure): said once, through the usual receivers.
 
-- **Job retries exhausted**: a job lost to infrastructure again after its automatic
-  re-runs (``job_retry.max_attempts``). One alert per job (scope ``repo#job_id``); it fires
-  at once, carries the repository, run, job, runner and the evidence in its description,
-  and resolves after :data:`~autoscaler.job_retry.ledger.ALERT_WINDOW` (it is a notification:
-  nothing clears it but time).
+- **Job retries exhausted**: a run lost to infrastructure again after its automatic
+  re-runs (``job_retry.max_attempts``). One alert per run attempt (scope ``repo#job_id``
+  of its first lost job); it fires at once, carries the repository, run, first lost job
+  (and how many more), runner and the evidence in its description, and resolves after
+  :data:`~autoscaler.job_retry.ledger.ALERT_WINDOW` (it is a notification: nothing clears
+  it but time).
 - **Job re-runs not permitted**: GitHub answered a re-run with 403. One alert per
   repository, firing until a re-run there goes through: re-runs pause for
   ``DENIED_PAUSE``, then one probes again, and a probe GitHub refuses again is the same
@@ -38,9 +39,11 @@ def evaluate_job_retries(
 ) -> list[Evaluation]:
     out: list[Evaluation] = []
     for e in exhausted:
+        more = f" and {e.lost_jobs - 1} more" if e.lost_jobs > 1 else ""
         description = (
             f"Job lost to infrastructure again after its re-runs: repository {e.repo}, "
-            f"run {e.run_id}, job {e.job_id} ({e.job_name}), runner {e.runner or 'none'}, "
+            f"run {e.run_id}, job {e.job_id} ({e.job_name}){more}, "
+            f"runner {e.runner or 'none'}, "
             f"attempt {e.attempt}; evidence: {e.evidence}. Re-run it by hand if the "
             "infrastructure is healthy again"
         )

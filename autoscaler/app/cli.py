@@ -182,7 +182,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         runtime.close()
     types = [t for t in reports(result, config) if args.runner_type in (None, t.name)]
     if args.output == "json":
-        sys.stdout.write(json.dumps(explain_json(types), indent=2) + "\n")
+        sys.stdout.write(json.dumps(explain_json(types, result.retries), indent=2) + "\n")
     else:
         sys.stdout.write(format_explain(types, result, last_poll))
     return tick_exit_code(result)

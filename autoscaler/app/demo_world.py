@@ -24,7 +24,7 @@ from autoscaler.app import demo_screen as ui
 from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
 
-#: The demo's one logger (its log panel shows this logger's records), as before the split.
+#: The demo's one logger: its log panel shows this logger's records.
 log = logging.getLogger("autoscaler.app.demo")
 
 #: (runner type, labels, [(pool, max size)]) for the demo's world.

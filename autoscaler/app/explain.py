@@ -1,5 +1,5 @@
 """``ci-autoscaler explain``: per runner type, the queue, the runners, the pools, the budgets,
-the causes and the last decisions, from one tick.
+the causes and the last decisions, from one tick; then what job retry decided per run.
 
 :func:`reports` turns a :class:`~autoscaler.controller.TickResult` into one
 :class:`TypeReport` per runner type (plus one for jobs no type serves); ``explain`` prints
@@ -17,7 +17,8 @@ from typing import Any
 
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
-from autoscaler.domain import Cause, InstanceLifecycle, RunnerCounts
+from autoscaler.domain import Cause, CompletedJob, InstanceLifecycle, RunnerCounts
+from autoscaler.job_retry.decide import ASK, RERUN, RetryReport
 from autoscaler.scale.causes import UNMATCHED, fmt_age
 
 
@@ -154,10 +155,40 @@ def reports(result: TickResult, config: Config) -> list[TypeReport]:
     return out
 
 
-def explain_json(types: Sequence[TypeReport]) -> dict[str, Any]:
+def explain_json(types: Sequence[TypeReport], retries: RetryReport | None = None) -> dict[str, Any]:
     """``{"runner_types": [{"name", "queue_size", "max_queue_time_seconds", "causes",
-    "pools"}]}``."""
-    return {"runner_types": [t.as_dict() for t in types]}
+    "pools"}]}``, and ``run_retries`` (job retry's decision per run attempt, as ``once
+    --output json`` gives it) when job retry ran."""
+    out: dict[str, Any] = {"runner_types": [t.as_dict() for t in types]}
+    if retries is not None:
+        out["run_retries"] = [c.as_dict() for c in retries.choices]
+    return out
+
+
+def _jobs(jobs: Sequence[CompletedJob]) -> str:
+    return ", ".join(j.name or f"job {j.job_id}" for j in jobs)
+
+
+def format_retries(retries: RetryReport) -> list[str]:
+    """Job retry's decisions for a person: per run attempt, the result and why, the lost
+    jobs with their evidence, the jobs the loss cancelled, what was (or would be) asked."""
+    if not retries.choices:
+        return []
+    lines = ["job retries (per run attempt):"]
+    for c in retries.choices:
+        run, v = c.run, c.verdict
+        lines.append(f"  {run.repo} run {run.run_id} attempt {run.attempt}: {c.result}: {c.why}")
+        lines.extend(f"    lost: {j.name or j.job_id}: {jv.evidence}" for j, jv in v.lost)
+        if v.cancelled_by_loss:
+            lines.append(f"    cancelled by the loss: {_jobs(v.cancelled_by_loss)}")
+        lines.extend(
+            f"    failed on its own: {j.name or j.job_id}: {jv.evidence}" for j, jv in v.own
+        )
+        if v.cancelled_before:
+            lines.append(f"    cancelled, not by a loss: {_jobs(v.cancelled_before)}")
+        if c.result == RERUN:
+            lines.append(f"    asked: POST .../actions/runs/{run.run_id}/{ASK}")
+    return lines
 
 
 def _clock(t: datetime) -> str:
@@ -213,4 +244,6 @@ def format_explain(
     lines = [*head, ""]
     for t in types:
         lines += [*format_type(t, result.now), ""]
+    if result.retries is not None and result.retries.choices:
+        lines += [*format_retries(result.retries), ""]
     return "\n".join(lines)

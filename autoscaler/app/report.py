@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from autoscaler.controller import TickResult
+from autoscaler.job_retry.decide import RetryReport
 
 
 def _plain(value: Any) -> Any:
@@ -16,6 +17,16 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return value
+
+
+def retries_json(report: RetryReport) -> dict[str, Any]:
+    """What job retry decided this tick: ``run_retries``, one entry per run attempt (the
+    verdict, the lost jobs, those the loss cancelled, the result, why, what was asked), and
+    ``job_retries``, one line per judged job (its own evidence, its run's result)."""
+    return {
+        "run_retries": [c.as_dict() for c in report.choices],
+        "job_retries": [line for c in report.choices for line in c.job_lines()],
+    }
 
 
 def to_json(result: TickResult) -> dict[str, Any]:
@@ -47,11 +58,7 @@ def to_json(result: TickResult) -> dict[str, Any]:
         "ghost_jobs": snap.ghost_jobs if snap else 0,
         "alerts": [_plain(a) for a in result.alerts],
         "decisions": [_plain(d) for d in result.decisions],
-        **(
-            {}
-            if result.retries is None
-            else {"job_retries": [c.as_dict() for c in result.retries.choices]}
-        ),
+        **({} if result.retries is None else retries_json(result.retries)),
     }
 
 

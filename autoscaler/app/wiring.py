@@ -21,8 +21,8 @@ from autoscaler.health import Health
 from autoscaler.job_retry.interruptions import LONG_POLL, InterruptionHandler, RecordingPool
 from autoscaler.job_retry.ledger import JobRetryStore
 from autoscaler.job_retry.model import InstanceEvents
-from autoscaler.job_retry.stage import CompletedJobSource, InstanceFates, JobRerunner, RetryStage
-from autoscaler.observe.github.webhook_completions import PolledCompletions, WebhookCompletedJobs
+from autoscaler.job_retry.stage import CompletedRunSource, InstanceFates, JobRerunner, RetryStage
+from autoscaler.observe.github.webhook_completions import PolledCompletions, WebhookCompletedRuns
 from autoscaler.ports import JobSource, RunnerPool
 from autoscaler.scale.registration import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
@@ -165,7 +165,7 @@ def build_runtime(
     if hooks is not None and isinstance(polled, PolledCompletions):
         # The completed events first: a run that starts and ends between two reconciles
         # is never seen running by the poll.
-        completed = WebhookCompletedJobs(hooks.source.index, polled)
+        completed = WebhookCompletedRuns(hooks.source.index, polled)
     retries = _retry_stage(
         config,
         completed,
@@ -228,9 +228,9 @@ class FencedRerunner:
         self.rerunner = rerunner
         self.fence = fence
 
-    def rerun_job(self, repo: str, job_id: int) -> None:
-        self.fence.require("rerun", f"{repo} job {job_id}")
-        self.rerunner.rerun_job(repo, job_id)
+    def rerun_failed_jobs(self, repo: str, run_id: int) -> None:
+        self.fence.require("rerun", f"{repo} run {run_id}")
+        self.rerunner.rerun_failed_jobs(repo, run_id)
 
     def run_progress(self, repo: str, run_id: int) -> RunProgress:
         return self.rerunner.run_progress(repo, run_id)  # a read: no fence
@@ -247,12 +247,12 @@ def _retry_stage(
     fence: Fence | None,
     fates: InstanceFates | None = None,
 ) -> RetryStage | None:
-    """The job-retry stage, when enabled, ``completed`` gives completed jobs and the
+    """The job-retry stage, when enabled, ``completed`` gives completed runs and the
     source can re-run them. ``fates``: the cloud pool, asked how a failed job's instance
     ended when no event says (a read: no fence)."""
     if not config.job_retry.enabled:
         return None
-    if not isinstance(completed, CompletedJobSource) or not isinstance(source, JobRerunner):
+    if not isinstance(completed, CompletedRunSource) or not isinstance(source, JobRerunner):
         log.warning("job_retry.enabled, but this CI source cannot re-run jobs: job retry is off")
         return None
     ledger = store if isinstance(store, JobRetryStore) else None

@@ -10,9 +10,10 @@ answered even when the budget is spent), ``POST /app/installations/{id}/access_t
 and the issue endpoints the ``github_issue`` receiver uses
 (:mod:`autoscaler.fakes.github_issues`: create, list, update, comment), the org webhook's
 delivery log and redelivery (:mod:`autoscaler.fakes.github_deliveries`), failed jobs with
-their check-run annotations and job re-runs (:mod:`autoscaler.fakes.github_reruns`:
+their check-run annotations and re-runs (:mod:`autoscaler.fakes.github_reruns`:
 ``GET /repos/{o}/{r}/check-runs/{id}/annotations``, ``POST
-/repos/{o}/{r}/actions/jobs/{id}/rerun``, a new run attempt per re-run). An
+/repos/{o}/{r}/actions/jobs/{id}/rerun`` and ``POST
+/repos/{o}/{r}/actions/runs/{id}/rerun-failed-jobs``, a new run attempt per re-run). An
 ``owner_kind="user"`` owner is a user account: every ``/orgs/{owner}/...`` path answers
 404 and runners live on repositories.
 Behaviour as GitHub documents it: ``Link`` pagination (``per_page`` max 100, default 30),
@@ -28,7 +29,8 @@ validates against GitHub's OpenAPI description (``tests/conformance`` checks it)
 What it does not model (a test that needs one of these must add it, docs first):
 
 - one workflow (``CI``, id 1) per repository, run by pushes to ``main``: no pull requests,
-  re-runs of single jobs only (not of whole runs), a completed run concludes ``success`` unless
+  no ``needs`` (a re-run brings back no dependents), no re-run of a whole run (``POST
+  .../runs/{id}/rerun``), a completed run concludes ``success`` unless
   :meth:`set_run_status` says otherwise; a run's status derives from its jobs unless
   :meth:`set_run_status` forces one;
 - the run filters other than ``status`` and ``created`` (``branch``, ``event``...) are

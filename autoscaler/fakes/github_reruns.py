@@ -11,8 +11,18 @@
   the jobs listing with ``filter=latest`` (what the poll asks) shows the latest attempt's
   jobs, ``filter=all`` every attempt's. Re-running a job that is not the latest attempt of
   its name, or of a run still in progress, answers 403 as GitHub does ("This job cannot
-  be rerun"); :func:`refuse_reruns` makes every re-run answer 403 (the token lacks
-  Actions: write) or 422 (as for a job already re-run).
+  be rerun").
+- ``POST /repos/{o}/{r}/actions/runs/{run_id}/rerun-failed-jobs``: "Re-run all of the
+  failed jobs and their dependent jobs in a workflow run": 201 with an empty object, and
+  one new attempt holding a new, queued job for each latest job that concluded
+  ``failure``, ``timed_out`` or ``cancelled``; the others keep their results (they stay
+  the latest of their name). The fake has no ``needs``, so no dependents. A run still in
+  progress answers 403 as GitHub does ("This workflow is already running"); so does a run
+  with nothing to re-run (GitHub does not document that case; the fake refuses it as
+  GitHub refuses a run it cannot re-run, "This workflow run cannot be retried").
+
+:func:`refuse_reruns` makes every re-run of either kind answer 403 (the token lacks
+Actions: write) or 422 (as for a re-run GitHub refuses as a request).
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from autoscaler.fakes.github_shapes import Reply, error_reply
 from autoscaler.fakes.github_state import GitHubState
 
 RERUN = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/jobs/(\d+)/rerun$")
+RERUN_FAILED = re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/rerun-failed-jobs$")
 ANNOTATIONS = re.compile(r"^/repos/([^/]+)/([^/]+)/check-runs/(\d+)/annotations$")
 
 LOST = (
@@ -43,6 +54,10 @@ EXIT = "Process completed with exit code {code}."
 _FORBIDDEN = "Resource not accessible by integration"
 _CANNOT = "This job cannot be rerun"
 _ALREADY = "This job has already been re-run"
+_RUNNING = "This workflow is already running"
+_NOT_RETRYABLE = "This workflow run cannot be retried"
+#: Conclusions ``rerun-failed-jobs`` brings back.
+RERUN_CONCLUSIONS = frozenset({"failure", "timed_out", "cancelled"})
 
 
 def annotation(message: str, level: str = "failure", title: str = "") -> dict[str, Any]:
@@ -79,7 +94,8 @@ def fail_job(
 
 
 def refuse_reruns(fake: GitHubState, status: int | None) -> None:
-    """Answer every re-run with ``status`` (403: no permission; 422), or None: as GitHub."""
+    """Answer every re-run (of a job or of a run's failed jobs) with ``status`` (403: no
+    permission; 422), or None: as GitHub."""
     with fake.lock:
         fake.rerun_refusal = status
 
@@ -115,18 +131,53 @@ def rerun(fake: GitHubState, owner: str, repo: str, job_id: int, now: datetime) 
         return error_reply(403, _CANNOT)
     run.attempt += 1
     run.reported_status, run.conclusion = None, None
+    _again(fake, job, run.attempt, now)
+    fake.reruns.append((repo, job_id))
+    return Reply(201, {})
+
+
+def _again(fake: GitHubState, job: FakeJob, attempt: int, now: datetime) -> FakeJob:
+    """A new, queued job of the same name and labels in the run's new attempt (its
+    ``queued`` webhook goes out, as GitHub's does)."""
     new = FakeJob(
         fake._new_id(),
-        run.id,
-        run.repo,
+        job.run_id,
+        job.repo,
         job.name,
         job.labels,
         now,
         "queued",
-        run_attempt=run.attempt,
+        run_attempt=attempt,
         rerun_of=job.id,
     )
     fake._jobs[new.id] = new
-    run.job_ids.append(new.id)
-    fake.reruns.append((repo, job_id))
+    fake._runs[job.run_id].job_ids.append(new.id)
+    fake._emit(new.id, "queued")
+    return new
+
+
+def rerun_failed(fake: GitHubState, owner: str, repo: str, run_id: int, now: datetime) -> Reply:
+    """``POST .../actions/runs/{run_id}/rerun-failed-jobs``. Call with ``fake.lock`` held."""
+    run = fake._runs.get(run_id)
+    if owner.lower() != fake.owner.lower() or run is None or run.repo != repo:
+        return error_reply(404, "Not Found")
+    refusal = fake.rerun_refusal
+    if refusal == 403:
+        return error_reply(403, _FORBIDDEN)
+    if refusal is not None:
+        return error_reply(refusal, _ALREADY)
+    if fake.derived_status(run) != "completed":
+        return error_reply(403, _RUNNING)
+    again = [
+        j
+        for j in latest_jobs(fake, run.job_ids)
+        if (j.conclusion or "success") in RERUN_CONCLUSIONS
+    ]
+    if not again:
+        return error_reply(403, _NOT_RETRYABLE)
+    run.attempt += 1
+    run.reported_status, run.conclusion = None, None
+    for job in again:
+        _again(fake, job, run.attempt, now)
+    fake.run_reruns.append((repo, run_id))
     return Reply(201, {})

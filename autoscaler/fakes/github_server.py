@@ -34,7 +34,7 @@ from autoscaler.fakes.github_listing import (
     repo_of,
 )
 from autoscaler.fakes.github_records import FakeRequest, Fault
-from autoscaler.fakes.github_reruns import RERUN, rerun
+from autoscaler.fakes.github_reruns import RERUN, RERUN_FAILED, rerun, rerun_failed
 from autoscaler.fakes.github_shapes import Reply, error_reply, rate_limit_json
 from autoscaler.fakes.github_state import GitHubState
 
@@ -83,6 +83,8 @@ class Handler(BaseHTTPRequestHandler):
         self.body = self.rfile.read(length) if length else b""
         if fake.latency > 0:
             time.sleep(fake.latency)
+        if fake.before_request is not None:
+            fake.before_request(method, self.path)
         try:
             reply = self._reply(method, fake)
         except Exception as exc:  # a bug in the fake must not hang the client
@@ -164,6 +166,10 @@ class Handler(BaseHTTPRequestHandler):
                 )
             if method == "POST" and (m := RERUN.match(path)):
                 reran = rerun(fake, m.group(1), m.group(2), int(m.group(3)), fake.clock())
+                reran.headers.update(_rate_headers(fake, count=True))
+                return reran
+            if method == "POST" and (m := RERUN_FAILED.match(path)):
+                reran = rerun_failed(fake, m.group(1), m.group(2), int(m.group(3)), fake.clock())
                 reran.headers.update(_rate_headers(fake, count=True))
                 return reran
             if method in ("POST", "PATCH") and repo_of(fake, path) is not None:

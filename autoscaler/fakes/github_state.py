@@ -160,12 +160,17 @@ class GitHubState:
         #: done the work and the client has not heard back (kill the client, say). A true
         #: return drops the connection unanswered: the response is lost.
         self.before_reply: Callable[[str, str, int], bool | None] | None = None
+        #: Called with (method, path with query) before the fake handles a request: a test
+        #: can hold one client's request there until the world is as the story needs.
+        self.before_request: Callable[[str, str], None] | None = None
         #: Where ``workflow_job`` events go (``FakeGitHub.send_webhooks``); None: none.
         self.webhooks: JobEventSink | None = None
-        #: Job re-runs: every re-run answers this status (403, 422) when set
-        #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted.
+        #: Re-runs: every re-run answers this status (403, 422) when set
+        #: (:func:`autoscaler.fakes.github_reruns.refuse_reruns`); the ones accepted:
+        #: (repository, job id) of job re-runs, (repository, run id) of rerun-failed-jobs.
         self.rerun_refusal: int | None = None
         self.reruns: list[tuple[str, int]] = []
+        self.run_reruns: list[tuple[str, int]] = []
         self._next_id = 1000
         self._rate_used = 0
         self._rate_reset: float | None = None

@@ -20,7 +20,23 @@ reason                      evidence
 ``user``                    none of the above: the user's failure (permanent)
 ==========================  =================================================================
 
-Cancelled jobs are never re-run (``cancelled``); jobs that did not fail get ``not_failed``.
+A cancelled job is ``cancelled`` on its own; jobs that did not fail get ``not_failed``.
+
+**Per run attempt** (:func:`judge_run`), once every job of it completed: GitHub's default
+``strategy.fail-fast`` cancels a matrix's other legs when one fails, so a Spot reclaim of
+one leg ends its siblings ``cancelled``. A cancelled job that completed at or after the
+run's first lost job is ``cancelled_by_loss``. The run's verdict, the first that holds:
+
+=========================  ==================================================================
+verdict                    when
+=========================  ==================================================================
+``own_failure``            a failed job has no evidence of an infrastructure failure
+``nothing_lost``           no job failed (cancelled ones only)
+``cancelled_before_loss``  a job was cancelled before the first loss (a person, a newer
+                           push, another cause), or when it cannot be told
+``lost``                   every failed job was lost to infrastructure and every cancelled
+                           one was cancelled by the loss: the run is worth a re-run
+=========================  ==================================================================
 
 The annotation texts are GitHub's own, fixed phrasing (there is no structured field for
 them); they are matched from the start of the message, case-insensitively, and a message
@@ -33,7 +49,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from autoscaler.domain import CANCELLED, CompletedJob
@@ -51,6 +67,7 @@ NO_RUNNER = "no_runner"
 EXIT_CODE = "exit_code"
 USER = "user"
 CANCELLED_REASON = "cancelled"
+CANCELLED_BY_LOSS = "cancelled_by_loss"
 NOT_FAILED = "not_failed"
 #: Every reason (bounded: the ``reason`` label of ``ci_autoscaler_job_retries_total``).
 REASONS = (
@@ -62,8 +79,16 @@ REASONS = (
     EXIT_CODE,
     USER,
     CANCELLED_REASON,
+    CANCELLED_BY_LOSS,
     NOT_FAILED,
 )
+
+LOST = "lost"
+OWN_FAILURE = "own_failure"
+NOTHING_LOST = "nothing_lost"
+CANCELLED_BEFORE_LOSS = "cancelled_before_loss"
+#: Every run verdict (bounded: the ``verdict`` label of ``ci_autoscaler_job_retry_runs_total``).
+RUN_VERDICTS = (LOST, OWN_FAILURE, NOTHING_LOST, CANCELLED_BEFORE_LOSS)
 
 #: An instance event this long after the job completed still counts (EventBridge and the
 #: poll each lag a little; a Spot warning comes two minutes before the machine goes).
@@ -72,6 +97,8 @@ EVENT_GRACE = timedelta(minutes=5)
 UNKNOWN_START = timedelta(hours=6)
 #: Only the start of a message is read (an annotation may carry kilobytes).
 MESSAGE_PREFIX = 1000
+
+_NEVER = datetime.max.replace(tzinfo=UTC)
 
 _LOST = re.compile(r"the (?:self-hosted |hosted )?runner:? .{0,300}? lost communication", re.I)
 _SHUTDOWN = re.compile(r"the runner has received a shutdown signal", re.I)
@@ -86,6 +113,37 @@ class Verdict:
     infrastructure: bool
     reason: str
     evidence: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunVerdict:
+    """The verdict on one run attempt: ``verdict`` one of :data:`RUN_VERDICTS`; ``jobs``
+    each failed or cancelled job with its own verdict (a cancel the loss caused is
+    ``cancelled_by_loss``), in completion order; ``why`` one line for people."""
+
+    verdict: str
+    jobs: tuple[tuple[CompletedJob, Verdict], ...]
+    why: str
+
+    @property
+    def lost(self) -> tuple[tuple[CompletedJob, Verdict], ...]:
+        """The failed jobs lost to infrastructure."""
+        return tuple((j, v) for j, v in self.jobs if j.failed and v.infrastructure)
+
+    @property
+    def cancelled_by_loss(self) -> tuple[CompletedJob, ...]:
+        return tuple(j for j, v in self.jobs if v.reason == CANCELLED_BY_LOSS)
+
+    @property
+    def own(self) -> tuple[tuple[CompletedJob, Verdict], ...]:
+        """The failed jobs with no evidence of an infrastructure failure."""
+        return tuple((j, v) for j, v in self.jobs if j.failed and not v.infrastructure)
+
+    @property
+    def cancelled_before(self) -> tuple[CompletedJob, ...]:
+        """The cancelled jobs no loss caused: before the first loss, when it cannot be
+        told, or in a run with no loss at all."""
+        return tuple(j for j, v in self.jobs if v.reason == CANCELLED_REASON)
 
 
 def exit_codes(job: CompletedJob) -> tuple[int, ...]:
@@ -147,7 +205,7 @@ def classify(
 ) -> Verdict:
     """The verdict on one completed job; ``events``: instance id -> what happened to it."""
     if job.conclusion == CANCELLED:
-        return Verdict(False, CANCELLED_REASON, "cancelled jobs are never re-run")
+        return Verdict(False, CANCELLED_REASON, "cancelled (judged with its run)")
     if not job.failed:
         return Verdict(False, NOT_FAILED, f"conclusion {job.conclusion or 'unknown'}")
     found = _instance_verdict(job, events) or _annotation_verdict(job)
@@ -167,3 +225,76 @@ def settled(job: CompletedJob, now: datetime, wait: timedelta) -> bool:
     """True once ``wait`` has passed since the job completed (unknown: settled): an
     interruption's event may reach us a little after GitHub reports the failure."""
     return job.completed_at is None or now - job.completed_at >= wait
+
+
+def _completion_order(job: CompletedJob) -> tuple[bool, datetime, int]:
+    """Oldest completion first; a job with no completion time last."""
+    return (job.completed_at is None, job.completed_at or _NEVER, job.job_id)
+
+
+def _named(job: CompletedJob) -> str:
+    return f"{job.name or 'job'} (job {job.job_id})"
+
+
+def _more(count: int) -> str:
+    return f" and {count} more" if count else ""
+
+
+def judge_run(judged: Sequence[tuple[CompletedJob, Verdict]]) -> RunVerdict:
+    """The verdict on a run attempt from its jobs' own verdicts (:func:`classify` of each
+    failed or cancelled job; others are ignored)."""
+    mine = sorted(
+        ((j, v) for j, v in judged if j.failed or j.conclusion == CANCELLED),
+        key=lambda jv: _completion_order(jv[0]),
+    )
+    lost = [j for j, v in mine if j.failed and v.infrastructure]
+    own = [(j, v) for j, v in mine if j.failed and not v.infrastructure]
+    first = None
+    if lost and all(j.completed_at is not None for j in lost):
+        first = min(lost, key=_completion_order)
+    out = tuple(
+        (job, _cancel_verdict(job, first, bool(lost)) if job.conclusion == CANCELLED else verdict)
+        for job, verdict in mine
+    )
+    early = [j for j, v in out if v.reason == CANCELLED_REASON]
+    if own:
+        job, verdict = own[0]
+        why = f"{_named(job)}{_more(len(own) - 1)} failed on its own: {verdict.evidence}"
+        return RunVerdict(OWN_FAILURE, out, why)
+    if not lost:
+        return RunVerdict(NOTHING_LOST, out, "no job of the run failed: cancelled only")
+    if early:
+        why = f"{_named(early[0])}{_more(len(early) - 1)} was cancelled before the first loss"
+        if first is not None and early[0].completed_at is not None:
+            why += (
+                f" ({early[0].completed_at:%H:%M:%S} UTC, the loss at "
+                f"{first.completed_at:%H:%M:%S} UTC)"
+            )
+        return RunVerdict(CANCELLED_BEFORE_LOSS, out, why + ": a person or another cause")
+    cancels = sum(1 for j, v in out if v.reason == CANCELLED_BY_LOSS)
+    why = f"{len(lost)} lost to infrastructure ({_named(lost[0])}{_more(len(lost) - 1)})"
+    if cancels:
+        why += f", {cancels} cancelled by the loss"
+    return RunVerdict(LOST, out, why)
+
+
+def _cancel_verdict(job: CompletedJob, first: CompletedJob | None, any_lost: bool) -> Verdict:
+    """A cancelled job is the loss's doing when it completed at or after the first lost
+    job did (GitHub cancels fail-fast siblings right after the failure)."""
+    if first is None or first.completed_at is None:
+        why = "a job was lost, but when is unknown" if any_lost else "cancelled, nothing lost"
+        return Verdict(False, CANCELLED_REASON, why)
+    if job.completed_at is None:
+        return Verdict(False, CANCELLED_REASON, "cancelled at an unknown time")
+    if job.completed_at < first.completed_at:
+        return Verdict(
+            False,
+            CANCELLED_REASON,
+            f"cancelled at {job.completed_at:%H:%M:%S} UTC, before {_named(first)} was lost "
+            f"at {first.completed_at:%H:%M:%S} UTC",
+        )
+    return Verdict(
+        True,
+        CANCELLED_BY_LOSS,
+        f"cancelled at {job.completed_at:%H:%M:%S} UTC, after {_named(first)} was lost",
+    )

@@ -11,7 +11,7 @@ Single-table design (:mod:`autoscaler.state.dynamodb_table` has the schema). Ite
 - a pool's memory: ``pool`` / pool name: back-off, last scale-up, refused launch, pending
   terminations (JSON);
 - a cache entry: ``cache`` / the poll's cache key: ETag, Link, compact record; TTL a week;
-- the job-retry ledger: ``retry`` / ``rerun:repo#job``, ``exhausted:...``, ``denied:repo``
+- the job-retry ledger: ``retry`` / ``rerun:repo#run#attempt``, ``exhausted:...``, ``denied:repo``
   (JSON; the ledger drops its own entries after three days);
 - the webhook job index: ``job#<shard>`` / job id (rank, the job or its completion as
   JSON, when received; TTL hours to days), and ``job-wake`` / ``wake`` (a counter every
@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 ALERT, OUTBOX, ISSUE, POOL, CACHE = "alert", "outbox", "issue", "pool", "cache"
 #: The handover ledger: one item per instance (autoscaler.scale.handover).
 JIT = "jit"
-#: The job-retry ledger's partition (issue 14): re-runs asked, retries exhausted, 403s.
+#: The job-retry ledger's partition: run re-runs asked, retries exhausted, 403s.
 RETRY = "retry"
 #: A confirmed notification stays a week (what was delivered, for people), then TTL.
 DELIVERED_TTL = 7 * 86400

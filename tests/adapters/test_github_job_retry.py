@@ -1,6 +1,6 @@
 """The job-retry side of GitHubSource against the fake GitHub over real HTTP: the runs the
-poll saw complete, their jobs' conclusions and annotations, and the re-run endpoint with
-its 201, 403 and 422 answers as typed errors."""
+poll saw complete, their jobs' conclusions and annotations, a run read whole on demand,
+and ``rerun-failed-jobs`` with its 201, 403, 404 and 422 answers as typed errors."""
 
 from __future__ import annotations
 
@@ -12,11 +12,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import GitHubConfig
-from autoscaler.domain import CompletedJob, RunProgress
-from autoscaler.errors import AuthenticationError, NotFoundError, RejectedError
+from autoscaler.domain import CompletedRun, RunProgress
+from autoscaler.errors import AuthenticationError, DeferredError, NotFoundError, RejectedError
 from autoscaler.fakes.github import FakeGitHub
-from autoscaler.fakes.github_reruns import EXIT, LOST, annotation, fail_job, refuse_reruns
-from autoscaler.job_retry.decide import ALREADY
+from autoscaler.fakes.github_reruns import (
+    EXIT,
+    LOST,
+    annotation,
+    fail_job,
+    refuse_reruns,
+    rerun_failed,
+)
+from autoscaler.job_retry.decide import ALREADY, RERUN
 from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
@@ -72,18 +79,24 @@ def running_job(w: World, name: str = "test", run_id: int | None = None) -> int:
     return job
 
 
+def jobs_of(runs: Sequence[CompletedRun]) -> list[int]:
+    return [j.job_id for run in runs for j in run.jobs]
+
+
 def test_a_run_seen_running_then_complete_hands_its_jobs_once(world: World) -> None:
     lost = running_job(world)
     run = world.fake.job(lost).run_id
     ok = running_job(world, "lint", run_id=run)
     world.tick()
-    assert world.source.completed_jobs(world.now) == []  # still running
+    assert world.source.completed_runs(world.now) == []  # still running
     world.fake.complete_job(ok)
     fail_job(
         world.fake, lost, annotations=[annotation(LOST.format(runner=RUNNER))], failed_step=False
     )
     world.tick()
-    jobs = {j.job_id: j for j in world.source.completed_jobs(world.now)}
+    (handed,) = world.source.completed_runs(world.now)
+    assert (handed.repo, handed.run_id, handed.attempt) == ("pytorch", run, 1)
+    jobs = {j.job_id: j for j in handed.jobs}
     assert set(jobs) == {lost, ok}
     failed = jobs[lost]
     assert (failed.conclusion, failed.run_attempt, failed.run_id) == ("failure", 1, run)
@@ -92,9 +105,18 @@ def test_a_run_seen_running_then_complete_hands_its_jobs_once(world: World) -> N
     assert failed.annotations is not None
     assert "lost communication" in failed.annotations[0].message
     assert jobs[ok].annotations is None  # a successful job's annotations are not asked for
-    assert world.source.completed_jobs(world.now) == []  # handed once
+    assert world.source.completed_runs(world.now) == []  # handed once
     asked = world.fake.count(200, r"/check-runs/\d+/annotations")
     assert asked == 1
+
+
+def test_a_run_that_succeeded_is_read_but_not_handed_on(world: World) -> None:
+    job = running_job(world)
+    world.tick()
+    world.fake.complete_job(job)
+    world.tick()
+    assert world.source.completed_runs(world.now) == []
+    assert world.fake.count(200, r"/actions/runs/\d+/jobs") >= 1
 
 
 def test_a_failed_step_and_an_exit_code_are_read(world: World) -> None:
@@ -102,31 +124,57 @@ def test_a_failed_step_and_an_exit_code_are_read(world: World) -> None:
     world.tick()
     fail_job(world.fake, job, annotations=[annotation(EXIT.format(code=137))])
     world.tick()
-    (done,) = world.source.completed_jobs(world.now)
+    ((done,),) = [run.jobs for run in world.source.completed_runs(world.now)]
     assert done.failed_step is True
     assert done.annotations is not None
     assert done.annotations[0].message == "Process completed with exit code 137."
 
 
-def test_rerun_makes_a_new_attempt_as_github_does(world: World) -> None:
-    job = running_job(world)
-    run = world.fake.job(job).run_id
-    world.tick()
-    fail_job(world.fake, job)
-    world.tick()
-    world.source.rerun_job("pytorch", job)
-    assert world.fake.reruns == [("pytorch", job)]
-    latest = [j for j in world.fake.jobs() if j.run_id == run and j.id != job]
-    assert [(j.status, j.run_attempt, j.name) for j in latest] == [("queued", 2, "test")]
-    with pytest.raises(AuthenticationError):  # the old attempt's job cannot be re-run again
-        world.source.rerun_job("pytorch", job)
+def matrix(w: World) -> tuple[int, list[int]]:
+    """A fail-fast matrix of four legs: leg 1 lost, legs 2-4 cancelled after it, a lint
+    job that passed."""
+    legs = [running_job(w, "test (1)")]
+    run = w.fake.job(legs[0]).run_id
+    legs += [running_job(w, f"test ({i})", run_id=run) for i in (2, 3, 4)]
+    lint = running_job(w, "lint", run_id=run)
+    w.fake.complete_job(lint)
+    fail_job(w.fake, legs[0], annotations=[annotation(LOST.format(runner=RUNNER))])
+    for leg in legs[1:]:
+        fail_job(w.fake, leg, conclusion="cancelled", failed_step=False)
+    return run, legs
+
+
+def test_rerun_failed_jobs_brings_the_failed_and_cancelled_back_in_one_attempt(
+    world: World,
+) -> None:
+    """As GitHub documents it: one new attempt, each failed and cancelled job queued again
+    in it, the others (lint) keep their result and stay the latest of their name."""
+    run, legs = matrix(world)
+    world.source.rerun_failed_jobs("pytorch", run)
+    assert world.fake.run_reruns == [("pytorch", run)]
+    again = [j for j in world.fake.jobs() if j.run_id == run and j.run_attempt == 2]
+    assert sorted((j.name, j.status) for j in again) == [
+        (f"test ({i})", "queued") for i in (1, 2, 3, 4)
+    ]
+    assert sorted(j.rerun_of or 0 for j in again) == sorted(legs)
+    of_run = [j for j in world.fake.jobs() if j.run_id == run]
+    listed = [j for j in of_run if j.id not in {k.rerun_of for k in of_run}]  # filter=latest
+    assert sorted((j.name, j.run_attempt) for j in listed) == [
+        ("lint", 1),
+        *[(f"test ({i})", 2) for i in (1, 2, 3, 4)],
+    ]
+    progress = world.source.run_progress("pytorch", run)
+    assert (progress.status != "completed", progress.attempt) == (True, 2)
+    with pytest.raises(AuthenticationError):  # in progress: GitHub refuses a second one
+        world.source.rerun_failed_jobs("pytorch", run)
+    assert world.fake.run_reruns == [("pytorch", run)]
 
 
 @pytest.mark.parametrize(
     ("status", "error"),
     [
         pytest.param(403, AuthenticationError, id="403-no-permission"),
-        pytest.param(422, RejectedError, id="422-already-rerun"),
+        pytest.param(422, RejectedError, id="422-refused"),
     ],
 )
 def test_refused_reruns_are_typed_errors(world: World, status: int, error: type[Exception]) -> None:
@@ -134,15 +182,64 @@ def test_refused_reruns_are_typed_errors(world: World, status: int, error: type[
     fail_job(world.fake, job)
     refuse_reruns(world.fake, status)
     with pytest.raises(error) as raised:
-        world.source.rerun_job("pytorch", job)
+        world.source.rerun_failed_jobs("pytorch", world.fake.job(job).run_id)
     assert "fake-token" not in str(raised.value)
-    assert world.fake.reruns == []
+    assert world.fake.run_reruns == []
 
 
-def test_rerun_of_an_unknown_job_is_not_found(world: World) -> None:
+def test_rerun_of_an_unknown_run_is_not_found(world: World) -> None:
     world.fake.add_repo("pytorch")
     with pytest.raises(NotFoundError):
-        world.source.rerun_job("pytorch", 999_999)
+        world.source.rerun_failed_jobs("pytorch", 999_999)
+
+
+def test_a_run_re_run_before_it_was_read_is_not_handed_as_complete(world: World) -> None:
+    """The run completed; before its jobs were read, someone re-ran it. The listing then
+    shows the new attempt's jobs queued: the run is not complete (the poll lists it again
+    and finds it once the new attempt ends; a webhook's read says where it is)."""
+    job = running_job(world, "test (1)")
+    run = world.fake.job(job).run_id
+    world.tick()
+    fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])
+    world.tick()  # the run left the listings
+    world.source.rerun_failed_jobs("pytorch", run)  # someone else's re-run
+    assert world.source.completed_runs(world.now) == []
+
+    second = running_job(world, "test (2)")
+    other = world.fake.job(second).run_id
+    fail_job(world.fake, second, annotations=[annotation(LOST.format(runner=RUNNER))])
+    racing = {"done": False}
+
+    def rerun_right_after_the_run_is_read(method: str, path: str, status: int) -> bool:
+        if method == "GET" and path.endswith(f"/actions/runs/{other}") and not racing["done"]:
+            racing["done"] = True
+            with world.fake.lock:
+                rerun_failed(world.fake, "demo-org", "pytorch", other, world.now)
+        return False
+
+    world.fake.before_reply = rerun_right_after_the_run_is_read
+    assert world.source.read_run("pytorch", other) == RunProgress("queued", 2)
+    assert racing["done"]
+
+
+def test_a_run_is_read_whole_once_it_has_completed(world: World) -> None:
+    """What a webhook's failed job makes the source read: the run, then (completed) its
+    jobs with the failed one's annotations."""
+    job = running_job(world, "test (1)")
+    run = world.fake.job(job).run_id
+    other = running_job(world, "test (2)", run_id=run)
+    fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])
+    assert world.source.read_run("pytorch", run) == RunProgress("in_progress", 1)
+    fail_job(world.fake, other, conclusion="cancelled", failed_step=False)
+    read = world.source.read_run("pytorch", run)
+    assert isinstance(read, CompletedRun)
+    assert (read.run_id, read.attempt) == (run, 1)
+    assert [(j.job_id, j.conclusion) for j in read.jobs] == [(job, "failure"), (other, "cancelled")]
+    assert read.jobs[0].annotations is not None
+    world.fake._rate_used = world.fake.RATE_LIMIT - 100  # nearly spent: under the reserve
+    world.tick(0)
+    with pytest.raises(DeferredError):
+        world.source.read_run("pytorch", run)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +264,7 @@ def test_odd_annotations_never_fail_the_read(
     fail_job(world.fake, job)
     world.fake.inject_body(r"/annotations", body)
     world.tick()
-    (done,) = world.source.completed_jobs(world.now)
+    ((done,),) = [run.jobs for run in world.source.completed_runs(world.now)]
     got = None if done.annotations is None else tuple(a.message for a in done.annotations)
     assert got == expected
 
@@ -181,7 +278,7 @@ def test_a_malformed_job_is_skipped_and_counted(world: World) -> None:
     fail_job(world.fake, good)
     world.fake.override_job(bad, run_attempt="two")
     world.tick()
-    assert [j.job_id for j in world.source.completed_jobs(world.now)] == [good]
+    assert jobs_of(world.source.completed_runs(world.now)) == [good]
     assert world.skipped("completed_job") == 1
 
 
@@ -189,27 +286,27 @@ def test_bounded_per_call_and_waits_while_the_rate_limit_is_low(world: World) ->
     ids = [running_job(world, f"j{i}") for i in range(failures.RUNS_PER_TICK + 3)]
     world.tick()
     for job in ids:
-        world.fake.complete_job(job)
+        fail_job(world.fake, job)
     world.tick()
-    first = world.source.completed_jobs(world.now)
+    first = world.source.completed_runs(world.now)
     assert len(first) == failures.RUNS_PER_TICK
     world.fake.RATE_LIMIT = world.fake._rate_used + 10  # nearly spent: under the reserve
     world.tick()
-    assert world.source.completed_jobs(world.now) == []
+    assert world.source.completed_runs(world.now) == []
     world.fake.RATE_LIMIT = 5000
     world.tick()
-    assert len(world.source.completed_jobs(world.now)) == 3
+    assert len(world.source.completed_runs(world.now)) == 3
 
 
 class Handed:
-    """The completed jobs the poll handed over before the (lost) re-run, handed once."""
+    """The completed runs the poll handed over before the (lost) re-run, handed once."""
 
-    def __init__(self, jobs: Sequence[CompletedJob]) -> None:
-        self.jobs = list(jobs)
+    def __init__(self, runs: Sequence[CompletedRun]) -> None:
+        self.runs = list(runs)
 
-    def completed_jobs(self, now: datetime) -> Sequence[CompletedJob]:
-        jobs, self.jobs = self.jobs, []
-        return jobs
+    def completed_runs(self, now: datetime) -> Sequence[CompletedRun]:
+        runs, self.runs = self.runs, []
+        return runs
 
 
 def test_the_run_is_read_as_github_reports_it(world: World) -> None:
@@ -218,7 +315,7 @@ def test_the_run_is_read_as_github_reports_it(world: World) -> None:
     world.tick()
     fail_job(world.fake, job)
     assert world.source.run_progress("pytorch", run) == RunProgress("completed", 1)
-    world.source.rerun_job("pytorch", job)
+    world.source.rerun_failed_jobs("pytorch", run)
     progress = world.source.run_progress("pytorch", run)
     assert (progress.status != "completed", progress.attempt) == (True, 2)
     with pytest.raises(NotFoundError):
@@ -226,20 +323,43 @@ def test_the_run_is_read_as_github_reports_it(world: World) -> None:
 
 
 def test_a_rerun_whose_201_was_lost_is_not_taken_for_a_missing_permission(world: World) -> None:
-    """The story: the controller re-ran a job, GitHub made attempt 2, and the 201 never
-    arrived (a timeout), so the next tick sent the re-run again. GitHub answers that 403
-    ("not the latest attempt"), which used to pause re-runs in the whole repository for
-    hours and page "Job re-runs not permitted". Now the run is read: attempt 2 exists, so
-    the job counts as re-run and the repository is not paused."""
+    """The story: the controller re-ran a run, GitHub made attempt 2, and the 201 never
+    arrived (the answer lost, and with it the ledger's record of it), so the run was asked
+    again. GitHub answers that 403 ("already running"), which used to pause re-runs in the
+    whole repository for hours and page "Job re-runs not permitted". Now the run is read:
+    attempt 2 exists, so the run counts as re-run and the repository is not paused."""
     config = load_config(runner_types={"gpu": {"labels": GPU}}, job_retry={"enabled": True})
     job = running_job(world)
     world.tick()
     fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])
     world.tick()  # the poll sees the run complete, its job failed
-    failed = world.source.completed_jobs(world.now)
+    failed = world.source.completed_runs(world.now)
     stage = RetryStage(config, Handed(failed), world.source, world.metrics)
-    world.source.rerun_job("pytorch", job)  # went through; its answer was "lost"
+    world.source.rerun_failed_jobs("pytorch", failed[0].run_id)  # went through; answer lost
     report = stage.step(world.now)
     assert [c.result for c in report.choices] == [ALREADY]
     assert report.denied == {}
-    assert world.fake.reruns == [("pytorch", job)]  # the second POST changed nothing
+    assert world.fake.run_reruns == [("pytorch", failed[0].run_id)]  # the second changed nothing
+
+
+def test_three_lost_jobs_of_one_run_make_one_request_to_github(world: World) -> None:
+    """A Spot reclaim of three instances at once: one job re-run per lost job asked GitHub
+    for three attempts of the same run, and it refused the second while the first ran.
+    The stage over the real source: one rerun-failed-jobs, one new attempt, three legs."""
+    config = load_config(runner_types={"gpu": {"labels": GPU}}, job_retry={"enabled": True})
+    legs = [running_job(world, "test (1)")]
+    run = world.fake.job(legs[0]).run_id
+    legs += [running_job(world, f"test ({i})", run_id=run) for i in (2, 3)]
+    world.tick()
+    for i, leg in enumerate(legs):
+        lost = annotation(LOST.format(runner=f"{RUNNER}-test ({i + 1})"))
+        fail_job(world.fake, leg, annotations=[lost], failed_step=False)
+    world.tick()
+    stage = RetryStage(config, world.source, world.source, world.metrics)
+    (choice,) = stage.step(world.now).choices
+    assert (choice.result, len(choice.verdict.lost)) == (RERUN, 3)
+    assert world.fake.run_reruns == [("pytorch", run)]
+    assert world.fake.reruns == []
+    assert world.fake.count(None, r"/rerun") == 1
+    again = [j for j in world.fake.jobs() if j.run_id == run and j.run_attempt == 2]
+    assert sorted(j.name for j in again) == [f"test ({i})" for i in (1, 2, 3)]

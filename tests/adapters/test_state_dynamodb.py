@@ -163,18 +163,19 @@ def test_the_jit_ledger_round_trips(store: StateStore) -> None:
 
 
 def test_the_job_retry_ledger_round_trips(store: StateStore) -> None:
-    """Issue 14: what was re-run survives a restart and a change of leader, on both
-    backends, through the ledger's own codec."""
-    from autoscaler.job_retry.ledger import Ledger, Rerun, decode, diff  # noqa: PLC0415
+    """What was re-run survives a restart and a change of leader, on both backends,
+    through the ledger's own codec."""
+    from autoscaler.job_retry.ledger import Ledger, Rerun, decode, diff, encode  # noqa: PLC0415
 
-    first = Ledger(reruns={"app#7": Rerun("app", 70, 7, 1, T0, "spot_interruption")})
+    rerun = Rerun("app", 70, 1, T0, "spot_interruption", (7, 8), asked=False)
+    first = Ledger(reruns={rerun.key: rerun})
     second = Ledger(reruns=dict(first.reruns), denied={"web": T0})
-    put, drop = diff(Ledger(), first)
+    put, drop = diff({}, first)
     store.save_job_retries(put, drop)
-    put, drop = diff(first, second)
+    put, drop = diff(encode(first), second)
     store.save_job_retries(put, drop)
     assert decode(store.load_job_retries()) == second
-    put, drop = diff(second, Ledger(reruns=dict(first.reruns)))
+    put, drop = diff(encode(second), Ledger(reruns=dict(first.reruns)))
     store.save_job_retries(put, drop)
     assert decode(store.load_job_retries()) == first
 

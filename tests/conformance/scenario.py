@@ -119,6 +119,7 @@ def _org(fake: FakeGitHub) -> dict[str, object]:
     fail_job(fake, lost, annotations=[annotation(LOST.format(runner="gpu-offline"))])
     return {
         "lost_job": lost,
+        "lost_run": fake.job(lost).run_id,
         "busy_runner": busy,
         "spare_runner": spare,
         "repo_busy": web_busy,

@@ -13,7 +13,8 @@ fake must answer in the realistic :mod:`scenario`. Each answer is checked:
 - the headers the description documents for it (``Link``, ``X-RateLimit-*``) have the
   documented types wherever the fake sends them.
 
-Job retry's check-run annotations and job re-run are lines here too, and so are the org
+Job retry's check-run annotations, job re-run and run re-run (``rerun-failed-jobs``) are
+lines here too, and so are the org
 webhook's delivery log and redelivery (``webhook.hook_id``); a later endpoint
 (generate-jitconfig) is one more line
 of ``CALLS``; a client request that no line covers fails
@@ -61,6 +62,7 @@ REPO_RUNNER = "/repos/{owner}/{repo}/actions/runners/{runner_id}"
 APP_TOKEN = "/app/installations/{installation_id}/access_tokens"
 ANNOTATIONS = "/repos/{owner}/{repo}/check-runs/{check_run_id}/annotations"
 RERUN = "/repos/{owner}/{repo}/actions/jobs/{job_id}/rerun"
+RERUN_FAILED = "/repos/{owner}/{repo}/actions/runs/{run_id}/rerun-failed-jobs"
 HOOK_DELIVERIES = "/orgs/{org}/hooks/{hook_id}/deliveries"
 HOOK_ATTEMPTS = "/orgs/{org}/hooks/{hook_id}/deliveries/{delivery_id}/attempts"
 HOOK = "/orgs/{owner}/hooks/" + str(HOOK_ID)
@@ -170,6 +172,43 @@ CALLS = [
         before="rerun-422",
     ),
     Call("rerun-running", "POST", RERUN, API + "/actions/jobs/{mixed_job}/rerun", 403),
+    Call(
+        "rerun-failed",
+        "POST",
+        RERUN_FAILED,
+        API + "/actions/runs/{lost_run}/rerun-failed-jobs",
+        201,
+    ),
+    Call(
+        "rerun-failed-no-permission",
+        "POST",
+        RERUN_FAILED,
+        API + "/actions/runs/{lost_run}/rerun-failed-jobs",
+        403,
+        before="rerun-403",
+    ),
+    Call(
+        "rerun-failed-refused",
+        "POST",
+        RERUN_FAILED,
+        API + "/actions/runs/{lost_run}/rerun-failed-jobs",
+        422,
+        before="rerun-422",
+    ),
+    Call(
+        "rerun-failed-running",
+        "POST",
+        RERUN_FAILED,
+        API + "/actions/runs/{mixed_run}/rerun-failed-jobs",
+        403,
+    ),
+    Call(
+        "rerun-failed-gone",
+        "POST",
+        RERUN_FAILED,
+        API + "/actions/runs/999999/rerun-failed-jobs",
+        404,
+    ),
     Call("run", "GET", RUN, API + "/actions/runs/{mixed_run}", 200),
     Call("run-finished", "GET", RUN, API + "/actions/runs/{finished_run}", 200),
     Call("run-gone", "GET", RUN, API + "/actions/runs/999999", 404),
@@ -228,8 +267,18 @@ UNDOCUMENTED_STATUSES = {
     ("GET", HOOK_DELIVERIES, 304): _CONDITIONAL,
     ("GET", HOOK_DELIVERIES, 404): "an unknown hook answers 404, like any unknown resource",
     ("POST", HOOK_ATTEMPTS, 404): "an unknown delivery answers 404, like any unknown resource",
+    ("POST", RERUN_FAILED, 403): (
+        "GitHub answers a run re-run 403 without Actions: write ('Resource not accessible by "
+        "integration') and for a run still in progress ('This workflow is already running'); "
+        "the description lists only 201"
+    ),
+    ("POST", RERUN_FAILED, 404): "an unknown workflow run answers 404, like any unknown resource",
+    ("POST", RERUN_FAILED, 422): (
+        "a run re-run GitHub refuses as a request answers 422 with its generic error body; "
+        "the description lists only 201"
+    ),
     ("POST", RERUN, 422): (
-        "a re-run GitHub refuses as a request (a job already re-run, issue 14) answers 422 "
+        "a re-run GitHub refuses as a request (a job already re-run) answers 422 "
         "with its generic error body; the description lists only 201 and 403"
     ),
 }
@@ -453,7 +502,8 @@ def test_every_request_the_client_makes_is_covered(
             spare = s.ids.get("spare_runner", s.ids["repo_spare"])
             source.remove_runner(int(str(spare)))
             source.find_runner("cpu-busy" if owner_kind == "org" else "own-busy")
-            # job retry: a run seen running, then failed; its jobs, annotations, a re-run
+            # job retry: a run seen running, then failed; its jobs, annotations, the run
+            # read whole, its failed jobs re-run
             repo = "api" if owner_kind == "org" else "site"
             runner = s.fake.register_runner("ci-i-0abc123def4567890", CPU, repo=repo)
             lost = s.fake.queue_job(repo, CPU, name="lost")
@@ -461,9 +511,11 @@ def test_every_request_the_client_makes_is_covered(
             source.observe(T0 + timedelta(minutes=1))
             fail_job(s.fake, lost)
             source.observe(T0 + timedelta(minutes=2))
-            assert [j.job_id for j in source.completed_jobs(T0)] == [lost]
-            source.rerun_job(repo, lost)
-            source.run_progress(repo, s.fake.job(lost).run_id)  # what a 403 makes it read
+            (run,) = source.completed_runs(T0)
+            assert [j.job_id for j in run.jobs] == [lost]
+            assert source.read_run(repo, run.run_id) == run  # what a webhook makes it read
+            source.rerun_failed_jobs(repo, run.run_id)
+            source.run_progress(repo, run.run_id)  # what a 403 makes it read
             if owner_kind == "org":  # webhook.hook_id: the delivery log, a redelivery
                 deliveries(s)
                 log = source.delivery_log(HOOK_ID)

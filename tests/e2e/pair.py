@@ -155,6 +155,8 @@ class Pair:
     webhook_secret: str | None = None
     """Set: every controller listens for signed webhooks (``webhook`` section)."""
     boot_timeout: str = "30s"
+    job_retry: bool = False
+    """Set: every controller re-runs runs lost to infrastructure (``job_retry``)."""
     controllers: dict[str, Controller] = field(default_factory=dict)
     stopped: list[Controller] = field(default_factory=list)
     fleet: Fleet | None = None
@@ -205,6 +207,8 @@ class Pair:
                 },
             },
         }
+        if self.job_retry:
+            doc["job_retry"] = {"enabled": True}
         if self.webhook_secret is not None:
             doc["webhook"] = {
                 "listen": f"127.0.0.1:{hook_port}",
@@ -380,6 +384,7 @@ def pair(
     poll_interval: float = 1.0,
     webhook_secret: str | None = None,
     boot_timeout: str = "30s",
+    job_retry: bool = False,
 ) -> Iterator[Pair]:
     """The environment on a fresh moto: the CPU pool, the table (``table``), the fake
     GitHub and the receiver; closed (controllers stopped) at the end."""
@@ -406,6 +411,7 @@ def pair(
         poll_interval,
         webhook_secret=webhook_secret,
         boot_timeout=boot_timeout,
+        job_retry=job_retry,
     )
     try:
         yield p

@@ -2,9 +2,13 @@
 the real fake GitHub over HTTP, reads AWS's sample Spot warning from an SQS queue on moto's
 server and scales the Auto Scaling groups there; alerts go to a local webhook.
 
-- a job whose Spot instance was interrupted is re-run exactly once (and, when it is lost
-  again on attempt 2, "Job retries exhausted" is sent once, naming repo, run, job, runner
-  and the evidence);
+- a job whose Spot instance was interrupted has its run re-run exactly once (and, when it
+  is lost again on attempt 2, "Job retries exhausted" is sent once, naming repo, run,
+  job, runner and the evidence);
+- a fail-fast matrix whose one leg a Spot reclaim took, its three siblings cancelled
+  after it, comes back as one new attempt with all four legs queued, once; a matrix with
+  a leg failed on its own (exit code 1), and one a person cancelled before the loss, are
+  not re-run, and the tick's ``once --output json`` says why;
 - a user's failure is never re-run;
 - a repository where GitHub answers the re-run with 403 alerts once and is left alone.
 
@@ -27,6 +31,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE
+from autoscaler.app.report import to_json
 from autoscaler.app.wiring import Runtime, build_runtime
 from autoscaler.config import Config, parse_config
 from autoscaler.fakes.github import FakeGitHub
@@ -84,16 +89,20 @@ class World:
     now: datetime = T0
     runners: dict[str, int] = field(default_factory=dict)
 
+    decided: list[dict[str, Any]] = field(default_factory=list)
+    """Every tick's ``run_retries`` (``once --output json``), in order."""
+
     def tick(self, minutes: float = 1.0) -> None:
         self.now += timedelta(minutes=minutes)
-        self.runtime.controller.tick(self.now)
+        result = self.runtime.controller.tick(self.now)
+        self.decided += to_json(result).get("run_retries", [])
 
-    def running(self, instance: str, name: str) -> int:
+    def running(self, instance: str, name: str, run_id: int | None = None) -> int:
         runner = self.runners.get(instance)
         if runner is None:
             runner = self.fake.register_runner(f"ci-gpu-{instance}", GPU)
             self.runners[instance] = runner
-        job = self.fake.queue_job("app", GPU, name=name)
+        job = self.fake.queue_job("app", GPU, name=name, run_id=run_id)
         self.fake.assign_job(job, runner)
         return job
 
@@ -170,7 +179,8 @@ def test_a_spot_interrupted_job_is_rerun_exactly_once_and_a_users_failure_never(
     world.tick()
     for _ in range(6):  # a few more ticks: past the settle time, and idempotent
         world.tick()
-    assert world.fake.reruns == [("app", lost)]
+    run = world.fake.job(lost).run_id
+    assert world.fake.run_reruns == [("app", run)]
     assert world.retries("spot_interruption", "rerun") == 1
     assert world.retries("user", "skip") == 1
     scaler = world.runtime.controller.scaler
@@ -193,7 +203,7 @@ def test_a_spot_interrupted_job_is_rerun_exactly_once_and_a_users_failure_never(
     )
     for _ in range(3):
         world.tick()
-    assert world.fake.reruns == [("app", lost)]
+    assert world.fake.run_reruns == [("app", run)]
     (alert,) = world.sink.wait_for(EXHAUSTED_RULE, 1)
     assert alert["state"] == "FIRING"
     for part in (
@@ -222,10 +232,87 @@ def test_a_403_alerts_once_and_stops_trying(world: World) -> None:
     )
     for _ in range(4):
         world.tick()
-    posts = world.fake.count(403, r"/actions/jobs/\d+/rerun")
+    posts = world.fake.count(403, r"/actions/runs/\d+/rerun-failed-jobs")
     assert posts == 1
     (alert,) = world.sink.wait_for(DENIED_RULE, 1)
     assert alert["state"] == "FIRING" and "Actions: read and write" in alert["text"]
     world.tick()
     assert len(world.sink.titled(DENIED_RULE)) == 1
-    assert world.fake.reruns == []
+    assert world.fake.run_reruns == []
+
+
+def matrix(world: World, instance: str, name: str) -> tuple[int, list[int]]:
+    """A matrix of four legs in one run: leg 1 running on ``instance``, the others queued."""
+    first = world.running(instance, f"{name} (1)")
+    run = world.fake.job(first).run_id
+    legs = [first] + [
+        world.fake.queue_job("app", GPU, name=f"{name} ({i})", run_id=run) for i in (2, 3, 4)
+    ]
+    return run, legs
+
+
+def cancel(world: World, jobs: list[int]) -> None:
+    for job in jobs:
+        fail_job(world.fake, job, conclusion="cancelled", failed_step=False)
+
+
+def test_a_fail_fast_matrix_comes_back_whole_and_only_when_the_loss_caused_it(
+    world: World,
+) -> None:
+    """The story: a Spot reclaim took one leg of a fail-fast matrix; GitHub cancelled the
+    other three. Re-running the lost leg alone left them cancelled and the run red. Now
+    the run is re-run once (``rerun-failed-jobs``): all four legs are queued in attempt 2.
+    Beside it, a matrix with a leg that failed with exit code 1, and one a person cancelled
+    before the loss: not re-run, and the tick's JSON says why."""
+    spot, other = world.instances
+    lost_run, legs = matrix(world, spot, "test")
+    own_run, own_legs = matrix(world, other, "lint")
+    world.tick()  # the runs seen running
+    world.sqs.send_message(QueueUrl=world.queue_url, MessageBody=body(spot_warning(spot)))
+    world.now += timedelta(minutes=2)
+    fail_job(world.fake, legs[0], annotations=[], failed_step=False)  # the machine is gone
+    world.now += timedelta(seconds=3)
+    cancel(world, legs[1:])  # fail-fast
+    fail_job(world.fake, own_legs[0], annotations=[annotation(EXIT.format(code=1))])
+    cancel(world, own_legs[1:])
+    world.tick()
+    # a third matrix: a person cancels two legs, then its running leg's runner is lost
+    human_run, human_legs = matrix(world, other, "docs")
+    world.tick()
+    cancel(world, human_legs[2:])
+    world.now += timedelta(seconds=30)
+    fail_job(
+        world.fake,
+        human_legs[0],
+        annotations=[annotation(LOST.format(runner=f"ci-gpu-{other}"))],
+        failed_step=False,
+    )
+    cancel(world, human_legs[1:2])
+    for _ in range(5):  # past the settle time, and idempotent
+        world.tick()
+
+    assert world.fake.run_reruns == [("app", lost_run)]
+    again = [j for j in world.fake.jobs() if j.run_id == lost_run and j.run_attempt == 2]
+    assert sorted((j.name, j.status) for j in again) == [
+        (f"test ({i})", "queued") for i in (1, 2, 3, 4)
+    ]
+    decided = {d["run_id"]: d for d in world.decided}
+    lost = decided[lost_run]
+    assert (lost["verdict"], lost["result"], lost["asked"]) == (
+        "lost",
+        "rerun",
+        "rerun-failed-jobs",
+    )
+    assert [j["reason"] for j in lost["lost"]] == ["spot_interruption"]
+    assert [j["job"] for j in lost["cancelled_by_loss"]] == [f"test ({i})" for i in (2, 3, 4)]
+    own = decided[own_run]
+    assert (own["verdict"], own["result"], own["asked"]) == ("own_failure", "skip", None)
+    assert "lint (1)" in own["why"] and "exit code 1" in own["why"]
+    human = decided[human_run]
+    assert (human["verdict"], human["result"]) == ("cancelled_before_loss", "skip")
+    assert "docs (3)" in human["why"] and "before the first loss" in human["why"]
+    assert [j["job"] for j in human["cancelled_by_loss"]] == ["docs (2)"]
+    runs = world.metrics.registry.get_sample_value(
+        "ci_autoscaler_job_retry_runs_total", {"verdict": "lost", "result": "rerun"}
+    )
+    assert runs == 1

@@ -10,18 +10,27 @@ import pytest
 from autoscaler.config.job_retry import JobRetryConfig
 from autoscaler.domain import Annotation, CompletedJob
 from autoscaler.job_retry.classify import (
+    CANCELLED_BEFORE_LOSS,
+    CANCELLED_BY_LOSS,
     CANCELLED_REASON,
     EXIT_CODE,
     INSTANCE_TERMINATED,
     NO_RUNNER,
     NOT_FAILED,
+    NOTHING_LOST,
+    OWN_FAILURE,
     RUNNER_LOST,
     RUNNER_SHUTDOWN,
     SPOT,
     USER,
+    Verdict,
     classify,
     exit_codes,
+    judge_run,
     settled,
+)
+from autoscaler.job_retry.classify import (
+    LOST as RUN_LOST,
 )
 from autoscaler.job_retry.model import (
     REBALANCE,
@@ -240,7 +249,7 @@ CASES = [
         DEFAULT,
         False,
         CANCELLED_REASON,
-        id="cancelled-never-even-when-interrupted",
+        id="a-cancel-alone-is-no-loss-its-run-judges-it",
     ),
     pytest.param(job(conclusion="success"), NONE, DEFAULT, False, NOT_FAILED, id="success"),
     pytest.param(job(conclusion=""), NONE, DEFAULT, False, NOT_FAILED, id="no-conclusion"),
@@ -342,3 +351,103 @@ def test_exit_codes_reads_every_annotation_in_order() -> None:
 )
 def test_settled(completed: datetime | None, wait: float, expected: bool) -> None:
     assert settled(job(completed_at=completed), T0, timedelta(seconds=wait)) is expected
+
+
+# --- per run attempt: the loss and the cancels it caused
+INFRA = Verdict(True, SPOT, "instance i-0abc: spot_interruption")
+
+
+def lost(job_id: int, minute: float) -> tuple[CompletedJob, Verdict]:
+    return (job(job_id=job_id, completed_at=T0 + timedelta(minutes=minute)), INFRA)
+
+
+def own(job_id: int, minute: float) -> tuple[CompletedJob, Verdict]:
+    failed = job(job_id=job_id, completed_at=T0 + timedelta(minutes=minute))
+    return (failed, classify(failed, NONE, DEFAULT))
+
+
+def cancel(job_id: int, minute: float | None) -> tuple[CompletedJob, Verdict]:
+    at = None if minute is None else T0 + timedelta(minutes=minute)
+    cancelled = job(job_id=job_id, conclusion="cancelled", completed_at=at, failed_step=None)
+    return (cancelled, classify(cancelled, NONE, DEFAULT))
+
+
+def passed(job_id: int) -> tuple[CompletedJob, Verdict]:
+    ok = job(job_id=job_id, conclusion="success")
+    return (ok, classify(ok, NONE, DEFAULT))
+
+
+RUNS = [
+    # (the run's jobs, verdict, lost ids, cancelled-by-the-loss ids)
+    pytest.param(
+        [lost(1, 30), cancel(2, 30), cancel(3, 30.1), cancel(4, 31)],
+        RUN_LOST,
+        [1],
+        [2, 3, 4],
+        id="fail-fast-matrix-one-leg-lost",
+    ),
+    pytest.param(
+        [lost(1, 30), lost(2, 30), lost(3, 31), passed(4)],
+        RUN_LOST,
+        [1, 2, 3],
+        [],
+        id="three-lost-one-run",
+    ),
+    pytest.param(
+        [cancel(2, 31), lost(1, 30), lost(3, 32), cancel(4, 33)],
+        RUN_LOST,
+        [1, 3],
+        [2, 4],
+        id="after-the-first-loss-counts",
+    ),
+    pytest.param([lost(1, 30), own(2, 31)], OWN_FAILURE, [1], [], id="a-leg-failed-exit-1"),
+    pytest.param(
+        [own(2, 29), lost(1, 30), cancel(3, 30)],
+        OWN_FAILURE,
+        [1],
+        [3],
+        id="own-failure-wins-over-everything",
+    ),
+    pytest.param(
+        [cancel(2, 29), lost(1, 30)],
+        CANCELLED_BEFORE_LOSS,
+        [1],
+        [],
+        id="a-human-cancel-before-the-loss",
+    ),
+    pytest.param(
+        [lost(1, 30), cancel(2, None)],
+        CANCELLED_BEFORE_LOSS,
+        [1],
+        [],
+        id="a-cancel-at-an-unknown-time-is-not-the-losss",
+    ),
+    pytest.param([cancel(1, 30), cancel(2, 30)], NOTHING_LOST, [], [], id="cancelled-only"),
+    pytest.param([passed(1)], NOTHING_LOST, [], [], id="nothing-failed"),
+]
+
+
+@pytest.mark.parametrize(("jobs", "verdict", "lost_ids", "by_loss"), RUNS)
+def test_judge_run(
+    jobs: list[tuple[CompletedJob, Verdict]], verdict: str, lost_ids: list[int], by_loss: list[int]
+) -> None:
+    judged = judge_run(jobs)
+    assert judged.verdict == verdict, judged.why
+    assert [j.job_id for j, _ in judged.lost] == lost_ids
+    assert [j.job_id for j in judged.cancelled_by_loss] == by_loss
+    assert all(v.reason == CANCELLED_BY_LOSS for j, v in judged.jobs if j.job_id in by_loss)
+    failed_or_cancelled = [j.job_id for j, _ in jobs if j.conclusion != "success"]
+    assert sorted(j.job_id for j, _ in judged.jobs) == sorted(failed_or_cancelled)
+
+
+def test_the_run_verdict_says_why() -> None:
+    """For ``once --output json`` and ``explain``: the job, and what disqualifies the run."""
+    exit_1 = (ann("Process completed with exit code 1."),)
+    failed = job(job_id=2, name="test (2)", annotations=exit_1)
+    mine = judge_run([lost(1, 30), (failed, classify(failed, NONE, DEFAULT))])
+    assert mine.why.startswith("test (2) (job 2) failed on its own")
+    assert "exit code 1" in mine.why
+    early = judge_run([cancel(2, 29), lost(1, 30)])
+    assert "cancelled before the first loss (12:29:00 UTC, the loss at 12:30:00 UTC)" in early.why
+    matrix = judge_run([lost(1, 30), cancel(2, 30), cancel(3, 30)])
+    assert matrix.why == "1 lost to infrastructure (test (gpu, 1) (job 1)), 2 cancelled by the loss"

@@ -20,7 +20,16 @@ from autoscaler.job_retry.decide import RERUN, SKIP
 from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.job_retry.stage import SETTLE, RetryStage
 from autoscaler.telemetry import Metrics
-from tests.unit.test_job_retry_stage import INSTANCE, NOW, Rerunner, Source, config, count, job
+from tests.unit.test_job_retry_stage import (
+    INSTANCE,
+    NOW,
+    Rerunner,
+    Source,
+    config,
+    count,
+    first,
+    job,
+)
 
 SPOT_END = InstanceEnd(INSTANCE, spot=True, code="Server.SpotInstanceTermination")
 USER_END = InstanceEnd(INSTANCE, spot=False, code="Client.UserInitiatedShutdown")
@@ -73,13 +82,13 @@ def test_an_instance_spot_ended_without_any_event_is_a_spot_loss(
     and a Spot end counts as a Spot loss; any other end, or none, changes nothing."""
     s, metrics, rerunner = stage_with(fates, [settled_failure()])
     (choice,) = s.step(NOW).choices
-    assert (choice.verdict.reason, choice.result) == (reason, result)
+    assert (first(choice).reason, choice.result) == (reason, result)
     assert count(metrics, reason, result) == 1
-    assert rerunner.calls == ([("pytorch", 1)] if result == RERUN else [])
+    assert rerunner.calls == ([("pytorch", 101)] if result == RERUN else [])
     if fates is not None:
         assert fates.asked == [[INSTANCE]]
     if result == RERUN:
-        assert f"instance {INSTANCE}: spot_terminated" in choice.verdict.evidence
+        assert f"instance {INSTANCE}: spot_terminated" in first(choice).evidence
 
 
 def test_ec2_is_asked_only_once_the_failure_settled_and_within_the_grace() -> None:
@@ -93,10 +102,10 @@ def test_ec2_is_asked_only_once_the_failure_settled_and_within_the_grace() -> No
     late = job(2, annotations=(), completed_at=NOW - EVENT_GRACE - timedelta(seconds=1))
     s2, _, rerunner = stage_with(fates, [late])
     (choice,) = s2.step(NOW).choices
-    assert (choice.verdict.reason, choice.result) == ("user", SKIP)
+    assert (first(choice).reason, choice.result) == ("user", SKIP)
     assert fates.asked == [] and rerunner.calls == []
     (settled,) = stage_with(fates, [fresh])[0].step(NOW + SETTLE).choices
-    assert settled.verdict.reason == "spot_interruption"
+    assert first(settled).reason == "spot_interruption"
 
 
 def test_ec2_unreachable_the_job_waits_and_is_asked_again() -> None:
@@ -105,12 +114,12 @@ def test_ec2_unreachable_the_job_waits_and_is_asked_again() -> None:
     fates = Fates(SPOT_END, errors=[TransientError("throttled", code="Throttling")])
     s, metrics, rerunner = stage_with(fates, [settled_failure()])
     assert s.step(NOW).choices == ()
-    assert list(s.pending) == [settled_failure().key]
+    assert list(s.pending) == [("pytorch", 101)]
     failures = metrics.registry.get_sample_value(
         "ci_autoscaler_stage_failures_total", {"stage": "job_retry_instances"}
     )
     assert failures == 1
     (choice,) = s.step(NOW + timedelta(seconds=30)).choices
-    assert (choice.verdict.reason, choice.result) == ("spot_interruption", RERUN)
-    assert rerunner.calls == [("pytorch", 1)]
+    assert (first(choice).reason, choice.result) == ("spot_interruption", RERUN)
+    assert rerunner.calls == [("pytorch", 101)]
     assert len(fates.asked) == 2

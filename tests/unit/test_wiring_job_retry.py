@@ -1,4 +1,4 @@
-"""Wiring for job retry: its completed jobs come from the poll's source alone, or, with
+"""Wiring for job retry: its completed runs come from the poll's source alone, or, with
 webhooks on, from the ``completed`` events first (a run that starts and fails between two
 reconciles is never seen running by the poll); re-runs always go through the poll's
 source (the webhook wrapper only observes)."""
@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 from autoscaler.app.wiring import Runtime, build_runtime
 from autoscaler.config import Config, StateConfig, WebhookConfig
 from autoscaler.config.job_retry import JobRetryConfig
-from autoscaler.domain import CompletedJob, RunProgress
+from autoscaler.domain import CompletedRun, RunProgress
 from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.job_retry.stage import RetryStage
-from autoscaler.observe.github.webhook_completions import WebhookCompletedJobs
+from autoscaler.observe.github.webhook_completions import WebhookCompletedRuns
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 from tests.unit.handover_fakes import FakeParameters, RegisteringSource
@@ -26,15 +26,15 @@ POOL = "gpu-spot"
 
 
 class RetryingSource(RegisteringSource):
-    """A source that also finds completed jobs and re-runs them, as GitHubSource does."""
+    """A source that also finds completed runs and re-runs them, as GitHubSource does."""
 
-    def completed_jobs(self, now: datetime) -> Sequence[CompletedJob]:
+    def completed_runs(self, now: datetime) -> Sequence[CompletedRun]:
         return []
 
-    def annotate(self, job: CompletedJob) -> CompletedJob | None:
-        return job
+    def read_run(self, repo: str, run_id: int) -> CompletedRun | RunProgress:
+        raise AssertionError("not in these tests")
 
-    def rerun_job(self, repo: str, job_id: int) -> None:
+    def rerun_failed_jobs(self, repo: str, run_id: int) -> None:
         raise AssertionError("not in these tests")
 
     def run_progress(self, repo: str, run_id: int) -> RunProgress:
@@ -86,7 +86,7 @@ def test_with_webhooks_job_retry_reads_the_completed_events_and_reruns_through_t
     try:
         assert r.webhooks is not None
         feed = stage_of(r).source
-        assert isinstance(feed, WebhookCompletedJobs)
+        assert isinstance(feed, WebhookCompletedRuns)
         assert feed.index is r.webhooks.source.index
         assert feed.polled is source
     finally:

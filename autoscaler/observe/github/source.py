@@ -43,10 +43,11 @@ from urllib.parse import quote
 import httpx
 
 from autoscaler.config import GitHubConfig
-from autoscaler.domain import CompletedJob, Observation, Runner, RunProgress
+from autoscaler.domain import CompletedRun, Observation, Runner, RunProgress
 from autoscaler.errors import (
     AutoscalerError,
     ConfigError,
+    DeferredError,
     NotFoundError,
     StateError,
     TransientError,
@@ -54,7 +55,7 @@ from autoscaler.errors import (
 from autoscaler.observe.github.auth import AppAuth, Auth, TokenAuth
 from autoscaler.observe.github.cache import EtagCache, PollCacheStore
 from autoscaler.observe.github.delivery_reader import DeliveryLog
-from autoscaler.observe.github.failures import CompletedRuns
+from autoscaler.observe.github.failures import CompletedRuns, newer_attempt_running
 from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.parse import Skips
@@ -272,23 +273,34 @@ class GitHubSource:
             path = f"/repos/{self._owner}/{repo}/actions/runners/registration-token"
         return create_registration_token(self._http, path)
 
-    # --- job retry (autoscaler.job_retry.stage's CompletedJobSource and JobRerunner)
-    def completed_jobs(self, now: datetime) -> list[CompletedJob]:
-        """Jobs of runs the poll saw complete, failed ones with their annotations."""
-        return self.completed.completed_jobs(now)
+    # --- job retry (autoscaler.job_retry.stage's CompletedRunSource and JobRerunner)
+    def completed_runs(self, now: datetime) -> list[CompletedRun]:
+        """Runs the poll saw complete, with a failed or cancelled job: every job of each."""
+        return self.completed.completed_runs(now)
 
-    def annotate(self, job: CompletedJob) -> CompletedJob | None:
-        """A failed job a webhook reported, with its annotations (one request); None while
-        GitHub's remaining rate limit is kept for the poll (ask again later)."""
+    def read_run(self, repo: str, run_id: int) -> CompletedRun | RunProgress:
+        """A run a webhook told of a failure in: every job of it once it has completed
+        (``GET .../runs/{run_id}``, then its jobs), else where it is now. DeferredError
+        while GitHub's remaining rate limit is kept for the poll (ask again later)."""
         if not self.completed.affordable():
-            return None
-        return self.completed.annotated(job)
+            raise DeferredError("the rate limit left is kept for the poll")
+        progress = self.run_progress(repo, run_id)
+        if progress.status != "completed":
+            return progress
+        run = self.completed.whole(repo, run_id, progress.attempt)
+        if newer_attempt_running(run):  # re-run between the two reads
+            return RunProgress("queued", run.attempt)
+        return run
 
-    def rerun_job(self, repo: str, job_id: int) -> None:
-        """``POST /repos/{o}/{r}/actions/jobs/{job_id}/rerun`` (201). AuthenticationError on
-        403 (no Actions: write), RejectedError on 422, NotFoundError on 404."""
-        path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/jobs/{int(job_id)}/rerun"
-        self._http.send("POST", path, "job_rerun")
+    def rerun_failed_jobs(self, repo: str, run_id: int) -> None:
+        """``POST /repos/{o}/{r}/actions/runs/{run_id}/rerun-failed-jobs`` (201): the run's
+        failed and cancelled jobs, and their dependents, in one new attempt.
+        AuthenticationError on 403, RejectedError on 422, NotFoundError on 404."""
+        path = (
+            f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runs/{int(run_id)}"
+            "/rerun-failed-jobs"
+        )
+        self._http.send("POST", path, "run_rerun_failed_jobs")
 
     def run_progress(self, repo: str, run_id: int) -> RunProgress:
         """``GET /repos/{o}/{r}/actions/runs/{run_id}``: its ``status`` and ``run_attempt``
