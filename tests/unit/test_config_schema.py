@@ -119,7 +119,8 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 FRAGMENTS = [
     (name, block)
     for name, block in _yaml_blocks()
-    if isinstance(block, dict) and "route" not in block  # Alertmanager's own config
+    # Alertmanager's (route) and Prometheus's (global) own configs
+    if isinstance(block, dict) and not {"route", "global"} & set(block)
 ]
 
 
