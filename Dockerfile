@@ -24,7 +24,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     WHEELS=/tmp/wheels
 
 WORKDIR /src
-COPY requirements.lock pyproject.toml README.md ./
+COPY requirements.lock pyproject.toml README.md LICENSE ./
 COPY autoscaler ./autoscaler
 
 # The dependencies from the lock file only (every version pinned, every file's hash

@@ -8,18 +8,23 @@ STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 DEMO_DURATION ?= 60
+# Byte-compiled once at install: the machines set PYTHONDONTWRITEBYTECODE, so an import
+# never writes a .pyc and every command would compile the package again.
+COMPILE := $(BIN)/python -m compileall -q autoscaler
 
-.PHONY: demo test test-fast lint bench clean references lock
+.PHONY: demo test test-fast lint bench clean references docs lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[dev]'
+	$(COMPILE)
 	touch $(STAMP) $(DEMO_STAMP)
 
 $(DEMO_STAMP): pyproject.toml
 	@echo "installing ci-autoscaler and moto into $(VENV) (first run only) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) -e '.[demo]'
+	$(COMPILE)
 	touch $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
@@ -60,12 +65,19 @@ $(CHECKOV_VENV)/.installed:
 	touch $@
 
 lint: $(STAMP) $(CHECKOV_VENV)/.installed
-	$(BIN)/ruff check autoscaler tests bench
-	$(BIN)/ruff format --check autoscaler tests bench
+	$(BIN)/ruff check autoscaler tests bench docgen
+	$(BIN)/ruff format --check autoscaler tests bench docgen
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/hadolint Dockerfile
 	$(CHECKOV_VENV)/bin/checkov --directory terraform --framework terraform --quiet --compact --skip-download
+	$(BIN)/python -m docgen --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The docs site: regenerate docs/reference/ from the code, then build it into site/.
+docs: $(STAMP)
+	$(BIN)/python -m docgen
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
@@ -78,4 +90,4 @@ lock: $(STAMP)
 	  --no-emit-index-url --no-emit-find-links --output-file requirements.lock pyproject.toml
 
 clean:
-	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache site

@@ -80,13 +80,21 @@ class PollBudget:
     busy_interval: float
     """Seconds between re-lists of repositories and runs with queued jobs."""
     quiet_interval: float
-    """Seconds between re-lists of the others."""
+    """Seconds between re-lists of quiet repositories (polling alone: their newest runs;
+    as the webhook reconcile: every unit without queued jobs)."""
     budget_per_hour: float
     """Requests per hour the source may spend (``github.rate_limit_share`` of the limit)."""
     needed_per_hour: float
-    """What re-listing everything every poll interval would cost."""
+    """What listing every unit at its own interval, unstretched, would cost."""
     too_small: bool
     """Repositories with queued jobs are re-listed less often than every poll interval."""
+    staleness_limit: float | None = None
+    """Polling alone: the longest any listing goes without being read again (None: the
+    webhook reconcile, which reads what it needs at every reconcile)."""
+    live_repos: int = 0
+    """Repositories holding a run that is not completed (listed whole every tick)."""
+    quiet_repos: int = 0
+    """The others (listed by their newest runs every ``quiet_interval``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +149,9 @@ class QueueStats:
     oldest_queued_at: datetime | None = None
     #: Queue time in seconds of every fresh queued job, oldest first (for min_job_age).
     queued_ages_seconds: tuple[float, ...] = ()
+    #: Seconds since creation of every job of the type in progress, when the source
+    #: lists them (the arrival rate counts the jobs created since the last poll).
+    started_ages_seconds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,8 +186,31 @@ class Metrics:
         self.github_poll_interval = Gauge(
             P + "github_poll_interval_seconds",
             "Effective seconds between re-lists of repositories and runs with queued jobs "
-            "(activity=busy) and of the others (quiet), as the rate-limit budget plans them.",
+            "(activity=busy) and of quiet repositories' newest runs (quiet; polling alone) or "
+            "of every other unit (quiet; as the webhook reconcile), as the budget plans them.",
             ["activity"],
+            registry=r,
+        )
+        self.github_staleness_limit = Gauge(
+            P + "github_staleness_limit_seconds",
+            "Polling alone: the longest a repository's runs or a run's jobs go without being "
+            "listed again (stretched, like the quiet interval, when the budget is short).",
+            registry=r,
+        )
+        self.github_repos = Gauge(
+            P + "github_repos",
+            "Watched repositories by activity: live (a run not completed at the last listing: "
+            "listed whole every tick) and quiet (listed by their newest runs, less often).",
+            ["activity"],
+            registry=r,
+        )
+        self.github_listings = Counter(
+            P + "github_listings_total",
+            "Listings the poll asked for, by listing (runs: a repository's runs in every "
+            "status that can hold a queued job; recent_runs: its newest runs in any status; "
+            "jobs: a run's jobs) and reason (new, live, quiet, stale, short, busy, status, "
+            "runner; reconcile: the webhook reconcile lists them all).",
+            ["listing", "reason"],
             registry=r,
         )
         self.github_budget = Gauge(
@@ -198,7 +221,8 @@ class Metrics:
         )
         self.github_budget_needed = Gauge(
             P + "github_budget_needed_requests_per_hour",
-            "What re-listing everything every poll interval would cost per hour.",
+            "What the poll's listings would cost per hour unstretched: every unit at its own "
+            "interval (busy and live ones every poll interval).",
             registry=r,
         )
         self.github_rate_limit_pauses = Counter(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from bench import (
     aims,
+    cli_start,
     config_load,
     failover,
     github_budget,
@@ -24,11 +25,13 @@ from bench import (
     listener,
     scaling,
     state_requests,
+    steady_tick,
     webhooks,
 )
 
 BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_poll": github_poll.run,
+    "steady_tick": steady_tick.run,
     "github_budget": github_budget.run,
     "github_payloads": github_payloads.run,
     "scaling": scaling.run,
@@ -39,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "webhooks": webhooks.run,
     "listener": listener.run,
     "config_load": config_load.run,
+    "cli_start": cli_start.run,
 }
 
 

@@ -111,9 +111,8 @@ def _hand_job(item: Any, run: RunRef, interner: Interner) -> Job | None:
 def _hand_run(item: Any) -> RunRef:
     run_id = _field(item, "id", int)
     status = _field(item, "status", str)
-    return RunRef(
-        run_id, RUN.repo, status == "completed", _time(item.get("created_at")).timestamp()
-    )
+    created = _time(item.get("created_at")).timestamp()
+    return RunRef(run_id, RUN.repo, status == "completed", created, status)
 
 
 def _hand_runner(item: Any, interner: Interner) -> Runner:
@@ -243,9 +242,8 @@ def msgspec_page(kind: str, content: bytes, interner: Interner) -> list[Any]:
             if kind == "jobs":
                 value: Any = _m_job(item, interner)
             elif kind == "workflow_runs":
-                value = RunRef(
-                    item.id, RUN.repo, item.status == "completed", _utc(item.created_at).timestamp()
-                )
+                created = _utc(item.created_at).timestamp()
+                value = RunRef(item.id, RUN.repo, item.status == "completed", created, item.status)
             else:
                 labels = normalize_labels([label.name for label in item.labels])
                 value = Runner(

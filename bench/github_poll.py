@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from bench import aims
@@ -55,13 +56,21 @@ PER_PAGE = 100
 class Proc:
     """One benchmark process and its line protocol."""
 
-    def __init__(self, role: str, params: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        role: str,
+        params: dict[str, Any],
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.role = role
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "bench.proc", role, json.dumps(params)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
+            cwd=cwd,
         )
 
     def read(self) -> dict[str, Any]:

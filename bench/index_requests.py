@@ -1,5 +1,5 @@
 """Benchmark: what the webhook job index in the DynamoDB state table costs, per delivery and
-per tick (issue 13's last point).
+per tick.
 
 The same world as :mod:`bench.state_requests` (two controllers wired as ``run`` wires them,
 moto's server one request at a time, a 30 s poll on a virtual clock, bursts of jobs that a

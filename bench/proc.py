@@ -30,13 +30,14 @@ import httpx
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.config import parse_config
 from autoscaler.controller import Controller
-from autoscaler.domain import Instance, InstanceLifecycle, PoolState
+from autoscaler.domain import Instance, InstanceLifecycle, JobStatus, PoolState
 from autoscaler.fakes.github import FakeGitHub
 from autoscaler.observe.github.source import GitHubSource
 from autoscaler.scale.scaler import Scaler
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 from bench.org import T0, Org, Size, type_names
+from bench.skewed import Shape, SkewedOrg
 
 
 def _cpu() -> float:
@@ -60,8 +61,14 @@ def run_fake(params: dict[str, Any]) -> None:
     clock = {"now": T0}
     fake = FakeGitHub(clock=lambda: clock["now"], latency=params["latency"])
     fake.RATE_LIMIT = params["rate_limit"]
-    org = Org(fake, Size(**params["size"]))
+    org: Org | SkewedOrg
+    if "shape" in params:
+        org = SkewedOrg(fake, Shape(**params["shape"]))
+        clock["now"] = org.now
+    else:
+        org = Org(fake, Size(**params["size"]))
     org.populate()
+    clock["now"] = org.now
     fake.start()
     print(json.dumps({"url": fake.url, "owner": fake.owner}), flush=True)
 
@@ -71,6 +78,8 @@ def run_fake(params: dict[str, Any]) -> None:
                 moved = org.churn(command["seconds"])
                 clock["now"] = org.now
             return moved
+        if command["op"] == "queued" and isinstance(org, SkewedOrg):
+            return {"ids": sorted(org.queued_ids()), **org.census()}
         with fake.lock:
             requests = list(fake.requests)
             used = fake._rate_used
@@ -143,7 +152,7 @@ class _NoParameters:
         raise AssertionError("the benchmark ticks with dry_run")
 
 
-def _pools(size: Size) -> StaticPool:
+def _pools(size: Size | Shape) -> StaticPool:
     types = type_names(size.types)
     instances: dict[str, list[Instance]] = {f"pool-{t}": [] for t in types}
     for j in range(size.runners):
@@ -183,7 +192,7 @@ def round_trip(url: str, path: str, requests: int) -> float:
 
 
 def run_controller(params: dict[str, Any]) -> None:
-    size = Size(**params["size"])
+    size = Size(**params["size"]) if "size" in params else Shape(**params["shape"])
     types = type_names(size.types)
     raw = {
         "poll_interval": f"{params['interval']}s",
@@ -244,6 +253,13 @@ def run_controller(params: dict[str, Any]) -> None:
             observation = controller.last_observation
             budget = observation.budget if observation else None
             snapshot = result.snapshot
+            ids = None
+            if command.get("ids") and observation is not None:
+                ids = sorted(
+                    j.id
+                    for j in observation.jobs
+                    if j.status is JobStatus.QUEUED and not j.has_steps and not j.run_completed
+                )
             queued = 0
             if snapshot is not None:
                 stats = snapshot.per_type.values()
@@ -259,6 +275,7 @@ def run_controller(params: dict[str, Any]) -> None:
                 "busy_interval": budget.busy_interval if budget else None,
                 "too_small": budget.too_small if budget else None,
                 "needed_per_hour": budget.needed_per_hour if budget else None,
+                "ids": ids,
             }
 
         try:

@@ -17,7 +17,7 @@ of virtual time against the same table.
 
 Per hour at 30 s = 120 ticks x requests per tick + the lease's hour. Aims: a quiet tick
 sends no write, and the pair stays under 10,000 requests an hour in the busy phase (under
-about 20 US cents a month on demand; the README works the cost out).
+about 20 US cents a month on demand; docs/simulator.md works the cost out).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Benchmark: GitHub ``workflow_job`` webhooks, reaction and rate limit (issue 10).
+"""Benchmark: GitHub ``workflow_job`` webhooks, reaction and rate limit.
 
 Three measurements, each printed with what it was measured against:
 

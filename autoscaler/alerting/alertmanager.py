@@ -97,8 +97,8 @@ def text_line(text: str, key: str) -> str:
 
 def alert_annotations(n: Notification) -> dict[str, str]:
     """What on-call reads. ``cause`` is the on-call text's ``Cause:`` line: it appears here
-    the day an evaluation carries causes (design.md, "Cause: line right after Reason:"),
-    with no change to this module; nothing is made up meanwhile."""
+    whenever an evaluation carries causes (it follows ``Reason:`` in the on-call text);
+    nothing is made up otherwise."""
     ev = n.evaluation
     out = {
         "summary": render.title(ev),

@@ -53,6 +53,7 @@ from autoscaler.alerting.evaluation import FLEET, Causes, Evaluation
 from autoscaler.alerting.job_retry_alerts import DENIED_RULE, EXHAUSTED_RULE, evaluate_job_retries
 from autoscaler.alerting.lifecycle import AlertState, AlertStatus, Notification, advance
 from autoscaler.alerting.rules import evaluate_rules, reason_values
+from autoscaler.alerting.runbook import with_runbook
 from autoscaler.alerting.store import AlertStore
 from autoscaler.config import AlertRuleConfig, AlertsConfig, ReceiverConfig
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
@@ -201,7 +202,8 @@ class AlertEngine:
             keep |= {EXHAUSTED_RULE, DENIED_RULE}
         else:
             evaluations += evaluate_job_retries(b, retries.exhausted, retries.denied, everyone)
-        return evaluations, keep
+        base = self.config.runbook_base_url
+        return [with_runbook(e, base) for e in evaluations], keep
 
     def step(
         self,

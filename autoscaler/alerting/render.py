@@ -1,4 +1,4 @@
-"""Rendering: the on-call text (design.md, "Alert text") and one payload per receiver type.
+"""Rendering: the on-call text (docs/alerts.md) and one payload per receiver type.
 
 Pure functions of a :class:`Notification`; no I/O. Every payload carries the
 notification's ``event_id`` (:attr:`Notification.event_id`) where its format allows, so a

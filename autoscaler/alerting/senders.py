@@ -30,7 +30,7 @@ from autoscaler.retrying import RetryPolicy
 from autoscaler.secrets import Secret
 from autoscaler.telemetry import Metrics
 
-#: The deliverer's logger: these log lines keep the name they had in delivery.py.
+#: The deliverer's logger: a sender's lines are delivery's, whichever module writes them.
 log = logging.getLogger("autoscaler.alerting.delivery")
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"

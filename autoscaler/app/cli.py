@@ -1,30 +1,25 @@
-"""Argument parsing and wiring only. Standard output carries results; logs go to stderr."""
+"""Argument parsing and wiring only. Standard output carries results; logs go to stderr.
+
+A command imports what it runs when it runs (the controller, the served application,
+the simulator, the config's models, the AWS and HTTP clients): ``--help`` and a parse
+error import argparse and this module only, and ``check-config`` the config's models.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import sys
-import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from autoscaler import __version__
-from autoscaler.app.logs import setup_logging
-from autoscaler.app.report import format_table, to_json
-from autoscaler.app.service import Wakeup, run_loop, stop_on_signals, utc_now
-from autoscaler.errors import ConfigError, StateError, StateUnavailableError
-from autoscaler.telemetry import Metrics
 
 if TYPE_CHECKING:
     from autoscaler.config import Config, LoadedConfig
     from autoscaler.controller import TickResult
 
-log = logging.getLogger("autoscaler")
-
-#: Exit codes, one meaning each (README "Using it", "Exit codes").
+#: Exit codes, one meaning each (docs: getting-started.md, "Exit codes").
 OK = 0
 #: The config is invalid, or what the command checked failed (a receiver refused the test).
 FAILED = 1
@@ -45,6 +40,7 @@ def plural(count: int, noun: str) -> str:
 
 def _read(path: str, *, allow_unset_env: bool = False) -> LoadedConfig | None:
     from autoscaler.config import read_config  # noqa: PLC0415 (pydantic: only to read one)
+    from autoscaler.errors import ConfigError  # noqa: PLC0415
 
     try:
         return read_config(path, allow_unset_env=allow_unset_env)
@@ -62,6 +58,8 @@ def _load(path: str) -> Config | None:
 
 def _configure(args: argparse.Namespace) -> Config | None:
     """Load ``--config`` (problems to stderr) and set up logging from it."""
+    from autoscaler.app.logs import setup_logging  # noqa: PLC0415
+
     config = _load(args.config)
     if config is not None:
         setup_logging(args.log_level or config.log_level)
@@ -94,7 +92,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def _check_config_json(path: str, allow_unset_env: bool) -> int:
     """One JSON object on stdout, valid or not (as ``terraform validate -json``)."""
+    import json  # noqa: PLC0415
+
     from autoscaler.config import read_config  # noqa: PLC0415 (pydantic: only to read one)
+    from autoscaler.errors import ConfigError  # noqa: PLC0415
 
     report: dict[str, object] = {"file": path}
     try:
@@ -126,6 +127,8 @@ def tick_exit_code(result: TickResult) -> int:
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
     from autoscaler.config import json_schema  # noqa: PLC0415 (pydantic: only for this)
 
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
@@ -133,7 +136,12 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_once(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
+    from autoscaler.app.report import format_table, to_json  # noqa: PLC0415
+    from autoscaler.app.service import utc_now  # noqa: PLC0415
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
+    from autoscaler.telemetry import Metrics  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
@@ -161,8 +169,12 @@ def cmd_once(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+
     from autoscaler.app.explain import explain_json, format_explain, reports  # noqa: PLC0415
+    from autoscaler.app.service import utc_now  # noqa: PLC0415
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
+    from autoscaler.telemetry import Metrics  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
@@ -178,19 +190,28 @@ def cmd_explain(args: argparse.Namespace) -> int:
     try:
         result = runtime.controller.tick(utc_now(), dry_run=True)
         last_poll = runtime.controller.last_successful_poll
+        observation = runtime.controller.last_observation
+        budget = observation.budget if observation is not None else None
     finally:
         runtime.close()
     types = [t for t in reports(result, config) if args.runner_type in (None, t.name)]
     if args.output == "json":
-        sys.stdout.write(json.dumps(explain_json(types, result.retries), indent=2) + "\n")
+        sys.stdout.write(json.dumps(explain_json(types, result.retries, budget), indent=2) + "\n")
     else:
-        sys.stdout.write(format_explain(types, result, last_poll))
+        sys.stdout.write(format_explain(types, result, last_poll, budget))
     return tick_exit_code(result)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import logging  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
     from autoscaler.app.served import StatusServer  # noqa: PLC0415
+    from autoscaler.app.service import Wakeup, run_loop, stop_on_signals  # noqa: PLC0415
     from autoscaler.app.wiring import build_runtime  # noqa: PLC0415
+    from autoscaler.telemetry import Metrics  # noqa: PLC0415
+
+    log = logging.getLogger("autoscaler")
 
     config = _configure(args)
     if config is None:
@@ -276,7 +297,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_state_create_table(args: argparse.Namespace) -> int:
+    from autoscaler.errors import StateError, StateUnavailableError  # noqa: PLC0415
     from autoscaler.state.dynamodb_table import DynamoTable, create_table  # noqa: PLC0415
+    from autoscaler.telemetry import Metrics  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
@@ -324,6 +347,7 @@ def cmd_state_create_table(args: argparse.Namespace) -> int:
 
 
 def cmd_alerts_test(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
     import time  # noqa: PLC0415
 
     from autoscaler.alerting.alertmanager import ALERTMANAGER, api_urls  # noqa: PLC0415
@@ -331,6 +355,8 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
     from autoscaler.alerting.delivery import Deliverer  # noqa: PLC0415
     from autoscaler.alerting.engine import send_test  # noqa: PLC0415
     from autoscaler.alerting.evaluation import Evaluation  # noqa: PLC0415
+    from autoscaler.app.service import utc_now  # noqa: PLC0415
+    from autoscaler.telemetry import Metrics  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
@@ -374,6 +400,7 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from autoscaler.app.demo import run_demo  # noqa: PLC0415
+    from autoscaler.app.logs import setup_logging  # noqa: PLC0415
 
     if args.log_level:  # asked for: to stderr as well as the demo's log panel
         setup_logging(args.log_level)
@@ -392,11 +419,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     sweep = [item for group in args.sweep or [] for item in group]
-    return run_simulate(config, args.trace, args.policy, args.output, args.plot, sweep)
+    return run_simulate(
+        config,
+        args.trace,
+        args.policy,
+        args.output,
+        args.plot,
+        sweep,
+        equal_knobs=args.equal_knobs,
+    )
 
 
 def cmd_record(args: argparse.Namespace) -> int:
     from autoscaler.app.record import run_record  # noqa: PLC0415
+    from autoscaler.app.service import utc_now  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
@@ -422,6 +458,23 @@ def _host_port(text: str) -> str:
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
     return f"{host}:{int(port)}"
+
+
+class _Policies:
+    """The simulator's policy names as argparse ``choices``, read from the simulator only
+    when a ``--policy`` is checked or ``simulate --help`` lists them: building the parser
+    (for every command, and ``--help``) does not import the simulator."""
+
+    def _names(self) -> tuple[str, ...]:
+        from autoscaler.sim.simulate import POLICIES  # noqa: PLC0415
+
+        return POLICIES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
 
 
 CONFIG_HELP = (
@@ -536,8 +589,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_demo)
 
-    from autoscaler.sim.simulate import POLICIES  # noqa: PLC0415
-
     p = sub.add_parser(
         "simulate", help="replay a job trace through this policy and the peers' (virtual time)"
     )
@@ -546,8 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policy",
         action="append",
-        choices=POLICIES,
-        help="a policy to replay (repeatable; default: all of them)",
+        choices=_Policies(),
+        metavar="POLICY",
+        help="a policy to replay (repeatable; default: all of them; an unknown name lists them)",
     )
     _output_argument(p)
     p.add_argument("--plot", metavar="FILE", help="draw the results (needs matplotlib)")
@@ -557,6 +609,12 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="KNOB=V1,V2",
         help="this project's knobs over a grid (min_idle, idle_timeout, ...): the Pareto front",
+    )
+    p.add_argument(
+        "--equal-knobs",
+        action="store_true",
+        help="give the peers this project's poll interval, idle timeout and min_idle"
+        " wherever they have such a knob (rule against rule)",
     )
     p.set_defaults(func=cmd_simulate)
 

@@ -4,8 +4,7 @@ workload, the alert sink).
 
 Apart from :mod:`autoscaler.app.demo` (the script and its screen loop) because this is
 *what* the demo runs against and that is *how* it tells the story; tests start pieces of
-the world (the sink, the workload's shape) without the loop. Split out of demo.py when
-it passed 450 lines; nothing in it changed.
+the world (the sink, the workload's shape) without the loop.
 """
 
 from __future__ import annotations
@@ -133,7 +132,6 @@ def demo_config(  # noqa: PLR0917 - the demo world's addresses
     rule = {
         "team": "demo-dev-infra",
         "priority": "P2",
-        "runbook_url": "https://example.com/runbooks/ci-queue",
         "dashboard_url": "https://example.com/d/ci-autoscaler",
         "receivers": ["sink"],
         "repeat_interval": "10m",

@@ -17,7 +17,7 @@ from typing import Any
 
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
-from autoscaler.domain import Cause, CompletedJob, InstanceLifecycle, RunnerCounts
+from autoscaler.domain import Cause, CompletedJob, InstanceLifecycle, PollBudget, RunnerCounts
 from autoscaler.job_retry.decide import ASK, RERUN, RetryReport
 from autoscaler.scale.causes import UNMATCHED, fmt_age
 
@@ -155,14 +155,45 @@ def reports(result: TickResult, config: Config) -> list[TypeReport]:
     return out
 
 
-def explain_json(types: Sequence[TypeReport], retries: RetryReport | None = None) -> dict[str, Any]:
+def explain_json(
+    types: Sequence[TypeReport],
+    retries: RetryReport | None = None,
+    budget: PollBudget | None = None,
+) -> dict[str, Any]:
     """``{"runner_types": [{"name", "queue_size", "max_queue_time_seconds", "causes",
-    "pools"}]}``, and ``run_retries`` (job retry's decision per run attempt, as ``once
-    --output json`` gives it) when job retry ran."""
+    "pools"}]}``, ``run_retries`` (job retry's decision per run attempt, as ``once
+    --output json`` gives it) when job retry ran, and ``github_poll`` (how often GitHub is
+    read) when the poll planned."""
     out: dict[str, Any] = {"runner_types": [t.as_dict() for t in types]}
     if retries is not None:
         out["run_retries"] = [c.as_dict() for c in retries.choices]
+    if budget is not None:
+        out["github_poll"] = {
+            "poll_interval_seconds": budget.poll_interval,
+            "busy_interval_seconds": budget.busy_interval,
+            "quiet_interval_seconds": budget.quiet_interval,
+            "staleness_limit_seconds": budget.staleness_limit,
+            "live_repos": budget.live_repos,
+            "quiet_repos": budget.quiet_repos,
+            "budget_too_small": budget.too_small,
+        }
     return out
+
+
+def poll_line(budget: PollBudget) -> str:
+    """How often GitHub is read, for a person: polling alone, the cadence and its
+    staleness limit; as the webhook reconcile, the intervals."""
+    if budget.staleness_limit is None:
+        return (
+            f"GitHub reconcile: busy units every {budget.busy_interval:g}s, "
+            f"the others every {budget.quiet_interval:g}s"
+        )
+    return (
+        f"GitHub poll: {budget.live_repos} live repositories every {budget.busy_interval:g}s, "
+        f"{budget.quiet_repos} quiet ones by their newest runs every "
+        f"{budget.quiet_interval:g}s; everything re-read at least every "
+        f"{budget.staleness_limit:g}s (staleness limit)"
+    )
 
 
 def _jobs(jobs: Sequence[CompletedJob]) -> str:
@@ -228,9 +259,12 @@ def format_type(t: TypeReport, now: datetime, *, decisions: bool = True) -> list
 
 
 def format_explain(
-    types: Sequence[TypeReport], result: TickResult, last_successful_poll: datetime | None
+    types: Sequence[TypeReport],
+    result: TickResult,
+    last_successful_poll: datetime | None,
+    budget: PollBudget | None = None,
 ) -> str:
-    """The ``explain`` text."""
+    """The ``explain`` text (``budget``: the last poll's plan, for how often GitHub is read)."""
     when = (result.snapshot.observed_at if result.snapshot else result.now).strftime(
         "%Y-%m-%d %H:%M:%S UTC"
     )
@@ -241,6 +275,8 @@ def format_explain(
         head.append(f"poll partial (their queued jobs are not counted): {result.poll_partial}")
     if last_successful_poll is None:
         head.append("no successful poll of GitHub")
+    if budget is not None:
+        head.append(poll_line(budget))
     lines = [*head, ""]
     for t in types:
         lines += [*format_type(t, result.now), ""]

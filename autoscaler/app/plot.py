@@ -14,7 +14,7 @@ matplotlib.use("Agg")  # files only, never a window
 
 import matplotlib.pyplot as plt
 
-from autoscaler.sim.emulator import Sample
+from autoscaler.sim.entities import Sample
 from autoscaler.sim.metrics import PolicyResult
 
 #: Time series drawn at most (a sweep draws its Pareto front's).
@@ -88,22 +88,23 @@ def draw(results: Sequence[PolicyResult], front: Sequence[PolicyResult], path: s
 
 
 def draw_overview(
-    traces: Sequence[tuple[str, Sequence[PolicyResult], float]], path: str, title: str
+    traces: Sequence[tuple[str, Sequence[PolicyResult], float, float]], path: str, title: str
 ) -> None:
     """One p95-vs-runner-hours panel per trace; ``traces`` holds (name, results, the p95
-    aim in seconds), drawn as a dotted line."""
+    aim in seconds, drawn dotted, the oracle's runner-hours, drawn dashed)."""
     columns = 2
     rows = (len(traces) + columns - 1) // columns
     fig, axes = plt.subplots(rows, columns, figsize=(12, 4.2 * rows), layout="constrained")
     flat = list(axes.flat) if hasattr(axes, "flat") else [axes]
-    names = list(dict.fromkeys(r.name for _, results, _ in traces for r in results))
+    names = list(dict.fromkeys(r.name for _, results, _, _ in traces for r in results))
     colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
-    for ax, (name, results, aim) in zip(flat, traces, strict=False):
+    for ax, (name, results, aim, oracle) in zip(flat, traces, strict=False):
         for r in results:
             ax.scatter(
                 r.runner_hours, r.p95_queue_seconds / 60, color=colours[r.name], label=r.name, s=40
             )
         ax.axhline(aim / 60, linestyle=":", linewidth=0.8, color="grey")
+        ax.axvline(oracle, linestyle="--", linewidth=0.8, color="grey")
         ax.set(title=name, xlabel="runner-hours", ylabel="p95 queue time (minutes)")
         ax.set_ylim(bottom=0)
     handles, labels = flat[0].get_legend_handles_labels()

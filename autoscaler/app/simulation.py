@@ -1,7 +1,10 @@
 """``ci-autoscaler simulate``: read a trace, replay it per policy (or over a sweep), print.
 
-Results go to standard output (a table, or one JSON object with ``--output json``);
-problems go to standard error with exit status 1.
+Every result is set against the oracle (:mod:`autoscaler.sim.oracle`): the fewest
+runner-hours that start every job at once, knowing the future. ``--equal-knobs`` gives
+the peers this project's poll interval (or reaction), idle timeout and min_idle wherever
+they have such a knob. Results go to standard output (a table, or one JSON object with
+``--output json``); problems go to standard error with exit status 1.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any, TextIO
 
 from autoscaler.config import Config
 from autoscaler.sim.metrics import PolicyResult, format_table
+from autoscaler.sim.oracle import Floor, floor
+from autoscaler.sim.project import reaction_of
 from autoscaler.sim.simulate import POLICIES, simulate
 from autoscaler.sim.sweep import SweepError, grid, pareto_front, parse_sweep
 from autoscaler.sim.trace import Trace, TraceError, read_trace
@@ -32,6 +37,8 @@ def run_simulate(  # noqa: PLR0917 (the CLI's arguments, one to one)
     plot: str | None,
     sweep: Sequence[str],
     out: TextIO | None = None,
+    *,
+    equal_knobs: bool = False,
 ) -> int:
     """The ``simulate`` command (results to ``out``, default standard output). Returns the
     exit status."""
@@ -50,29 +57,37 @@ def run_simulate(  # noqa: PLR0917 (the CLI's arguments, one to one)
     if not trace.jobs:
         return _problem(f"{trace_path}: the trace has no jobs")
     started = time.perf_counter()
+    oracle = floor(config, trace)
     if knobs:
         results = [simulate(c, trace, label=label) for label, c in grid(config, knobs)]
         front = pareto_front(results)
     else:
         names = list(dict.fromkeys(policies or POLICIES))
-        results = [simulate(config, trace, name) for name in names]
+        results = [simulate(config, trace, name, equal_knobs=equal_knobs) for name in names]
         front = []
     elapsed = time.perf_counter() - started
     if output == "json":
-        body: dict[str, Any] = {"policies": [r.as_json() for r in results]}
+        body: dict[str, Any] = {
+            "policies": [r.as_json(oracle) for r in results],
+            "oracle": _oracle_json(oracle),
+            "equal_knobs": equal_knobs,
+        }
         if knobs:
             body["pareto_front"] = [r.name for r in front]
         body["trace"] = _trace_summary(trace)
         out.write(json.dumps(body, indent=2) + "\n")
     else:
         out.write(_header(trace, config, elapsed))
+        out.write(_oracle_line(oracle))
         if knobs:
             out.write(
                 f"Pareto front of {len(results)} settings (p95 queue time vs runner-hours):\n"
             )
-            out.write(format_table(front))
+            out.write(format_table(front, oracle))
         else:
-            out.write(format_table(results))
+            if equal_knobs:
+                out.write("peers with this project's poll interval, idle timeout and min_idle\n")
+            out.write(format_table(results, oracle))
     if plot:
         return _plot(results, front, plot)
     return 0
@@ -87,15 +102,40 @@ def _trace_summary(trace: Trace) -> dict[str, Any]:
     }
 
 
+def _oracle_json(oracle: Floor) -> dict[str, Any]:
+    return {
+        "runner_hours": round(oracle.zero_wait_hours, 2),
+        "frontier": [
+            {"max_wait_seconds": p.max_wait_seconds, "runner_hours": round(p.runner_hours, 2)}
+            for p in oracle.frontier()
+        ],
+        "runner_types": [t.as_json() for t in oracle.types],
+    }
+
+
+def _oracle_line(oracle: Floor) -> str:
+    waits = ", ".join(
+        f"{p.runner_hours:.1f} within {p.max_wait_seconds:g}s"
+        for p in oracle.frontier()
+        if p.max_wait_seconds > 0
+    )
+    return (
+        f"oracle (every job at once, knowing the future): {oracle.zero_wait_hours:.1f}"
+        f" runner-h; letting jobs wait: {waits}\n\n"
+    )
+
+
 def _header(trace: Trace, config: Config, elapsed: float) -> str:
     sim = config.simulation
-    react = f", reaction {sim.reaction:g}s" if sim.reaction is not None else ""
+    reaction = reaction_of(config)
+    react = f", reaction {reaction:g}s" if reaction is not None else ""
     return (
         f"{len(trace.jobs)} jobs over {trace.span / 3600:.1f}h"
         f" from {trace.start:%Y-%m-%d %H:%M} UTC;"
-        f" boot p50 {sim.boot_time.p50:g}s p95 {sim.boot_time.p95:g}s;"
-        f" poll every {config.poll_interval:g}s{react};"
-        f" {len(sim.outages)} outage(s); replayed in {elapsed:.1f}s\n\n"
+        f" launch p50 {sim.launch_time.p50:g}s, boot p50 {sim.boot_time.p50:g}s"
+        f" p95 {sim.boot_time.p95:g}s;"
+        f" poll every {config.poll_interval:g}s (+{sim.poll_latency:g}s){react};"
+        f" {len(sim.outages)} outage(s); replayed in {elapsed:.1f}s\n"
     )
 
 

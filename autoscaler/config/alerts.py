@@ -39,6 +39,9 @@ from autoscaler.config.values import (
 from autoscaler.secrets import Secret, SecretUrl
 
 PRIORITIES = ("P0", "P1", "P2", "P3", "P4")
+#: The project's runbook page: an alert with no ``runbook_url`` of its own links its
+#: section there, ``<this>#<anchor of the alert's name>``.
+DEFAULT_RUNBOOK_BASE_URL = "https://ci-autoscaler.github.io/ci-autoscaler/runbook/"
 RECEIVER_TYPES = (
     "webhook",
     "slack",
@@ -216,7 +219,8 @@ class AlertsConfig(Section):
     rule_files: Annotated[tuple[str, ...], Strings()] = ()
     """Glob patterns of YAML files with a `rules:` list each (relative to this file);
     their rules come before `rules`."""
-    rules: tuple[AlertRuleConfig, ...] = ()
+    # validated when left out too: the rule files' rules join here
+    rules: tuple[AlertRuleConfig, ...] = Field(default=(), validate_default=True)
     """Threshold alerts."""
     receivers: Annotated[Mapping[str, ReceiverConfig], ByName()] = Field(default_factory=dict)
     """Receivers, by name."""
@@ -227,6 +231,11 @@ class AlertsConfig(Section):
     `--rules.alert.resend-delay`, 1m). Each post says the alert is valid for
     4 x max(this, `poll_interval`), so Alertmanager never expires an alert that still fires,
     and does expire it if the controller dies."""
+    runbook_base_url: Annotated[str, Text(r"^https?://", "an http(s) URL")] = (
+        DEFAULT_RUNBOOK_BASE_URL
+    )
+    """The runbook page an alert without a `runbook_url` of its own links to, at the
+    section named after the alert (`#github-unreachable`)."""
 
     @field_validator("rule_files")
     @classmethod

@@ -17,8 +17,8 @@ where only that instance may read it; the controller itself never hands a GitHub
 to a machine. The section only matters when some type is ephemeral.
 
 Why ``persistent`` stays the schema default although ``ephemeral`` is what new configs
-should use (``config.example.yaml``, the README quick start and the Terraform example all
-say ``mode: ephemeral``): a config written before this key existed describes machines that
+should use (``config.example.yaml``, the README's config and the Terraform example all say
+``mode: ephemeral``): a config written before this key existed describes machines that
 register their own runner. Read as ephemeral, the controller would register a second
 runner for each of them. An existing file keeps its meaning; a new one says what it wants.
 """

@@ -59,7 +59,11 @@ def path_of(loc: Iterable[str | int]) -> str:
 
 def problems_of(error: ValidationError, model: type[BaseModel]) -> list[Problem]:
     """pydantic's errors for ``model``'s document, as problems at their paths."""
-    return [Problem(path_of(e["loc"]), _message(e, model)) for e in error.errors()]
+    return [
+        Problem(path_of(e["loc"]), _message(e, model))
+        for e in error.errors()
+        if e["type"] != "default_factory_not_called"  # a default from a value found wrong
+    ]
 
 
 def _message(error: ErrorDetails, model: type[BaseModel]) -> str:

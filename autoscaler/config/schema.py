@@ -201,9 +201,9 @@ class RunnerTypeConfig(Section):
     priority: Annotated[int, Integer()] = 0
     """Higher gets capacity first under a shared budget."""
     idle_timeout: Annotated[float, Duration()] = 120.0
-    """An idle runner older than this may be scaled in. Two minutes, about one boot: the
-    replays of `make bench` show 10 minutes costing 15-35% more runner-hours for a few
-    seconds of p95 queue time."""
+    """No runner stays idle longer than this; sooner when the arrivals expected before the
+    next poll will not take it (`autoscaler.scale.forecast.idle_to_keep`, which takes
+    this as the cost of a boot until it has measured one). Two minutes, about one boot."""
     boot_timeout: Annotated[float, Duration(), AfterValidator(_boots)] = 900.0
     """An instance with no registered runner after this long is an orphan (at least
     `10s`)."""

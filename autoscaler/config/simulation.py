@@ -3,7 +3,9 @@
 ```yaml
 simulation:
   seed: 1                            # boot times and GitHub's runner choice are seeded
-  boot_time: {p50: 90s, p95: 240s}   # launch -> runner registered, every pool...
+  launch_time: {p50: 10s, p95: 30s}  # capacity asked -> instance running (not billed)
+  boot_time: {p50: 90s, p95: 240s}   # running -> runner registered (billed), every pool...
+  boot_correlation: 0.5              # boots launched together are slow or fast together
   pools:
     ci-gpu-spot:
       boot_time: {p50: 120s, p95: 300s}   # ...unless a pool says otherwise
@@ -12,7 +14,11 @@ simulation:
     - {pool: ci-gpu-spot, from: 10h, to: 11h30m}   # from the trace's start...
     - {pool: ci-cpu, from: "2026-11-30T14:00:00Z", to: "2026-11-30T14:20:00Z"}   # ...or UTC
   reaction: null                     # e.g. 1s: decide within this long of a queued job
-                                     # (webhooks) besides every poll_interval
+                                     # besides every poll_interval (default: with
+                                     # webhook configured, its debounce + 1s; else null)
+  poll_latency: 5s                   # a poll's answer is this old when the tick acts
+  billing_minimum: 60s               # an instance is billed at least this long
+  launches: {per_activity: 100, retry: 10s, bucket: 1000, refill: 2}   # throttles
 ```
 
 The live controller never reads this section; it only shapes the emulated world the real
@@ -40,16 +46,14 @@ from autoscaler.config.values import (
     Value,
     fail,
     together,
+    type_name,
     wrong,
 )
 
-#: The largest MaxSize assumed for a pool whose type has no ``max`` and whose simulated
-#: group names none.
-DEFAULT_MAX_SIZE = 1000
-
 __all__ = [
-    "DEFAULT_MAX_SIZE",
     "BootTime",
+    "LaunchTime",
+    "Launches",
     "Outage",
     "SimPoolConfig",
     "SimulationConfig",
@@ -79,11 +83,40 @@ class Moment(Value):
         return {"anyOf": [Duration().json_schema(), {"type": "string", "format": "date-time"}]}
 
 
+class Share(Value):
+    """A number from 0 to 1, both included."""
+
+    def check(self, value: Any, info: ValidationInfo) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong(f"must be a number, got {type_name(value)}")
+        if not 0.0 <= value <= 1.0:  # a NaN fails this too
+            raise wrong(f"must be between 0 and 1, got {value:g}")
+        return float(value)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "number", "minimum": 0, "maximum": 1}
+
+
+class Rate(Value):
+    """A number above zero (so many a second)."""
+
+    def check(self, value: Any, info: ValidationInfo) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise wrong(f"must be a number, got {type_name(value)}")
+        if not value > 0 or value == float("inf"):
+            raise wrong("must be greater than zero (instances a second)")
+        return float(value)
+
+    def json_schema(self) -> JsonSchemaValue:
+        return {"type": "number", "exclusiveMinimum": 0}
+
+
 class BootTime(Section):
-    """Launch to registered runner, as a lognormal distribution fitted to two quantiles."""
+    """Instance running to registered runner, as a lognormal distribution fitted to two
+    quantiles."""
 
     p50: Annotated[float, Duration(positive=True)] = 90.0
-    """Median time from launch to a registered runner."""
+    """Median time from a running instance to a registered runner."""
     p95: Annotated[float, Duration(positive=True)] = Field(
         default_factory=lambda given: max(given.get("p50", 0.0), 240.0)
     )
@@ -103,6 +136,40 @@ class BootTime(Section):
         p50 = self.p50 if "p50" in given else base.p50
         p95 = self.p95 if "p95" in given else max(p50, base.p95)
         return self.model_copy(update={"p50": p50, "p95": p95})
+
+
+class LaunchTime(Section):
+    """Capacity asked to instance running (not billed): the group's activity and EC2's
+    pending state, as a lognormal distribution fitted to two quantiles."""
+
+    p50: Annotated[float, Duration(positive=True)] = 10.0
+    """Median time from a raised desired capacity to a running instance."""
+    p95: Annotated[float, Duration(positive=True)] = Field(
+        default_factory=lambda given: max(given.get("p50", 0.0), 30.0)
+    )
+    """95th percentile of the same (at least `p50`). Absent: 30s, or `p50` when that is
+    longer."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.p95 < self.p50:
+            fail((("p95",), f"must be at least p50 ({self.p50:g}s)"))
+        return self
+
+
+class Launches(Section):
+    """How fast a raised desired capacity becomes instances: the throttles of a burst."""
+
+    per_activity: Annotated[int, Integer(1)] = 100
+    """Instances one scaling activity of a group starts at most (`LaunchInstances` caps
+    one launch at 100 instances); the rest wait for the group's next activity."""
+    retry: Annotated[float, Duration(positive=True)] = 10.0
+    """Time until a group's next activity launches what it still lacks."""
+    bucket: Annotated[int, Integer(1)] = 1000
+    """EC2's `RunInstances` resource token bucket, per account and Region: this many
+    instances at once..."""
+    refill: Annotated[float, Rate()] = 2.0
+    """...then this many a second."""
 
 
 class SimPoolConfig(Section):
@@ -154,7 +221,23 @@ class SimulationConfig(Section):
     """Capacity outages."""
     reaction: Annotated[float, Duration(positive=True)] | None = None
     """Webhooks: decide this long after a job is queued (besides every `poll_interval`);
-    absent: polling only."""
+    absent: the config's `webhook` (its debounce plus a second for GitHub's delivery) if
+    it has one, else polling only."""
+    launch_time: LaunchTime = Field(default_factory=LaunchTime)
+    """Capacity asked to instance running (not billed)."""
+    boot_correlation: Annotated[float, Share()] = 0.5
+    """Correlation (0-1) of the log boot times of a pool's instances launched within the
+    same 5 minutes (one image pulled by many, one zone's load): a burst's boots are slow
+    or fast together."""
+    launches: Launches = Field(default_factory=Launches)
+    """The throttles between a raised desired capacity and running instances."""
+    billing_minimum: Annotated[float, Duration()] = 60.0
+    """An instance is billed at least this long (EC2 bills Linux instances by the second
+    with a one-minute minimum), from running to terminated."""
+    poll_latency: Annotated[float, Duration()] = 5.0
+    """Time between a poll's start and the tick acting on it: the controller sees the
+    world this late. The `github_poll` bench measures 4.8 s for a cold tick at 100
+    repositories. A reaction (webhook) tick acts at once."""
 
     @model_validator(mode="wrap")
     @classmethod

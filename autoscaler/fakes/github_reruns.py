@@ -152,6 +152,7 @@ def _again(fake: GitHubState, job: FakeJob, attempt: int, now: datetime) -> Fake
     )
     fake._jobs[new.id] = new
     fake._runs[job.run_id].job_ids.append(new.id)
+    fake.changes += 1
     fake._emit(new.id, "queued")
     return new
 

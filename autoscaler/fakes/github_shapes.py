@@ -6,9 +6,9 @@ ones as ``null``, enums within their values; ``tests/conformance`` validates the
 answers against it. Values the fake cannot know (a repository's description, counts,
 commit messages) are what GitHub shows for a new, empty repository.
 
-Split when the module passed 450 lines: the records the shapes render are in
-:mod:`autoscaler.fakes.github_records`, the repository and account shapes (embedded in
-most answers) in :mod:`autoscaler.fakes.github_repo_shapes`.
+The records the shapes render are in :mod:`autoscaler.fakes.github_records`; the
+repository and account shapes (embedded in most answers) in
+:mod:`autoscaler.fakes.github_repo_shapes`.
 """
 
 from __future__ import annotations

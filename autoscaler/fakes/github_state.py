@@ -172,6 +172,12 @@ class GitHubState:
         self.reruns: list[tuple[str, int]] = []
         self.run_reruns: list[tuple[str, int]] = []
         self._next_id = 1000
+        #: Bumped by every change a run's derived status or a repository's runs follow
+        #: (a job added, started, ended or re-queued): the memos below hold while it stays.
+        self.changes = 0
+        self._memo_at = -1
+        self._status_memo: dict[int, str] = {}
+        self._order_memo: dict[str, list[FakeRun]] = {}
         self._rate_used = 0
         self._rate_reset: float | None = None
 
@@ -230,6 +236,7 @@ class GitHubState:
             job = FakeJob(self._new_id(), run.id, run.repo, name, tuple(labels), now, status)
             self._jobs[job.id] = job
             run.job_ids.append(job.id)
+            self.changes += 1
         if status in ("queued", "waiting"):
             self._emit(job.id, status)
         return job.id
@@ -264,6 +271,7 @@ class GitHubState:
             job.status, job.started_at = "in_progress", self.clock()
             job.runner_id, job.runner_name = runner.id, runner.name
             runner.busy = True
+            self.changes += 1
         self._emit(job_id, "in_progress")
 
     def complete_job(self, job_id: int) -> None:
@@ -274,6 +282,7 @@ class GitHubState:
             now = self.clock()
             job.status, job.completed_at = "completed", now
             job.started_at = job.started_at or now
+            self.changes += 1
             runner = self._runners.get(job.runner_id) if job.runner_id is not None else None
             if runner is not None:
                 runner.busy = False
@@ -325,6 +334,7 @@ class GitHubState:
         with self.lock:
             run = self._runs[run_id]
             run.reported_status, run.conclusion = status, conclusion
+            self.changes += 1
 
     def set_job_status(self, job_id: int, status: str) -> None:
         """A job that waited (``waiting``, ``pending``, ``requested``) is queued now, or
@@ -333,6 +343,7 @@ class GitHubState:
             raise ValueError(f"use assign_job/complete_job for {status!r}")
         with self.lock:
             self._jobs[job_id].status = status
+            self.changes += 1
         if status in ("queued", "waiting"):
             self._emit(job_id, status)
 
@@ -369,9 +380,23 @@ class GitHubState:
         with self.lock:
             return list(self._repos)
 
+    def _memos(self) -> None:
+        """Forget what a change since made stale (a listing of a big repository derives
+        every run's status: without these, the fake is what a benchmark measures)."""
+        if self._memo_at != self.changes:
+            self._memo_at = self.changes
+            self._status_memo, self._order_memo = {}, {}
+
     def derived_status(self, run: FakeRun) -> str:
         """The status the run's jobs give it: completed when all are; waiting when one
         waits for an approval; queued when none started; else in progress."""
+        self._memos()
+        found = self._status_memo.get(run.id)
+        if found is None:
+            found = self._status_memo[run.id] = self._derive(run)
+        return found
+
+    def _derive(self, run: FakeRun) -> str:
         statuses = {self._jobs[j].status for j in run.job_ids}
         if statuses == {"completed"}:
             return "completed"
@@ -393,9 +418,13 @@ class GitHubState:
 
     def repo_runs(self, repo: str) -> list[FakeRun]:
         """The repository's runs, newest first (the order GitHub lists them in)."""
-        runs = [self._runs[i] for i in self._runs_by_repo.get(repo, ())]
-        runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
-        return runs
+        self._memos()
+        runs = self._order_memo.get(repo)
+        if runs is None:
+            runs = [self._runs[i] for i in self._runs_by_repo.get(repo, ())]
+            runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+            self._order_memo[repo] = runs
+        return list(runs)
 
     # --- faults
     def inject_fault(

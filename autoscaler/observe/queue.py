@@ -1,6 +1,6 @@
 """Pure: jobs + runners + runner types + now -> the queue per runner type.
 
-Contracts (design.md):
+Contracts (docs/github.md, "Which jobs are demand"):
 - A job goes to the runner type whose labels include all of the job's labels
   (case-insensitive); ties go to the type with the fewest extra labels, then by name.
   A job no type covers is *unmatched*: nothing will ever run it.
@@ -78,16 +78,21 @@ def compute_queue(
     job_types: dict[frozenset[str], RunnerType | None] = {}
     runner_types: dict[frozenset[str], RunnerType | None] = {}
     ages: dict[str, list[float]] = {t.name: [] for t in types}
+    started: dict[str, list[float]] = {t.name: [] for t in types}
     oldest: dict[str, datetime] = {}
     ghosts: dict[str, int] = {t.name: 0 for t in types}
     unmatched: list[float] = []
     total_ghosts = hosted = 0
     for job in jobs:
-        if job.status is not JobStatus.QUEUED:
+        if job.status is not JobStatus.QUEUED and job.status is not JobStatus.IN_PROGRESS:
             continue
         if job.labels not in job_types:
             job_types[job.labels] = match_job(job.labels, types)
         rtype = job_types[job.labels]
+        if job.status is JobStatus.IN_PROGRESS:
+            if rtype is not None:
+                started[rtype.name].append((now - job.created_at).total_seconds())
+            continue
         if is_ghost(job):
             total_ghosts += 1
             if rtype is not None:
@@ -128,6 +133,7 @@ def compute_queue(
             ghost_jobs=ghosts[t.name],
             oldest_queued_at=oldest.get(t.name),
             queued_ages_seconds=tuple(type_ages),
+            started_ages_seconds=tuple(started[t.name]),
         )
     return QueueSnapshot(
         observed_at=now,

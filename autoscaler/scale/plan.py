@@ -207,10 +207,17 @@ class ScalingState:
     """Pool -> (code, message) of the launch failure a person must fix; cleared once the
     pool delivers what it was asked for."""
     observed_at: datetime | None = None
-    """The last fresh observation (``min_idle.predict`` counts arrivals since)."""
+    """The last fresh observation (arrivals are counted since)."""
+    watching_since: datetime | None = None
+    """The first fresh observation: a rate needs a whole window of arrivals watched."""
     arrivals: Mapping[str, tuple[tuple[datetime, int], ...]] = field(default_factory=dict)
     """Runner type -> (observation, jobs that arrived since the one before) within its
-    ``min_idle.predict.window``; only types that predict."""
+    window (``min_idle.predict.window``, else :data:`~autoscaler.scale.forecast.RATE_WINDOW`)."""
+    registered: frozenset[int] = frozenset()
+    """Runner ids the last fresh observation saw (a runner not among them is new)."""
+    boots: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Runner type -> seconds from launch to a registered runner of its last new runners
+    (at most :data:`~autoscaler.scale.forecast.BOOTS_KEPT`)."""
     removed_runners: Mapping[int, datetime] = field(default_factory=dict)
     """Runner id -> when this controller deleted it at GitHub (or GitHub answered 404:
     already gone). A webhook tick plans with the last poll's runner list

@@ -12,9 +12,11 @@ Per runner type:
   priority (higher first), then by the age of their oldest queued job (older first).
 
 Scale up at once, filling the pools in order, skipping pools in capacity back-off and
-never past a pool's MaxSize. Scale down only idle runners past ``idle_timeout``, oldest
-idle first: each :class:`ScaleIn` says "deregister runner X, then terminate instance Y in
-pool P". Stale observations never scale: every pool is held.
+never past a pool's MaxSize. Scale down only idle runners the demand does not need,
+longest idle first: those past ``idle_timeout``, and those the arrivals expected before
+the next poll will not take (:func:`autoscaler.scale.forecast.idle_to_keep`). Each
+:class:`ScaleIn` says "deregister runner X, then terminate instance Y in pool P". Stale
+observations never scale: every pool is held.
 A pool whose launches failed after it accepted a scale-up (a Failed scaling activity, or
 stuck short of its desired capacity past ``boot_timeout``; :mod:`autoscaler.scale.capacity`) is
 backed off and released like one that refused synchronously, and the need fails over.
@@ -42,7 +44,12 @@ from typing import TYPE_CHECKING
 from autoscaler.domain import ClockSkew, InstanceLifecycle, PoolState, QueueSnapshot, Runner
 from autoscaler.ports import instance_id_of
 from autoscaler.scale.capacity import launch_failures, track_short
-from autoscaler.scale.forecast import count_arrivals, warm_runners
+from autoscaler.scale.forecast import (
+    count_arrivals,
+    count_boots,
+    idle_to_keep,
+    warm_runners,
+)
 from autoscaler.scale.plan import (
     HOLD,
     LAUNCH_FAILED,
@@ -244,8 +251,12 @@ def _scale_up(t: _Type, state: ScalingState, now: datetime, out: _Builder) -> No
             out.note(name, slot.pool, f"scale up +{delta}", SCALE_UP, delta)
 
 
-def _scale_in(t: _Type, state: ScalingState, now: datetime, left: int, out: _Builder) -> int:
-    """Plan scale-ins of idle runners past idle_timeout; return how many were planned."""
+def _scale_in(  # noqa: PLR0917 (the type, its state and the tick's budget)
+    t: _Type, state: ScalingState, now: datetime, left: int, out: _Builder, poll_interval: float
+) -> int:
+    """Plan scale-ins of idle runners (past idle_timeout, or beyond what the expected
+    arrivals will take, :func:`idle_to_keep`), longest idle first, never below the
+    demand; return how many were planned."""
     excess = min(t.live - t.desired, left)
     if excess <= 0:
         return 0
@@ -260,16 +271,24 @@ def _scale_in(t: _Type, state: ScalingState, now: datetime, left: int, out: _Bui
             if r.online
             and not r.busy
             and (since := state.idle_since.get(r.id)) is not None
-            and since <= cutoff
             and instance_id_of(r.name) in in_service
         ),
         key=lambda x: (x[0], x[1].id),
     )
-    for _, r, pool in idle[:excess]:
+    past = sum(1 for since, _, _ in idle if since <= cutoff)
+    keep = idle_to_keep(t.rt, state, now, poll_interval)
+    count = min(excess, past if keep is None else max(past, len(idle) - keep))
+    for since, r, pool in idle[:count]:
         out.scale_ins.append(ScaleIn(t.rt.name, pool, r.id, r.name, instance_id_of(r.name) or ""))
-        text = f"runner {r.name} idle past {t.rt.idle_timeout:.0f}s: scale in"
+        if since <= cutoff:
+            text = f"runner {r.name} idle past {t.rt.idle_timeout:.0f}s: scale in"
+        else:
+            text = (
+                f"runner {r.name} idle, {keep} kept for the jobs expected before the next"
+                " poll: scale in"
+            )
         out.note(t.rt.name, pool, text, SCALE_IN, -1)
-    return min(excess, len(idle))
+    return count
 
 
 def _cleanup(
@@ -404,6 +423,13 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         state, runners, snapshot.observed_at if runners_seen_at is None else runners_seen_at
     )
     if observation_fresh:
+        launched = {
+            i.id: i.launched_at - timedelta(seconds=skew.aws or 0.0)
+            for p in pools.values()
+            for i in p.instances
+            if i.launched_at is not None
+        }
+        state = count_boots(config, runners, launched, state, snapshot.observed_at)
         state = count_arrivals(config, snapshot, runners, state)
         idle_since = {
             r.id: state.idle_since.get(r.id, snapshot.observed_at)
@@ -451,7 +477,7 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
                 out.note(t.rt.name, p.name, f"{why}: hold", HOLD)
             continue
         _scale_up(t, state, now, out)
-        scale_in_left -= _scale_in(t, state, now, scale_in_left, out)
+        scale_in_left -= _scale_in(t, state, now, scale_in_left, out, config.poll_interval)
         cleanup_left -= _cleanup(
             t,
             runners,

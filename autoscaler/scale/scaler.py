@@ -121,7 +121,7 @@ class Scaler:
     def pool_interrupted(self, pool: str, now: datetime, code: str) -> None:
         """AWS warned it is taking an instance of ``pool`` (a Spot interruption or rebalance
         recommendation): the pool gets the capacity back-off a failed launch gets, so the
-        type's demand moves to its next pool (issue 14). Kept as it is while backed off."""
+        type's demand moves to its next pool. Kept as it is while backed off."""
         if self.state.in_backoff(pool, now):
             return
         self.state = self.state.capacity_failed(pool, now, self.config.scaling)

@@ -2,99 +2,204 @@
 
 A driver builds each runner type's :class:`TypeView` from the emulator, calls the pure rule
 and carries out its :class:`PeerAction`: terminate the named (never busy) instances, and
-launch into the first pool of the type with capacity left and no outage (the first pool
-when every one is out: its group launches once the outage ends).
+raise the desired capacity of the first pool of the type with capacity left and no
+outage (the first pool when every one is out: its group launches once the outage ends).
+
+Schedules, as each peer runs: a poll (Buildkite's scaler, ARC's sync, KEDA and its HPA),
+a message per queued job (terraform-aws-github-runner's SQS queue, the scale set's
+listener), a timer per idle agent (Buildkite's self-termination). A peer that reads
+GitHub's job listings to decide (KEDA's scaler) acts ``simulation.poll_latency`` after
+it read them, as this project's controller does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from autoscaler.sim.emulator import DEFAULT_MAX_SIZE, Emulator, SimJob
+from autoscaler.sim.emulator import DEFAULT_MAX_SIZE, Emulator
+from autoscaler.sim.entities import SimInstance, SimJob
 from autoscaler.sim.peers import (
-    EphemeralParams,
+    JobsPerAgentMemory,
     JobsPerAgentParams,
+    Knobs,
     PeerAction,
     PercentBusyMemory,
     PercentBusyParams,
+    PerEventParams,
     QueueLengthMemory,
     QueueLengthParams,
     RunnerView,
+    ScaleSetParams,
     TypeView,
-    ephemeral_pool,
-    ephemeral_scale_down,
-    ephemeral_scale_up,
+    equalized,
+    hpa_step,
     jobs_per_agent,
+    keda_step,
+    per_event_pool,
+    per_event_scale_down,
+    per_event_scale_up,
     percent_busy,
-    queue_length,
+    scale_set,
 )
+from autoscaler.sim.project import reaction_of
 
 if TYPE_CHECKING:
     from autoscaler.config import Config
 
-EPHEMERAL, PERCENT_BUSY, JOBS_PER_AGENT, QUEUE_LENGTH = (
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer as the simulator runs it: its rule's family and its shipped parameters."""
+
+    name: str
+    family: str
+    shipped: Any
+    summary: str
+    """One line for a person: whose rule, how it ships."""
+
+
+EPHEMERAL, PERSISTENT, PERCENT_BUSY, SCALE_SET, JOBS_PER_AGENT, NO_COOLDOWN, QUEUE_LENGTH = (
     "ephemeral-per-job",
+    "per-event-persistent",
     "percent-busy",
+    "scale-set",
     "jobs-per-agent",
+    "jobs-per-agent-no-cooldown",
     "queue-length",
 )
-PEERS = (EPHEMERAL, PERCENT_BUSY, JOBS_PER_AGENT, QUEUE_LENGTH)
+
+PEER_TABLE: dict[str, Peer] = {
+    p.name: p
+    for p in (
+        Peer(
+            EPHEMERAL,
+            "per-event",
+            PerEventParams(ephemeral=True),
+            "terraform-aws-github-runner, ephemeral runners: one instance per queued event"
+            " 30 s after it, handed back to SQS at the maximum",
+        ),
+        Peer(
+            PERSISTENT,
+            "per-event",
+            PerEventParams(),
+            "terraform-aws-github-runner as it ships (persistent runners): one instance per"
+            " queued event still queued 30 s after it; idle runners swept every 5 min",
+        ),
+        Peer(
+            PERCENT_BUSY,
+            "percent-busy",
+            PercentBusyParams(),
+            "actions-runner-controller legacy PercentageRunnersBusy: x1.3 at 80% busy,"
+            " x0.7 under 30%, every minute",
+        ),
+        Peer(
+            SCALE_SET,
+            "scale-set",
+            ScaleSetParams(),
+            "actions-runner-controller gha-runner-scale-set: ephemeral runners,"
+            " minRunners + assigned jobs, on each message",
+        ),
+        Peer(
+            JOBS_PER_AGENT,
+            "jobs-per-agent",
+            JobsPerAgentParams(),
+            "buildkite-agent-scaler in the Elastic CI Stack: queued + running every 10 s,"
+            " 5 min scale-out cooldown, instances idle 10 min end themselves",
+        ),
+        Peer(
+            NO_COOLDOWN,
+            "jobs-per-agent",
+            JobsPerAgentParams(scale_out_cooldown=0.0),
+            "buildkite-agent-scaler with its binary's default cooldown (0): the rule alone",
+        ),
+        Peer(
+            QUEUE_LENGTH,
+            "queue-length",
+            QueueLengthParams(),
+            "KEDA github-runner scaler and its HPA: queued + in-progress jobs every 15 s,"
+            " x2 or +4 a sync, down to the highest of the last 5 min",
+        ),
+    )
+}
+PEERS = tuple(PEER_TABLE)
+
+
+def knobs_of(config: Config) -> list[Knobs]:
+    """This project's knobs per runner type (in config order)."""
+    react = reaction_of(config)
+    return [
+        Knobs(config.poll_interval, react, rt.idle_timeout, rt.min_idle.default)
+        for rt in config.runner_types
+    ]
+
+
+def equal_knobs_change(config: Config, name: str) -> bool:
+    """Whether ``--equal-knobs`` changes anything of peer ``name`` for this config."""
+    shipped = PEER_TABLE[name].shipped
+    return any(
+        equalized(shipped, k) != shipped
+        for rt, k in zip(config.runner_types, knobs_of(config), strict=True)
+        if rt.pools
+    )
 
 
 class PeerDriver:
     """Runs one peer's rule for every runner type that has pools."""
 
-    def __init__(self, emulator: Emulator, config: Config, name: str) -> None:
-        if name not in PEERS:
+    def __init__(
+        self, emulator: Emulator, config: Config, name: str, *, equal_knobs: bool = False
+    ) -> None:
+        if name not in PEER_TABLE:
             raise ValueError(f"unknown peer policy {name!r}")
+        peer = PEER_TABLE[name]
         self.emulator = emulator
         self.name = name
         self.types = [t for t in range(len(config.runner_types)) if emulator.pools_of[t]]
+        knobs = knobs_of(config)
+        self.params: dict[int, Any] = {
+            t: equalized(peer.shipped, knobs[t]) if equal_knobs else peer.shipped
+            for t in self.types
+        }
         self.min_size: dict[int, int] = {}
         self.max_size: dict[int, int] = {}
         for t in self.types:
             rt = config.runner_types[t]
             cap = sum(p.max_size for p in emulator.pools_of[t]) or DEFAULT_MAX_SIZE
             self.max_size[t] = min(cap, rt.max) if rt.max is not None else cap
-            self.min_size[t] = min(rt.min_idle.default, self.max_size[t])
-        if name == EPHEMERAL:
-            self.ephemeral = EphemeralParams()
-            emulator.ephemeral = True
-            emulator.on_queued.append(self._queued)
-            self._every(self.ephemeral.scale_down_interval, self._scale_down)
-            if self.ephemeral.pool_size > 0:
-                self._every(self.ephemeral.scale_down_interval, self._pool)
-        elif name == PERCENT_BUSY:
-            self.busy_params = PercentBusyParams()
-            for t in self.types:  # minReplicas >= 1: with 0 the rule never scales up
-                self.min_size[t] = max(1, self.min_size[t])
-            self.busy_memory = {t: PercentBusyMemory(self.min_size[t]) for t in self.types}
-            self._every(self.busy_params.sync_period, self._percent_busy)
-        elif name == JOBS_PER_AGENT:
-            self.agent_params = JobsPerAgentParams()
-            self._every(self.agent_params.interval, self._jobs_per_agent)
-        else:
-            self.queue_params = QueueLengthParams()
-            self.queue_memory = {t: QueueLengthMemory() for t in self.types}
-            self._every(self.queue_params.polling_interval, self._queue_length)
+            self.min_size[t] = 0
+        self.latency = config.simulation.poll_latency if peer.family == "queue-length" else 0.0
+        self.memory: dict[int, Any] = {}
+        getattr(self, "_start_" + peer.family.replace("-", "_"))()
 
-    def _every(self, interval: float, step: Callable[[], None]) -> None:
+    # --- plumbing
+    def _every(self, interval: float, step: Callable[[int], None], t: int) -> None:
         def tick() -> None:
             self.emulator.clock.after(interval, tick)
-            step()
+            step(t)
 
         self.emulator.clock.at(0.0, tick)
 
     def view(self, t: int) -> TypeView:
         em = self.emulator
+        now = em.now
         runners = tuple(
-            RunnerView(i.id, i.launched, i.ready is None, i.job is not None, i.idle_since)
+            RunnerView(
+                i.id, i.launched, i.ready is None, i.job is not None, i.idle_since, now >= i.running
+            )
             for pool in em.pools_of[t]
             for i in pool.live.values()
         )
+        desired = sum(pool.desired for pool in em.pools_of[t])
         return TypeView(
-            em.now, em.queued_home[t], em.running[t], runners, self.min_size[t], self.max_size[t]
+            now,
+            em.queued_home[t],
+            em.running[t],
+            runners,
+            self.min_size[t],
+            self.max_size[t],
+            desired,
         )
 
     def apply(self, t: int, action: PeerAction) -> None:
@@ -118,37 +223,111 @@ class PeerDriver:
             if need <= 0:
                 return
 
-    # --- the peers' schedules
-    def _queued(self, job: SimJob) -> None:
+    def _act_later(self, t: int, action: PeerAction) -> None:
+        if self.latency > 0 and (action.launch or action.terminate):
+            self.emulator.clock.after(self.latency, self.apply, t, action)
+        else:
+            self.apply(t, action)
+
+    # --- terraform-aws-github-runner
+    def _start_per_event(self) -> None:
+        em = self.emulator
+        em.ephemeral = self.params[self.types[0]].ephemeral
+        em.on_queued.append(self._queued_event)
+        for t in self.types:
+            p: PerEventParams = self.params[t]
+            self._every(p.scale_down_interval, self._per_event_down, t)
+
+    def _queued_event(self, job: SimJob) -> None:
         t = job.home
         if t is not None and t in self.max_size:
-            self.emulator.clock.after(self.ephemeral.delay_webhook_event, self._scale_up_event, t)
+            p: PerEventParams = self.params[t]
+            self.emulator.clock.after(p.delay_webhook_event, self._per_event_up, t, job)
 
-    def _scale_up_event(self, t: int) -> None:
-        self.apply(t, ephemeral_scale_up(self.view(t), self.ephemeral))
+    def _per_event_up(self, t: int, job: SimJob) -> None:
+        p: PerEventParams = self.params[t]
+        launch, requeue = per_event_scale_up(self.view(t), p, job.started is None)
+        self.apply(t, PeerAction(launch=launch))
+        if requeue:
+            self.emulator.clock.after(p.requeue_after, self._per_event_up, t, job)
 
-    def _scale_down(self) -> None:
+    def _per_event_down(self, t: int) -> None:
+        p: PerEventParams = self.params[t]
+        self.apply(t, per_event_scale_down(self.view(t), p))
+        if p.pool_size > 0:
+            self.apply(t, per_event_pool(self.view(t), p))
+
+    # --- actions-runner-controller, legacy
+    def _start_percent_busy(self) -> None:
         for t in self.types:
-            self.apply(t, ephemeral_scale_down(self.view(t), self.ephemeral))
+            p: PercentBusyParams = self.params[t]
+            self.min_size[t] = max(p.min_replicas, self.min_size[t])
+            self.memory[t] = PercentBusyMemory(self.min_size[t])
+            self._every(p.sync_period, self._percent_busy, t)
 
-    def _pool(self) -> None:
-        for t in self.types:
-            self.apply(t, ephemeral_pool(self.view(t), self.ephemeral))
+    def _percent_busy(self, t: int) -> None:
+        action, self.memory[t] = percent_busy(self.view(t), self.params[t], self.memory[t])
+        self.apply(t, action)
 
-    def _percent_busy(self) -> None:
+    # --- actions-runner-controller, gha-runner-scale-set
+    def _start_scale_set(self) -> None:
+        em = self.emulator
+        em.ephemeral = True
+        em.on_queued.append(self._scale_set_message)
+        em.on_done.append(lambda job, inst: self._scale_set_message(job))
         for t in self.types:
-            action, self.busy_memory[t] = percent_busy(
-                self.view(t), self.busy_params, self.busy_memory[t]
+            em.clock.at(0.0, self._scale_set, t)  # the session's first statistics
+
+    def _scale_set_message(self, job: SimJob) -> None:
+        t = job.home
+        if t is not None and t in self.max_size:
+            p: ScaleSetParams = self.params[t]
+            self.emulator.clock.after(p.message_delay, self._scale_set, t)
+
+    def _scale_set(self, t: int) -> None:
+        self.apply(t, scale_set(self.view(t), self.params[t]))
+
+    # --- Buildkite
+    def _start_jobs_per_agent(self) -> None:
+        self.emulator.on_idle.append(self._agent_idle)
+        for t in self.types:
+            p: JobsPerAgentParams = self.params[t]
+            self.memory[t] = JobsPerAgentMemory()
+            self._every(p.interval, self._jobs_per_agent, t)
+
+    def _jobs_per_agent(self, t: int) -> None:
+        action, self.memory[t] = jobs_per_agent(self.view(t), self.params[t], self.memory[t])
+        self.apply(t, action)
+
+    def _agent_idle(self, inst: SimInstance) -> None:
+        t = inst.pool.type_index
+        if t in self.params:
+            p: JobsPerAgentParams = self.params[t]
+            self.emulator.clock.after(
+                p.scale_in_idle_period, self._agent_timeout, inst, inst.idle_since
             )
-            self.apply(t, action)
 
-    def _jobs_per_agent(self) -> None:
-        for t in self.types:
-            self.apply(t, jobs_per_agent(self.view(t), self.agent_params))
+    def _agent_timeout(self, inst: SimInstance, since: float | None) -> None:
+        """The agent's idle timer: still idle since then, it stops and its instance
+        terminates itself (decrementing the desired count)."""
+        t = inst.pool.type_index
+        alone = inst.terminated is None and inst.job is None and inst.idle_since == since
+        if alone and self.emulator.live_count[t] > self.min_size[t]:
+            self.emulator.terminate(inst)
+            self.emulator.scale_actions += 1
 
-    def _queue_length(self) -> None:
+    # --- KEDA and the HPA
+    def _start_queue_length(self) -> None:
         for t in self.types:
-            action, self.queue_memory[t] = queue_length(
-                self.view(t), self.queue_params, self.queue_memory[t]
-            )
-            self.apply(t, action)
+            p: QueueLengthParams = self.params[t]
+            self.memory[t] = QueueLengthMemory()
+            self._every(p.hpa_sync, self._hpa, t)
+            self._every(p.polling_interval, self._keda, t)
+
+    def _hpa(self, t: int) -> None:
+        action, self.memory[t] = hpa_step(self.view(t), self.params[t], self.memory[t])
+        self._act_later(t, action)
+
+    def _keda(self, t: int) -> None:
+        action, self.memory[t] = keda_step(self.view(t), self.params[t], self.memory[t])
+        self._act_later(t, action)

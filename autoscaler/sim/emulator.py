@@ -1,24 +1,28 @@
 """The emulated world a policy is replayed against: Auto Scaling groups, runners, GitHub.
 
-- **Pools** behave like EC2 Auto Scaling groups: raising the desired capacity launches the
-  missing instances at once, unless the pool is in a capacity outage; then the raise is
-  accepted, nothing launches and a ``Failed`` scaling activity is recorded (what real AWS
-  does), and once the outage ends the group launches what it still lacks. Terminating an
-  instance decrements the desired capacity (``ShouldDecrementDesiredCapacity``).
-- **Boot**: an instance registers its runner a boot time after launch, drawn per pool from
-  a lognormal fitted to the configured p50/p95; every policy sees the same sequence of
-  boot times per pool (one seeded stream per pool: common random numbers).
+- **Pools** behave like EC2 Auto Scaling groups: raising the desired capacity starts a
+  scaling activity that launches the missing instances, at most ``launches.per_activity``
+  of them and no more than EC2's account-wide ``RunInstances`` token bucket holds; what
+  is still missing waits for the group's next activity ``launches.retry`` later. In a
+  capacity outage the raise is accepted, nothing launches and a ``Failed`` scaling
+  activity is recorded (what real AWS does); once the outage ends the group launches what
+  it still lacks. Terminating an instance decrements the desired capacity
+  (``ShouldDecrementDesiredCapacity``).
+- **Launch and boot**: an instance runs ``launch_time`` after its activity (pending, not
+  billed), then registers its runner ``boot_time`` later; both lognormal, fitted to the
+  configured p50/p95. Boots started in one 5-minute window share a factor
+  (``boot_correlation``): a burst's boots are slow or fast together.
+  Every policy sees the same sequence of boot draws per pool (one seeded stream per pool:
+  common random numbers).
 - **GitHub** hands a queued job at once to an idle runner whose labels cover the job's (any
   of them: drawn with the seeded RNG), and a runner turning idle takes the oldest queued
   job it can run; one job per runner. With ``ephemeral`` a runner's instance terminates
   when its job ends.
-- **Cost** is instance-seconds from launch to termination, boot included (or to the end
-  of the replay, the moment the last job completed).
+- **Cost** is instance-seconds from running to termination, boot included (or to the end
+  of the replay, the moment the last job completed), at least ``billing_minimum`` each.
 
-Pure Python and deterministic: no I/O, no wall clock. The world's parts (:class:`SimJob`,
-:class:`SimInstance`, :class:`SimPool`, :class:`Sample`, :func:`lognormal`) and what a
-controller observes of it (:class:`~autoscaler.sim.entities.EmulatorView`) are in
-:mod:`autoscaler.sim.entities`, re-exported here for importers before the split.
+Pure Python and deterministic: no I/O, no wall clock. The world's parts and what a
+controller observes of it are in :mod:`autoscaler.sim.entities`.
 """
 
 from __future__ import annotations
@@ -38,7 +42,6 @@ from autoscaler.sim.entities import (
     SimInstance,
     SimJob,
     SimPool,
-    lognormal,
 )
 from autoscaler.sim.trace import Trace
 
@@ -49,9 +52,6 @@ DEFAULT_MAX_SIZE = 1000
 if TYPE_CHECKING:
     from autoscaler.config import Config
     from autoscaler.config.simulation import TimePoint
-
-#: Importers of this module before the split keep their names.
-__all__ = ["ACTIVITIES_KEPT", "Emulator", "Sample", "SimInstance", "SimJob", "SimPool", "lognormal"]
 
 #: Failed scaling activities kept per pool (what one DescribeScalingActivities page shows).
 ACTIVITIES_KEPT = 20
@@ -74,8 +74,6 @@ class Emulator(EmulatorView):
         for t, rt in enumerate(self.types):
             for name in rt.pools:
                 override = sim.pool(name)
-                boot = override.boot_time or sim.boot_time
-                _, sigma = lognormal(boot)
                 windows = [
                     (self._offset(o.start), self._offset(o.end))
                     for o in sim.outages
@@ -85,13 +83,20 @@ class Emulator(EmulatorView):
                     name,
                     t,
                     override.max_size or rt.max or DEFAULT_MAX_SIZE,
-                    boot.p50,
-                    sigma,
+                    override.boot_time or sim.boot_time,
+                    sim.launch_time,
+                    sim.boot_correlation,
                     windows,
                     random.Random(f"{sim.seed}:boot:{name}"),  # noqa: S311
+                    random.Random(f"{sim.seed}:launch:{name}"),  # noqa: S311
+                    f"{sim.seed}:weather:{name}",
+                    self.clock,
                 )
                 self.pools[name] = pool
                 self.pools_of[t].append(pool)
+        self.tokens = float(sim.launches.bucket)
+        """EC2's RunInstances resource tokens left (refilled as time passes)."""
+        self._tokens_at = 0.0
         # Distinct label sets: who can run them, and where the queue math counts them.
         keys: dict[frozenset[str], int] = {}
         self.covering: list[list[int]] = []
@@ -126,6 +131,11 @@ class Emulator(EmulatorView):
         self.samples: list[Sample] = []
         self.scale_actions = 0
         self.on_queued: list[Callable[[SimJob], None]] = []
+        """Called when a job is created (a webhook's ``queued`` event)."""
+        self.on_done: list[Callable[[SimJob, SimInstance], None]] = []
+        """Called when a job completes (after an ephemeral runner's instance ended)."""
+        self.on_idle: list[Callable[[SimInstance], None]] = []
+        """Called when a runner turns idle with nothing queued for it."""
         self._next_runner = 1
         self._sample_every = sample_every
 
@@ -213,6 +223,8 @@ class Emulator(EmulatorView):
             self.terminate(inst)
         else:
             self._idle(inst)
+        for listener in self.on_done:
+            listener(job, inst)
 
     def _idle(self, inst: SimInstance) -> None:
         """The runner is free: the oldest queued job it can run, else it waits."""
@@ -226,6 +238,8 @@ class Emulator(EmulatorView):
             return
         inst.idle_since = self.now
         self.idle[inst.pool.type_index].add(inst)
+        for listener in self.on_idle:
+            listener(inst)
 
     def _ready(self, inst: SimInstance) -> None:
         if inst.terminated is not None:
@@ -246,21 +260,53 @@ class Emulator(EmulatorView):
         pool.desired = desired
         self._reconcile(pool)
 
+    def _take_tokens(self, want: int) -> int:
+        launches = self.config.simulation.launches
+        self.tokens = min(
+            float(launches.bucket), self.tokens + (self.now - self._tokens_at) * launches.refill
+        )
+        self._tokens_at = self.now
+        granted = min(want, int(self.tokens))
+        self.tokens -= granted
+        return granted
+
     def _reconcile(self, pool: SimPool) -> None:
+        """One scaling activity: launch what the group lacks, as far as the throttles let."""
         if pool.in_outage(self.now):
             return
-        for _ in range(pool.desired - len(pool.live)):
-            self._launch(pool)
+        missing = pool.desired - len(pool.live)
+        if missing <= 0:
+            return
+        launches = self.config.simulation.launches
+        if self.now >= pool.next_activity:
+            count = self._take_tokens(min(missing, launches.per_activity))
+            if count > 0:
+                pool.next_activity = self.now + launches.retry
+                for _ in range(count):
+                    self._launch(pool)
+            missing -= count
+        if missing > 0 and not pool.retry_pending:
+            pool.retry_pending = True
+            self.clock.at(max(pool.next_activity, self.now + launches.retry), self._retry, pool)
+
+    def _retry(self, pool: SimPool) -> None:
+        pool.retry_pending = False
+        self._reconcile(pool)
 
     def _launch(self, pool: SimPool) -> None:
         pool.launched += 1
         number = len(self.instances) + 1
-        inst = SimInstance(f"i-{number:017x}", pool, self.now, pool.boot_time())
+        latency, boot = pool.cold_start()
+        inst = SimInstance(f"i-{number:017x}", pool, self.now, self.now + latency, boot)
         inst.launched_at = self.clock.datetime()
         pool.live[inst.id] = inst
         self.live_count[pool.type_index] += 1
         self.instances.append(inst)
-        self.clock.after(inst.boot, self._ready, inst)
+        self.clock.at(inst.running, self._running, inst)
+        self.clock.at(inst.running + boot, self._ready, inst)
+
+    def _running(self, inst: SimInstance) -> None:
+        inst.described = None  # InService from now on
 
     def terminate(self, inst: SimInstance) -> None:
         """TerminateInstanceInAutoScalingGroup, decrementing the desired capacity. A policy

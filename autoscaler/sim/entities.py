@@ -5,7 +5,8 @@ these records live apart because the replay's drivers (:mod:`autoscaler.sim.proj
 :mod:`autoscaler.sim.drivers`) and its metrics read them without the event loop. The
 records are ``slots`` with identity equality (``eq=False``): a replay holds a million
 jobs. Each pool draws its boot times from its own seeded stream, so every policy sees
-the same sequence (common random numbers).
+the same sequence (common random numbers); the instances one activity starts share a
+factor of their boots (``boot_correlation``).
 
 :class:`EmulatorView` is the other side of the seam: the world translated into the
 domain's records (queued jobs, registered runners, pool states) as the GitHub and Auto
@@ -31,15 +32,19 @@ from autoscaler.domain import (
     Runner,
     ScalingActivity,
 )
+from autoscaler.sim.clock import VirtualClock
 from autoscaler.sim.trace import Trace
 
 if TYPE_CHECKING:
-    from autoscaler.config.simulation import BootTime
+    from autoscaler.config.simulation import BootTime, LaunchTime
 
 _Z95 = 1.6448536269514722
 
+BOOT_WINDOW = 300.0
+"""Seconds over which the boots of a pool share their factor (``boot_correlation``)."""
 
-def lognormal(boot: BootTime) -> tuple[float, float]:
+
+def lognormal(boot: BootTime | LaunchTime) -> tuple[float, float]:
     """(mu, sigma) of the lognormal whose median is p50 and 95th percentile p95."""
     return math.log(boot.p50), math.log(boot.p95 / boot.p50) / _Z95
 
@@ -57,14 +62,27 @@ class SimJob:
     started: float | None = None
     finished: float | None = None
     domain: Job | None = None
+    """As the GitHub adapter reports it while queued."""
+    domain_started: Job | None = None
+    """As the GitHub adapter reports it while in progress."""
 
 
 @dataclass(eq=False, slots=True)
 class SimInstance:
+    """One instance, from the capacity asked for it to its termination.
+
+    ``launched`` (the group's activity started it), ``running`` (EC2 runs it: billing
+    starts), ``ready`` (its runner registered: ``running + boot``), ``terminated``. A
+    start from another state (a warm pool's stopped instance) would set its own
+    ``running`` and ``boot``."""
+
     id: str
     pool: SimPool
     launched: float
+    running: float
+    """When it reaches the running state (billed from then)."""
     boot: float
+    """Seconds from running to a registered runner."""
     ready: float | None = None
     terminated: float | None = None
     runner_id: int = 0
@@ -77,13 +95,18 @@ class SimInstance:
     described: Instance | None = None
 
     def describe(self) -> Instance:
-        """The instance as the Auto Scaling adapter reports it (pending until registered)."""
+        """The instance as the Auto Scaling adapter reports it: pending until running."""
         if self.described is None:
             lifecycle = (
-                InstanceLifecycle.PENDING if self.ready is None else InstanceLifecycle.IN_SERVICE
+                InstanceLifecycle.IN_SERVICE if self.in_service else InstanceLifecycle.PENDING
             )
             self.described = Instance(self.id, self.pool.name, lifecycle, self.launched_at)
         return self.described
+
+    @property
+    def in_service(self) -> bool:
+        """EC2 runs it (the group reports it ``InService``)."""
+        return self.pool.now >= self.running
 
     @property
     def booting(self) -> bool:
@@ -92,6 +115,14 @@ class SimInstance:
     @property
     def busy(self) -> bool:
         return self.job is not None
+
+    def billed(self, end: float, minimum: float) -> float:
+        """Seconds billed: from running to terminated (or ``end``), at least ``minimum``;
+        nothing when it never ran."""
+        stop = end if self.terminated is None else self.terminated
+        if stop <= self.running:
+            return 0.0
+        return max(minimum, stop - self.running)
 
 
 class IdleSet:
@@ -117,26 +148,61 @@ class IdleSet:
 
 @dataclass(eq=False)
 class SimPool:
+    """One Auto Scaling group: its desired capacity, its instances, and how fast it
+    starts them (the boot and launch distributions, per pool seeded streams)."""
+
     name: str
     type_index: int
     max_size: int
-    median: float
-    sigma: float
+    boot: BootTime
+    launch: LaunchTime
+    correlation: float
     outages: list[tuple[float, float]]
     rng: random.Random
+    """Boot draws, in launch order (every policy sees the same sequence)."""
+    launch_rng: random.Random
+    """Launch latencies, in launch order."""
+    seed: str
+    """Seeds the shared boot factor of each :data:`BOOT_WINDOW` (:meth:`boot_factor`)."""
+    clock: VirtualClock
     desired: int = 0
     live: dict[str, SimInstance] = field(default_factory=dict)
     failed: list[datetime] = field(default_factory=list)
     """Start times of Failed scaling activities, newest first."""
     launched: int = 0
+    next_activity: float = 0.0
+    """The group starts no activity before this (one every ``launches.retry``)."""
+    retry_pending: bool = False
+    _factors: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def now(self) -> float:
+        return self.clock.now
 
     def in_outage(self, now: float) -> bool:
         return any(start <= now < end for start, end in self.outages)
 
-    def boot_time(self) -> float:
-        if self.sigma <= 0:
-            return self.median
-        return self.rng.lognormvariate(math.log(self.median), self.sigma)
+    def boot_factor(self, now: float) -> float:
+        """The standard-normal factor every boot started in this :data:`BOOT_WINDOW`
+        shares (one image pulled by many, one zone's load): a burst boots slow or fast
+        together, and every policy launching then meets the same conditions."""
+        window = int(now // BOOT_WINDOW)
+        factor = self._factors.get(window)
+        if factor is None:
+            rng = random.Random(f"{self.seed}:{window}")  # noqa: S311 (a simulation)
+            factor = self._factors[window] = rng.gauss(0.0, 1.0)
+        return factor
+
+    def cold_start(self) -> tuple[float, float]:
+        """(launch latency, boot) of one instance launched now from nothing."""
+        shared = math.sqrt(self.correlation) * self.boot_factor(self.now)
+        own = math.sqrt(1.0 - self.correlation) * self.rng.gauss(0.0, 1.0)
+        return _draw(self.launch, self.launch_rng.gauss(0.0, 1.0)), _draw(self.boot, shared + own)
+
+
+def _draw(latency: BootTime | LaunchTime, z: float) -> float:
+    mu, sigma = lognormal(latency)
+    return math.exp(mu + sigma * z) if sigma > 0 else latency.p50
 
 
 @dataclass(frozen=True)
@@ -176,6 +242,30 @@ class EmulatorView:
                     )
                 out.append(job.domain)
         return out
+
+    def started_jobs(self) -> list[Job]:
+        """Jobs in progress as the GitHub adapter reports them (its poll lists the jobs of
+        queued and in-progress runs)."""
+        out = []
+        for inst in self.running_instances():
+            job = inst.job
+            if job is None:
+                continue
+            if job.domain_started is None:
+                job.domain_started = Job(
+                    id=job.index + 1,
+                    run_id=job.index + 1,
+                    repo="trace",
+                    name="job",
+                    labels=job.labels,
+                    status=JobStatus.IN_PROGRESS,
+                    created_at=self.trace.start + timedelta(seconds=job.created),
+                )
+            out.append(job.domain_started)
+        return out
+
+    def running_instances(self) -> list[SimInstance]:
+        return [i for pool in self.pools.values() for i in pool.live.values() if i.job]
 
     def runners(self) -> list[Runner]:
         """Registered runners, named ``f"{pool}-{instance id}"``."""

@@ -1,13 +1,13 @@
-"""What a replay measured: queue times, runner-hours and their lower bound, per policy.
+"""What a replay measured: queue times and runner-hours, per policy and per runner type.
 
 - **Queue time** of a job: from its creation until a runner took it; a job still queued
   when the replay ends counts its wait so far. Jobs no pool can serve are counted apart
   (``unserved``) and left out of the percentiles.
-- **Runner-hours**: instance-seconds from launch to termination (or the end), boot
-  included. **Idle** runner-hours: registered and not running a job.
-- **Lower bound**: the sum of the job durations plus one boot per instance launched (the
-  boot each instance really had, cut short when it was terminated while booting): what
-  the same launches would cost with no idle second.
+- **Runner-hours**: what EC2 bills, instance-seconds from running to termination (or the
+  end), boot included, at least ``billing_minimum`` per instance. **Idle** runner-hours:
+  billed and neither booting nor running a job.
+- **x oracle**: runner-hours over the oracle's (:mod:`autoscaler.sim.oracle`), the
+  fewest any policy could spend starting every job at once with perfect foresight.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.sim.emulator import Emulator, Sample
+from autoscaler.sim.emulator import Emulator
+from autoscaler.sim.entities import Sample
+from autoscaler.sim.oracle import Floor
 
 WAITED_LONG = 600.0
 """A job that waited longer than this (10 min) is counted in ``waited_over_10m``."""
@@ -32,6 +34,16 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = math.floor(rank)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class TypeResult:
+    """One runner type's share of a replay."""
+
+    name: str
+    jobs: int
+    p95_queue_seconds: float
+    runner_hours: float
 
 
 @dataclass(frozen=True)
@@ -56,18 +68,28 @@ class PolicyResult:
     end_seconds: float
     """When the replay ended (the last job completed), from the trace's start."""
     samples: tuple[Sample, ...] = ()
+    per_type: tuple[TypeResult, ...] = ()
 
-    @property
-    def lower_bound_hours(self) -> float:
-        return self.busy_hours + self.boot_hours
+    def oracle_ratio(self, floor: Floor | None) -> float | None:
+        """Runner-hours over the oracle's (None without one, or when it is zero)."""
+        if floor is None or floor.zero_wait_hours <= 0:
+            return None
+        return self.runner_hours / floor.zero_wait_hours
 
-    @property
-    def cost_ratio(self) -> float:
-        """Runner-hours over their lower bound (1.0: not one idle second)."""
-        bound = self.lower_bound_hours
-        return self.runner_hours / bound if bound > 0 else 1.0
-
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self, floor: Floor | None = None) -> dict[str, Any]:
+        ratio = self.oracle_ratio(floor)
+        types = []
+        for t in self.per_type:
+            row: dict[str, Any] = {
+                "runner_type": t.name,
+                "jobs": t.jobs,
+                "p95_queue_seconds": round(t.p95_queue_seconds, 1),
+                "runner_hours": round(t.runner_hours, 2),
+            }
+            of = floor.of(t.name) if floor is not None else None
+            if of is not None and of.zero_wait_hours > 0:
+                row["oracle_ratio"] = round(t.runner_hours / of.zero_wait_hours, 3)
+            types.append(row)
         return {
             "name": self.name,
             "p50_queue_seconds": round(self.p50_queue_seconds, 1),
@@ -75,35 +97,48 @@ class PolicyResult:
             "p99_queue_seconds": round(self.p99_queue_seconds, 1),
             "runner_hours": round(self.runner_hours, 2),
             "idle_runner_hours": round(self.idle_runner_hours, 2),
+            "oracle_ratio": None if ratio is None else round(ratio, 3),
             "scale_actions": self.scale_actions,
             "jobs_waited_over_10m": self.waited_over_10m,
-            "lower_bound_runner_hours": round(self.lower_bound_hours, 2),
             "instances_launched": self.instances_launched,
             "jobs": self.jobs,
             "unserved_jobs": self.unserved,
             "unfinished_jobs": self.unfinished,
+            "runner_types": types,
         }
 
 
 def summarize(name: str, em: Emulator, end: float) -> PolicyResult:
     """Measure one finished replay."""
-    waits = []
+    minimum = em.config.simulation.billing_minimum
+    waits: list[float] = []
+    type_waits: list[list[float]] = [[] for _ in em.types]
     unfinished = 0
     for job in em.runnable:
         if job.started is None:
             unfinished += 1
-            waits.append(max(0.0, end - job.created))
+            wait = max(0.0, end - job.created)
         else:
-            waits.append(job.started - job.created)
+            wait = job.started - job.created
+        waits.append(wait)
+        if job.home is not None:
+            type_waits[job.home].append(wait)
     total = boot = busy = 0.0
+    type_hours = [0.0] * len(em.types)
     for inst in em.instances:
+        billed = inst.billed(end, minimum)
+        total += billed
+        type_hours[inst.pool.type_index] += billed
         stop = end if inst.terminated is None else inst.terminated
-        life = max(0.0, stop - inst.launched)
-        total += life
-        boot += min(inst.boot, life)
+        boot += max(0.0, min(inst.boot, stop - inst.running))
         busy += inst.busy_seconds
         if inst.job is not None and inst.job.started is not None:
             busy += max(0.0, stop - inst.job.started)  # still running at the end
+    per_type = tuple(
+        TypeResult(rt.name, len(type_waits[t]), percentile(type_waits[t], 95), type_hours[t] / 3600)
+        for t, rt in enumerate(em.types)
+        if em.pools_of[t]
+    )
     return PolicyResult(
         name=name,
         jobs=len(em.runnable),
@@ -121,6 +156,7 @@ def summarize(name: str, em: Emulator, end: float) -> PolicyResult:
         instances_launched=len(em.instances),
         end_seconds=end,
         samples=tuple(em.samples),
+        per_type=per_type,
     )
 
 
@@ -132,18 +168,20 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def format_table(results: Iterable[PolicyResult]) -> str:
-    """A table for a person: one row per policy."""
+def format_table(results: Iterable[PolicyResult], floor: Floor | None = None) -> str:
+    """A table for a person: one row per policy; ``x oracle`` when ``floor`` is given."""
     header = (
-        f"{'policy':<22} {'p50':>6} {'p95':>6} {'p99':>6} {'runner-h':>9} {'idle-h':>8}"
-        f" {'x bound':>7} {'actions':>8} {'>10m':>5}"
+        f"{'policy':<28} {'p50':>6} {'p95':>6} {'p99':>6} {'runner-h':>9} {'idle-h':>8}"
+        f" {'x oracle':>8} {'actions':>8} {'>10m':>5}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
+        ratio = r.oracle_ratio(floor)
+        shown = "-" if ratio is None else f"{ratio:.2f}"
         lines.append(
-            f"{r.name:<22} {_duration(r.p50_queue_seconds):>6} {_duration(r.p95_queue_seconds):>6}"
+            f"{r.name:<28} {_duration(r.p50_queue_seconds):>6} {_duration(r.p95_queue_seconds):>6}"
             f" {_duration(r.p99_queue_seconds):>6} {r.runner_hours:>9.1f}"
-            f" {r.idle_runner_hours:>8.1f} {r.cost_ratio:>7.2f} {r.scale_actions:>8}"
+            f" {r.idle_runner_hours:>8.1f} {shown:>8} {r.scale_actions:>8}"
             f" {r.waited_over_10m:>5}"
         )
     return "\n".join(lines) + "\n"

@@ -1,11 +1,13 @@
 """This project's policy in the emulator: the real :func:`compute_queue` and :func:`decide`.
 
-Every ``poll_interval`` (and, with ``simulation.reaction``, that long after a job is
-queued, as a webhook would trigger) the driver observes the emulator the way the GitHub and
-Auto Scaling adapters would, calls the same pure functions the live controller calls, and
-carries out the plan the way :class:`autoscaler.scale.scaler.Scaler` does: release pools
+Every ``poll_interval`` the driver observes the emulator the way the GitHub and Auto
+Scaling adapters would, calls the same pure functions the live controller calls, and
+carries out the plan ``simulation.poll_latency`` later (the poll's answers are that old
+when the tick acts), the way :class:`autoscaler.scale.scaler.Scaler` does: release pools
 whose launches failed, scale up pool by pool (remembering ``scaled_up``), deregister then
-terminate idle runners, terminate orphans. Cloud calls cannot fail synchronously here: an
+terminate idle runners (a runner that took a job meanwhile is refused by GitHub and
+stays), terminate orphans. With webhooks (:func:`reaction_of`) it also decides that long
+after each queued job, acting at once. Cloud calls cannot fail synchronously here: an
 outage shows up later, as a Failed scaling activity, exactly what the policy must notice.
 """
 
@@ -16,7 +18,23 @@ from typing import TYPE_CHECKING
 from autoscaler.observe.queue import compute_queue
 from autoscaler.scale.plan import Plan, ScalingState, slot_target
 from autoscaler.scale.policy import decide
-from autoscaler.sim.emulator import Emulator, SimJob
+from autoscaler.sim.emulator import Emulator
+from autoscaler.sim.entities import SimJob
+
+#: Seconds GitHub takes to deliver a ``workflow_job`` webhook (an assumption: about one).
+WEBHOOK_DELIVERY = 1.0
+
+
+def reaction_of(config: Config) -> float | None:
+    """Seconds from a queued job to a decision: ``simulation.reaction``; else, with a
+    ``webhook`` configured, its debounce plus :data:`WEBHOOK_DELIVERY`; else None
+    (polling alone)."""
+    if config.simulation.reaction is not None:
+        return config.simulation.reaction
+    if config.webhook is not None:
+        return config.webhook.debounce + WEBHOOK_DELIVERY
+    return None
+
 
 if TYPE_CHECKING:
     from autoscaler.config import Config
@@ -33,20 +51,20 @@ class ProjectDriver:
         self.ticks = 0
         self._next_tick = 0.0
         self._reaction_at: float | None = None
-        reaction = config.simulation.reaction
-        if reaction is not None:
+        self.reaction = reaction_of(config)
+        self.latency = min(config.simulation.poll_latency, config.poll_interval)
+        if self.reaction is not None:
             emulator.on_queued.append(self._queued)
         emulator.clock.at(0.0, self._periodic)
 
     def _periodic(self) -> None:
         self._next_tick = self.emulator.now + self.config.poll_interval
         self.emulator.clock.at(self._next_tick, self._periodic)
-        self.tick()
+        self.tick(self.latency)
 
     def _queued(self, job: SimJob) -> None:
-        reaction = self.config.simulation.reaction
-        assert reaction is not None
-        when = self.emulator.now + reaction
+        assert self.reaction is not None
+        when = self.emulator.now + self.reaction
         if when >= self._next_tick or (self._reaction_at is not None and self._reaction_at <= when):
             return  # a tick comes soon enough anyway
         self._reaction_at = when
@@ -56,13 +74,18 @@ class ProjectDriver:
         self._reaction_at = None
         self.tick()
 
-    def tick(self) -> None:
+    def tick(self, latency: float = 0.0) -> None:
+        """Observe now and decide; act ``latency`` seconds later."""
         em = self.emulator
         self.ticks += 1
         now = em.clock.datetime()
         runners = em.runners()
         snapshot = compute_queue(
-            em.queued_jobs(), runners, self.types, now, self.config.github.hosted_labels
+            [*em.queued_jobs(), *em.started_jobs()],
+            runners,
+            self.types,
+            now,
+            self.config.github.hosted_labels,
         )
         plan = decide(
             snapshot,
@@ -74,7 +97,10 @@ class ProjectDriver:
             observation_fresh=True,
         )
         self.state = plan.state
-        self._execute(plan)
+        if latency > 0:
+            em.clock.after(latency, self._execute, plan)
+        else:
+            self._execute(plan)
 
     def _execute(self, plan: Plan) -> None:
         em = self.emulator

@@ -2,7 +2,9 @@
 
 ``simulate(config, trace, name)`` builds a fresh :class:`Emulator`, attaches the policy's
 driver and runs virtual time until the trace's last job completed. Every policy sees the
-same jobs, the same boot times per pool (in launch order) and the same outages.
+same jobs, the same boot times per pool (in launch order) and the same outages. With
+``equal_knobs`` every peer gets this project's poll interval (or reaction), idle timeout
+and min_idle wherever it has such a knob (:func:`autoscaler.sim.peers.equalized`).
 
 ``ci-autoscaler-ephemeral`` is this project's policy with every runner type in
 ``mode: ephemeral``: each machine runs one job and is terminated when it ends (the live
@@ -43,7 +45,14 @@ def as_ephemeral(config: Config) -> Config:
     )
 
 
-def simulate(config: Config, trace: Trace, name: str = PROJECT, *, label: str = "") -> PolicyResult:
+def simulate(
+    config: Config,
+    trace: Trace,
+    name: str = PROJECT,
+    *,
+    label: str = "",
+    equal_knobs: bool = False,
+) -> PolicyResult:
     """One replay. ``label`` names the result (default: the policy's name)."""
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
@@ -54,12 +63,12 @@ def simulate(config: Config, trace: Trace, name: str = PROJECT, *, label: str = 
         em.ephemeral = name == PROJECT_EPHEMERAL
         ProjectDriver(em, config)
     else:
-        PeerDriver(em, config, name)
+        PeerDriver(em, config, name, equal_knobs=equal_knobs)
     end = em.run()
     return summarize(label or name, em, end)
 
 
 def simulate_all(
-    config: Config, trace: Trace, names: Sequence[str] = POLICIES
+    config: Config, trace: Trace, names: Sequence[str] = POLICIES, *, equal_knobs: bool = False
 ) -> list[PolicyResult]:
-    return [simulate(config, trace, name) for name in names]
+    return [simulate(config, trace, name, equal_knobs=equal_knobs) for name in names]

@@ -38,7 +38,7 @@ ETag cache, read once at start). Alert states are diffed against what the last
 baseline is what the table holds. The ETag cache is the leader's to persist: a follower's
 ``save_poll_cache`` keeps its cache in memory and writes nothing.
 
-**The webhook job index** (issue 10) lives here as ``job#<shard>`` partitions. Its event
+**The webhook job index** lives here as ``job#<shard>`` partitions. Its event
 writes are the exception to fencing: any replica that receives a webhook records it (the
 leader reads them), so they are unfenced single-item writes made idempotent by a condition
 on the job's rank (:mod:`autoscaler.state.dynamodb_jobs`), with a TTL. The reconcile's

@@ -28,7 +28,7 @@ transaction conditional on ``owner`` and ``epoch`` being its own
 past its lease and wakes up finds its ``acting()`` false, and any write it had already
 decided to make fails: it cannot write after its successor took over. What cannot be
 fenced (a scale call to AWS, a POST to a receiver) is preceded by ``acting()`` with the
-margin left; the README lists what remains.
+margin left; docs/two-controllers.md lists what remains.
 
 A leader that stops cleanly releases the lease (``owner`` empty): a follower takes it at
 its next step instead of waiting out the duration (rolling deploys). A process that finds

@@ -156,7 +156,8 @@ def test_the_first_rate_limit_request_goes_beside_the_skeleton_and_the_plan_wait
     assert arrived.index("/api/v3/rate_limit") < 3  # among the first three, not before them
     assert runs_before_plan == []
     runs = sum("/actions/runs" in p for p in arrived)
-    assert runs == 5  # one listing per run status: the plan, once in, listed the repository
+    # its newest runs, then one listing per run status: the plan, once in, listed it
+    assert runs == 6
     limit = metrics.registry.get_sample_value(
         "ci_autoscaler_github_rate_limit_limit", {"resource": "core"}
     )

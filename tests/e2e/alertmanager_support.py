@@ -21,15 +21,15 @@ from tests.conftest import free_port, require_tool
 from tests.e2e.harness import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+ALERTS_DOC = ROOT / "docs" / "alerts.md"
 
 
-def readme_yaml(marker: str) -> dict[str, Any]:
-    """The first ```yaml block after ``<!-- marker -->`` in the README, parsed: the tests
-    run the README's own configuration, so a wrong README fails them."""
-    text = README.read_text(encoding="utf-8")
+def docs_yaml(marker: str) -> dict[str, Any]:
+    """The first ```yaml block after ``<!-- marker -->`` in docs/alerts.md, parsed: the
+    tests run the docs' own configuration, so wrong docs fail them."""
+    text = ALERTS_DOC.read_text(encoding="utf-8")
     _, found, after = text.partition(f"<!-- {marker} -->")
-    assert found, f"README.md has no <!-- {marker} --> block"
+    assert found, f"docs/alerts.md has no <!-- {marker} --> block"
     body = after.split("```yaml\n", 1)[1].split("```", 1)[0]
     doc = yaml.safe_load(body)
     assert isinstance(doc, dict)

@@ -1,12 +1,12 @@
-"""The README's Alertmanager setup against a real Alertmanager (Debian's package).
+"""The documented Alertmanager setup (docs/alerts.md) against a real Alertmanager (Debian).
 
-The story (issue 18): configured as the README showed, every notification of the
+The story (issue 18): configured as the docs showed, every notification of the
 `alertmanager` receiver was refused with HTTP 400 ("cannot unmarshal object into Go value
 of type models.PostableAlerts"): it posted the webhook payload Alertmanager sends to its
 own receivers, not the postable alerts its API takes, and the delivery tests passed
 against a capture server that accepts anything. On-call who route through Alertmanager
 got nothing. Here a real `ci-autoscaler run` and a real HA pair of Alertmanagers, both
-configured from the README's own blocks, must show the queue alert active during the
+configured from the docs' own blocks, must show the queue alert active during the
 incident, keep it active across ticks for longer than Alertmanager's resolve_timeout,
 and resolve it when the queue drains; and the shipped Prometheus rules, evaluated by a
 real Prometheus with the real Alertmanager as its target, must reach on-call too.
@@ -25,14 +25,16 @@ import yaml
 from autoscaler.alerting import render
 from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.lifecycle import Notification
+from autoscaler.alerting.runbook import runbook_url
+from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL
 from tests.conftest import free_port, require_tool
 from tests.e2e.alertmanager_support import (
     ROOT,
     Alertmanager,
     alertmanager,
+    docs_yaml,
     fast,
     inbox,
-    readme_yaml,
 )
 from tests.e2e.harness import cli, running_controller, seeded_github, wait_for, write_config
 
@@ -43,10 +45,10 @@ PROMETHEUS_RULES = ROOT / "alerts" / "prometheus" / "ci-autoscaler.rules.yml"
 
 
 def controller_alerts(*urls: str) -> dict[str, Any]:
-    """The README's controller block, pointed at the test's Alertmanagers: the first by
-    base URL (as the README writes it), the second by the full API path; plus a
+    """The docs' controller block, pointed at the test's Alertmanagers: the first by
+    base URL (as the docs write it), the second by the full API path; plus a
     per-runner-type rule like config.example.yaml's."""
-    alerts: dict[str, Any] = readme_yaml("readme: controller alertmanager receiver")["alerts"]
+    alerts: dict[str, Any] = docs_yaml("docs: controller alertmanager receiver")["alerts"]
     receiver = alerts["receivers"]["oncall"]
     assert receiver["type"] == "alertmanager"
     assert receiver["url"] == "http://alertmanager:9093"
@@ -89,7 +91,7 @@ def test_readme_alertmanager_setup_holds_the_alert_through_the_incident(tmp_path
     fake = seeded_github(gpu_jobs=3, gpu_age_minutes=90)
     try:
         with inbox() as box:
-            am_config = fast(readme_yaml("readme: alertmanager.yml"), box.url)
+            am_config = fast(docs_yaml("docs: alertmanager.yml"), box.url)
             with (
                 alertmanager(tmp_path, am_config, "am0") as am0,
                 alertmanager(tmp_path, am_config, "am1") as am1,
@@ -121,6 +123,9 @@ def test_readme_alertmanager_setup_holds_the_alert_through_the_incident(tmp_path
                         assert notes["reason"].endswith("threshold_breached=1")
                         assert notes["runbook_url"] == "https://example.com/runbooks/ci-queue"
                         fleet = by_rule(am)[FLEET_RULE]
+                        assert fleet["annotations"]["runbook_url"] == runbook_url(
+                            DEFAULT_RUNBOOK_BASE_URL, "Jobs queueing too long"
+                        )  # the shipped rule links its section of the docs' runbook
                         assert "runner_type" not in fleet["labels"]
                         assert fleet["labels"]["team"] == "pytorch-dev-infra"
                         assert fleet["generatorURL"] == "https://example.com/d/ci-autoscaler"
@@ -166,7 +171,7 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
     fake = seeded_github(gpu_jobs=3, gpu_age_minutes=90)
     try:
         with inbox() as box:
-            am_config = fast(readme_yaml("readme: alertmanager.yml"), box.url)
+            am_config = fast(docs_yaml("docs: alertmanager.yml"), box.url)
             with alertmanager(tmp_path, am_config) as am:
                 controller_port, prom_port = free_port(), free_port()
                 config = write_config(tmp_path, fake.url, controller_port)
@@ -179,7 +184,7 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                                 # team and links are configuration, not rule literals
                                 "external_labels": {
                                     "team": "pytorch-dev-infra",
-                                    "runbook_url": "https://example.com/runbooks/ci-queue",
+                                    "runbook_base_url": DEFAULT_RUNBOOK_BASE_URL,
                                     "dashboard_url": "https://example.com/d/ci-autoscaler",
                                 },
                             },
@@ -231,7 +236,9 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                         assert alert["labels"]["severity"] == "error"
                         assert alert["annotations"]["summary"] == "[P2] Jobs queueing too long"
                         notes = alert["annotations"]
-                        assert notes["runbook_url"] == "https://example.com/runbooks/ci-queue"
+                        assert notes["runbook_url"] == runbook_url(
+                            DEFAULT_RUNBOOK_BASE_URL, "JobsQueueingTooLong"
+                        )  # its section of the docs' runbook, from the base Prometheus adds
                         assert notes["dashboard_url"] == "https://example.com/d/ci-autoscaler"
                         wait_for(
                             lambda: box.alerts("JobsQueueingTooLong", "firing"),

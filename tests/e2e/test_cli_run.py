@@ -20,6 +20,8 @@ from tests.e2e.harness import (
     write_config,
 )
 
+METRICS_REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
+
 DESIGN_METRICS = {
     "ci_autoscaler_queue_size",
     "ci_autoscaler_queue_max_age_seconds",
@@ -88,6 +90,20 @@ def test_run_serves_metrics_health_readiness_and_stops_on_sigterm(tmp_path: Path
             # prometheus_client strips _total from counter family names
             assert {"ci_autoscaler_polls", "ci_autoscaler_github_requests"} <= names
             assert names >= DESIGN_METRICS
+            # every family a real scrape exports is in the generated metrics reference
+            reference = METRICS_REFERENCE.read_text(encoding="utf-8")
+            exported = {
+                f.name + {"counter": "_total", "info": "_info"}.get(f.type, "")
+                for f in text_string_to_metric_families(text)
+            }
+            # a counter's or histogram's creation time comes as a gauge of its own
+            created = {n for n in exported if n.endswith("_created")}
+            families = exported - created
+            assert len(families) > 40
+            assert {n.removesuffix("_created") for n in created} <= {
+                n.removesuffix("_total") for n in families
+            }
+            assert sorted(n for n in families if f"`{n}`" not in reference) == []
             assert 'ci_autoscaler_queue_size{runner_type="linux.4xlarge"} 2.0' in text
             assert "RUNNER TYPE" in httpx.get(f"{base}/").text
             page = httpx.get(f"{base}/", headers={"Accept": "text/html"})

@@ -22,6 +22,7 @@ import httpx
 import pytest
 import websocket
 
+from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL
 from autoscaler.fakes.github import FakeGitHub
 from tests.conftest import free_port, require_tool
 from tests.e2e.harness import running_controller, wait_for, write_config
@@ -31,8 +32,8 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 WIDTH, HEIGHT = 1400, 1000
 TYPES = [f"linux.type{i}.{size}xlarge" for i, size in enumerate((2, 4, 8, 12, 16, 24, 32, 48))]
-DOCS = "https://docs.example/ci-autoscaler/README.md"
-RUNBOOK = f"{DOCS}#investigating-a-queue-alert"
+#: The runbook page of the docs site, where every alert links by default.
+RUNBOOK = DEFAULT_RUNBOOK_BASE_URL
 
 #: Text nodes inside the viewport, in document order, with the links whose box is inside.
 ABOVE_THE_FOLD = """(() => {
@@ -78,10 +79,7 @@ def page(tmp_path: Path) -> Iterator[str]:
             runner_types={name: {"labels": ["self-hosted", name]} for name in TYPES},
             alerts={
                 "receivers": {"hook": {"type": "webhook", "url": "http://127.0.0.1:9"}},
-                "builtin": {
-                    "runbook_url": RUNBOOK,
-                    "dashboard_url": "https://grafana.example/d/ci",
-                },
+                "builtin": {"dashboard_url": "https://grafana.example/d/ci"},
             },
         )
         with running_controller(config) as (_, base):
@@ -171,11 +169,10 @@ def rendered(tool: str, profile: Path, url: str) -> dict[str, Any]:
         browser.wait(timeout=20)
 
 
-def readme_anchors() -> set[str]:
-    """GitHub's anchors of the README's headings (lower case, punctuation dropped, spaces
-    to hyphens)."""
-    headings = re.findall(r"^#+ (.+)$", (ROOT / "README.md").read_text(), re.MULTILINE)
-    return {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
+def runbook_anchors() -> set[str]:
+    """The explicit anchors (``{#id}``) of the runbook page's headings."""
+    text = (ROOT / "docs" / "runbook.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^#+ .*\{#([^}]+)\}\s*$", text, re.MULTILINE))
 
 
 def test_first_screen_holds_every_type_and_every_firing_alert(page: str, tmp_path: Path) -> None:
@@ -196,5 +193,5 @@ def test_first_screen_holds_every_type_and_every_firing_alert(page: str, tmp_pat
     runbooks = [href for cls, href in seen["links"] if cls == "runbook"]
     assert len(runbooks) >= len(titles), seen["links"]
     for href in runbooks:
-        assert href.startswith(DOCS + "#")
-        assert href.split("#", 1)[1] in readme_anchors(), f"{href}: no such heading in the docs"
+        assert href.startswith(RUNBOOK + "#")
+        assert href.split("#", 1)[1] in runbook_anchors(), f"{href}: no such runbook section"

@@ -7,10 +7,16 @@ did not say what the config file is or where to start one."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from autoscaler.app.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
@@ -62,3 +68,53 @@ def test_log_level_is_accepted_before_or_after_the_command(
     (where a person puts it) was refused as an unrecognized argument; only
     `ci-autoscaler --log-level debug once ...` worked."""
     assert build_parser().parse_args(argv).log_level == level
+
+
+@pytest.mark.parametrize(
+    ("argv", "allowed"),
+    [
+        (["--help"], ()),
+        (["simulate", "--help"], ("autoscaler.sim",)),
+        (["check-config", "config.example.yaml"], ("pydantic", "yaml")),
+    ],
+    ids=["help", "simulate-help", "check-config"],
+)
+def test_a_command_imports_only_what_it_uses(argv: list[str], allowed: tuple[str, ...]) -> None:
+    """`ci-autoscaler --help` took ten times as long as an interpreter that imports
+    nothing: the CLI imported the controller, the metrics exposition (and with it
+    http.server, wsgiref and email) and the simulator before it parsed an argument.
+    Each command now imports what it runs, when it runs."""
+    heavy = (
+        "pydantic",
+        "yaml",
+        "boto3",
+        "botocore",
+        "httpx",
+        "uvicorn",
+        "starlette",
+        "prometheus_client",
+        "autoscaler.controller",
+        "autoscaler.sim",
+        "autoscaler.app.served",
+        "autoscaler.telemetry",
+    )
+    probe = (
+        "import sys\n"
+        "from autoscaler.app.entry import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        env={**os.environ, "GITHUB_TOKEN": "x"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    modules = done.stderr.split()
+    loaded = [h for h in heavy if any(m == h or m.startswith(h + ".") for m in modules)]
+    assert loaded == list(allowed)

@@ -116,11 +116,12 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return into
 
 
+#: Top-level keys of other programs' configs the docs show: Alertmanager's, Prometheus's.
+NOT_OURS = ("route", "scrape_configs", "global")
 FRAGMENTS = [
     (name, block)
     for name, block in _yaml_blocks()
-    # Alertmanager's (route) and Prometheus's (global) own configs
-    if isinstance(block, dict) and not {"route", "global"} & set(block)
+    if isinstance(block, dict) and not any(key in block for key in NOT_OURS)
 ]
 
 

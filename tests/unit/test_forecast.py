@@ -1,8 +1,11 @@
-"""``min_idle.predict``: arrivals counted per observation, a Poisson quantile of warm runners."""
+"""The arrival rate per observation, the boots new runners took, and what they ask for:
+idle runners worth keeping, and ``min_idle.predict``'s warm runners (a Poisson quantile)."""
 
 from __future__ import annotations
 
 import json
+import statistics
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,8 +16,11 @@ from autoscaler.domain import Runner
 from autoscaler.errors import ConfigError
 from autoscaler.observe.queue import compute_queue
 from autoscaler.scale.forecast import (
+    BOOTS_KEPT,
     arrival_rate,
+    boot_seconds,
     count_arrivals,
+    count_boots,
     poisson_quantile,
     warm_runners,
 )
@@ -30,7 +36,11 @@ CPU = ["self-hosted", "cpu"]
 def config(min_idle: Any = 0, **extra: Any) -> Any:
     return load_config(
         runner_types={"cpu": {"labels": CPU, "pools": ["p"], "min_idle": min_idle, **extra}},
-        simulation={"boot_time": {"p50": "60s", "p95": "60s"}},
+        simulation={
+            "boot_time": {"p50": "60s", "p95": "60s"},
+            "launch_time": {"p50": "10s", "p95": "10s"},
+            "poll_latency": "0s",
+        },
     )
 
 
@@ -87,11 +97,15 @@ def test_arrivals_older_than_the_window_are_forgotten() -> None:
     assert arrival_rate(c.runner_types[0], after, now) == pytest.approx(12 / 600)
 
 
-def test_without_predict_nothing_is_counted_and_min_idle_is_as_scheduled() -> None:
+def test_without_predict_arrivals_are_counted_and_min_idle_is_as_scheduled() -> None:
+    """Every type's rate is watched (the scale-in weighs it); only predict warms runners."""
     c = config(2)
-    state = ScalingState()
-    assert count_arrivals(c, snapshot(T0, [1], []), [], state) is state
-    assert warm_runners(c.runner_types[0], state, T0) == 2
+    first = count_arrivals(c, snapshot(T0, [1], []), [], ScalingState())
+    assert first.watching_since == T0 and first.observed_at == T0
+    now = T0 + timedelta(seconds=30)
+    after = count_arrivals(c, snapshot(now, [10, 45], []), [], first)
+    assert after.arrivals == {"cpu": ((now, 1),)} and after.watching_since == T0
+    assert warm_runners(c.runner_types[0], after, now) == 2
 
 
 @pytest.mark.parametrize(
@@ -108,8 +122,8 @@ def test_warm_runners_follow_the_rate_between_default_and_max(arrivals: int, war
 
 
 def test_predicted_warm_runners_cut_the_queue_time_of_a_steady_stream() -> None:
-    """A short job every 90 s: without prediction the idle runner goes after 20 s and each
-    job waits for a boot; with it, the arrival rate keeps warm runners."""
+    """A short job every 90 s: without prediction the idle runner goes after 20 s and every
+    other job waits for a launch and a boot; with it, the arrival rate keeps warm runners."""
     lines = [
         json.dumps({"created_at": 615 + i * 90.0, "labels": CPU, "duration": 10})
         for i in range(120)
@@ -137,3 +151,20 @@ def test_predict_reads_from_yaml_and_counts_in_the_max_check() -> None:
     with pytest.raises(ConfigError) as err:
         config({"predict": {"max": 50}}, max=10)
     assert err.value.problems == ["runner_types.cpu.min_idle: must not exceed max (10)"]
+
+
+def test_a_new_runner_records_how_long_its_instance_took_to_register() -> None:
+    c = config()
+    rt = c.runner_types[0]
+    launched = {f"i-{rid:017x}": T0 - timedelta(seconds=100 + rid) for rid in range(1, 30)}
+    first = count_boots(c, [runner(1, False)], launched, ScalingState(), T0)
+    assert first.registered == {1} and first.boots == {}  # who was there: not new
+    assert boot_seconds(rt, first) == rt.idle_timeout  # nothing seen yet: about one boot
+    seen = replace(first, observed_at=T0)
+    later = T0 + timedelta(seconds=30)
+    after = count_boots(c, [runner(1, False), runner(2, True)], launched, seen, later)
+    assert after.boots == {"cpu": (132.0,)} and after.registered == {1, 2}
+    many = [runner(rid, False) for rid in range(1, 30)]
+    full = count_boots(c, many, launched, replace(after, observed_at=later), later)
+    assert len(full.boots["cpu"]) == BOOTS_KEPT
+    assert boot_seconds(rt, full) == pytest.approx(statistics.median(full.boots["cpu"]))

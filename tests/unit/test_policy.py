@@ -57,6 +57,16 @@ def idle_for(seconds: float, *ids: int) -> ScalingState:
     return ScalingState(idle_since={i: T0 - timedelta(seconds=seconds) for i in ids})
 
 
+def watched(state: ScalingState, per_minute: int = 0, burst: int = 0) -> ScalingState:
+    """``state`` after an hour of watching GPU arrivals: ``per_minute`` every minute of the
+    15-minute window, and one ``burst`` two minutes ago."""
+    arrivals = [(T0 - timedelta(seconds=60 * k + 1), per_minute) for k in range(15)]
+    arrivals.append((T0 - timedelta(seconds=121), burst))
+    return replace(
+        state, watching_since=T0 - timedelta(hours=1), arrivals={GPU: tuple(sorted(arrivals))}
+    )
+
+
 TWO_GPU = (pool("gpu-spot"), pool("gpu-od"))
 
 
@@ -255,6 +265,32 @@ STALE_AND_IDLE = [
         Case(config(rtype(min_idle=1)), IDLE_POOLS, {}, IDLE_RUNNERS, idle_for(601, 1, 2)),
         {"in": [("gpu-spot", 1, iid(1))]},
         id="min-idle-stays-warm",
+    ),
+    pytest.param(
+        Case(config(), IDLE_POOLS, {}, IDLE_RUNNERS, watched(idle_for(60, 1, 2))),
+        {"in": [("gpu-spot", 1, iid(1)), ("gpu-spot", 2, iid(2))]},
+        id="watched-no-arrivals-idle-go-before-the-timeout",
+    ),
+    pytest.param(
+        Case(config(), IDLE_POOLS, {}, IDLE_RUNNERS, watched(idle_for(60, 1, 2), per_minute=10)),
+        {},
+        id="expected-arrivals-keep-idle-runners",
+    ),
+    pytest.param(
+        Case(
+            config(rtype(idle_timeout=120)),
+            IDLE_POOLS,
+            {},
+            IDLE_RUNNERS,
+            watched(idle_for(60, 1, 2), per_minute=1),
+        ),
+        {"in": [("gpu-spot", 1, iid(1))]},
+        id="one-arrival-a-minute-keeps-one-of-two",
+    ),
+    pytest.param(
+        Case(config(), IDLE_POOLS, {}, IDLE_RUNNERS, watched(idle_for(60, 1, 2), burst=300)),
+        {"in": [("gpu-spot", 1, iid(1)), ("gpu-spot", 2, iid(2))]},
+        id="a-burst-is-not-a-rate",
     ),
     pytest.param(
         Case(config(), IDLE_POOLS, {GPU: 2}, IDLE_RUNNERS, idle_for(601, 1, 2)),

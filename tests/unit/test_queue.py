@@ -150,6 +150,7 @@ def test_compute_queue_counts_sizes_ages_runners_ghosts_and_unmatched() -> None:
     assert cpu.ghost_jobs == 1
     assert cpu.oldest_queued_at == NOW - timedelta(minutes=62)
     assert cpu.queued_ages_seconds == (62 * 60.0, 3 * 60.0)
+    assert cpu.started_ages_seconds == (10 * 60.0,)  # job 6, in progress: not demand
     gpu = snap.per_type["linux.g5.4xlarge.nvidia.gpu"]
     assert (gpu.queue_size, gpu.max_queue_time_seconds) == (1, 7 * 60.0)
     assert snap.per_type["gpu-big"].queue_size == 0

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from autoscaler.sim.metrics import PolicyResult, format_table, percentile
+from autoscaler.sim.oracle import Floor, FrontierPoint, TypeFloor
 from autoscaler.sim.sweep import SweepError, grid, pareto_front, parse_sweep
 from tests.factories import load_config
 
@@ -81,9 +82,10 @@ def test_percentile_interpolates_between_ranks() -> None:
     assert percentile(list(map(float, range(101))), 95) == 95.0
 
 
-def test_the_table_has_a_row_per_policy_with_the_cost_over_its_bound() -> None:
+def test_the_table_has_a_row_per_policy_with_the_cost_over_the_oracle() -> None:
     r = replace(result("ci-autoscaler", 95.0, 11.5), busy_hours=10.0, boot_hours=0.0)
-    table = format_table([r])
+    oracle = Floor((TypeFloor("a", 3, 9.0, 10.0, (FrontierPoint(0.0, 10.0),)),))
+    table = format_table([r], oracle)
     assert table.splitlines()[0].split() == [
         "policy",
         "p50",
@@ -92,7 +94,7 @@ def test_the_table_has_a_row_per_policy_with_the_cost_over_its_bound() -> None:
         "runner-h",
         "idle-h",
         "x",
-        "bound",
+        "oracle",
         "actions",
         ">10m",
     ]

@@ -168,5 +168,6 @@ def pick_due(
     quota = math.ceil((len(units) - len(never)) * poll / interval - 1e-9)
     if quota >= len(listed):
         return never + [key for _, key in listed]
-    listed.sort(key=lambda pair: pair[0])
+    # the most overdue first; ties in a fixed order, so a tick's pick is reproducible
+    listed.sort(key=lambda pair: (pair[0], str(pair[1])))
     return never + [key for _, key in listed[:quota]]

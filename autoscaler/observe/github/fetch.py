@@ -1,10 +1,10 @@
 """The poll's tasks, run on the worker threads: I/O and parsing only, no poll state.
 
 Each task lists one thing (the runners, the repositories, a repository's runs of one
-status, a run's jobs) into a :class:`Listed` of compact records. A re-list the poll can
-choose to skip first asks :meth:`Fetcher.afford`: when the requests this poll counted
-against the rate limit reach its allowance (the budget's token bucket), the task raises
-:class:`Deferred` and the unit keeps its last listing until a later tick.
+status or its newest runs, a run's jobs) into a :class:`Listed` of compact records. A
+re-list the poll can choose to skip first asks :meth:`Fetcher.afford`: when the requests
+this poll counted against the rate limit reach its allowance (the budget's token bucket),
+the task raises :class:`Deferred` and the unit keeps its last listing until a later tick.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from autoscaler.observe.github.cadence import RECENT_PAGES, RECENT_PER_PAGE
 from autoscaler.observe.github.http import GitHubHttp
-from autoscaler.observe.github.listing import Listed, list_pages, list_runs
+from autoscaler.observe.github.listing import Listed, list_pages, list_recent, list_runs
 from autoscaler.observe.github.parse import INSTALLATION_KEY, Skips, compact_page
 from autoscaler.observe.github.records import RunRef
 from autoscaler.telemetry import Metrics
@@ -32,6 +33,9 @@ class Settings:
     share: float
     concurrency: int = 16
     """Requests in flight at once (they may all still count after the budget is spent)."""
+    reconcile: bool = False
+    """The poll is the webhook reconcile (webhooks on): every repository listed whole,
+    every run's jobs as the reconcile decides; no cadence (:mod:`.cadence`)."""
 
 
 class Deferred(Exception):
@@ -111,6 +115,23 @@ class Fetcher:
             status,
             lambda body: compact_page("runs", body, self.skips, interner, repo=repo),
             deadline,
+        )
+
+    def recent(
+        self, repo: str, since: float | None, deadline: float, allowance: Allowance
+    ) -> tuple[list[RunRef], Listed, bool]:
+        """The repository's newest runs in every status, down to ``since``."""
+        self.afford(allowance)
+        interner = self.http.cache.interner
+        return list_recent(
+            self.http,
+            self.settings.owner,
+            repo,
+            lambda body: compact_page("runs", body, self.skips, interner, repo=repo),
+            deadline,
+            since,
+            per_page=RECENT_PER_PAGE,
+            max_pages=RECENT_PAGES,
         )
 
     def jobs(self, run: RunRef, deadline: float, allowance: Allowance) -> Listed:

@@ -3,6 +3,9 @@
 - **A page already seen** (a ``next`` link back to a page of the same listing) and **more
   than** :data:`MAX_PAGES` **pages** both end the listing with :class:`PaginationError`,
   the URL in the message: a broken ``Link`` once looped 82,000 requests in 15 s.
+- **A repository's newest runs** (:func:`list_recent`): the runs listing without a
+  ``status``, newest first whatever their status, read page by page only down to a
+  given creation time: one answer standing for every status, for the runs created since.
 - **Capped run listings**: GitHub returns at most :data:`RUN_LISTING_CAP` runs for a
   listing filtered by ``status`` (its OpenAPI description: "up to 1,000 results for each
   search"), while ``total_count`` counts them all. When ``total_count`` is over the cap,
@@ -175,3 +178,47 @@ def list_runs(  # noqa: PLR0917
 def _capped(total: int | None, items: list[Any]) -> bool:
     """GitHub counted more runs than it returned (a listing capped at 1,000 runs)."""
     return total is not None and total > len(items) and bool(items)
+
+
+def list_recent(  # noqa: PLR0917
+    http: GitHubHttp,
+    owner: str,
+    repo: str,
+    compact: Callable[[Any], PageRecord],
+    deadline: float,
+    since: float | None,
+    *,
+    per_page: int,
+    max_pages: int,
+) -> tuple[list[RunRef], Listed, bool]:
+    """The newest runs of ``repo`` in every status, pages read until one shows a run
+    created before ``since`` (unix time, GitHub's clock) or the listing ends; and whether
+    that happened within ``max_pages`` (False: runs created since may be missing; with
+    ``since`` None, only the first page is read)."""
+    path = f"/repos/{owner}/{quote(repo, safe='')}/actions/runs?per_page={per_page}"
+    listed = Listed()
+    runs: dict[int, RunRef] = {}
+    url: str | None = http.url(path)
+    seen: set[str] = set()
+    while url is not None:
+        key = page_key(url)
+        if key in seen:
+            raise PaginationError(
+                f"runs: Link rel=next points back to a page already read: {url}", "loop"
+            )
+        seen.add(key)
+        page = http.get_page(url, "runs", compact, deadline)
+        listed.records.append(page.record)
+        listed.urls.append(url)
+        listed.counted += page.counted
+        items: tuple[RunRef, ...] = page.record.items
+        for run in items:
+            runs.setdefault(run.id, run)
+        if page.next_url is None or (
+            since is not None and any(run.created_at < since for run in items)
+        ):
+            return list(runs.values()), listed, True
+        if since is None or len(listed.records) >= max_pages:
+            return list(runs.values()), listed, False
+        url = http.url(page.next_url)
+    return list(runs.values()), listed, True

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -287,7 +288,8 @@ def parse_repo(item: Any) -> str | None:
 
 def parse_run(item: Any, repo: str) -> RunRef:
     run = model(RunItem, item)
-    return RunRef(run.id, repo, run.status == "completed", run.created_at.timestamp())
+    status = sys.intern(run.status)
+    return RunRef(run.id, repo, status == "completed", run.created_at.timestamp(), status)
 
 
 def parse_job(item: Any, run: RunRef, interner: Interner | None = None) -> Job | None:

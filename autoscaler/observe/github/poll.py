@@ -1,10 +1,15 @@
 """One poll of GitHub: plan the budget, list what is due on the worker pool, assemble.
 
 Order of work: the runner list (every tick: scale-in and orphan cleanup need it fresh) and
-the owner's repositories first; then the runs of each repository that is due (one listing
-per status in :data:`RUN_STATUSES`) and the jobs of each run that is due; a run seen for
-the first time has its jobs listed at once. Busy units (with queued jobs) are due every
-poll interval while the budget allows; quiet ones as the plan stretches them.
+the owner's repositories first; then the runs of each repository that is due and the jobs
+of each run that is due; a run seen for the first time has its jobs listed at once.
+Polling alone, :mod:`.cadence` decides what is due from each unit's activity (a quiet
+repository by its newest runs, every other tick; a run's jobs when they could have
+changed; everything within the staleness limit). As the webhook reconcile (webhooks on:
+``Settings.reconcile``, or a lean reconcile) every repository is listed whole, one
+listing per status in :data:`RUN_STATUSES`, and the jobs as the reconcile decides (busy
+units every poll interval while the budget allows, quiet ones as the plan stretches
+them): the index is made what those listings show.
 
 The budget bounds every poll: it spends at most what the token bucket
 (:func:`~autoscaler.observe.github.budget.refill`) holds, the skeleton first, then busy
@@ -27,9 +32,17 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from autoscaler.domain import Observation, Runner
+from autoscaler.domain import JobStatus, Observation, Runner
 from autoscaler.errors import AutoscalerError, NotFoundError, RateLimitedError, TransientError
 from autoscaler.observe.github.budget import BudgetPlan, pick_due
+from autoscaler.observe.github.cadence import (
+    RECENT_SLACK,
+    cadence,
+    jobs_due,
+    repos_due,
+    runner_signals,
+    status_moved,
+)
 from autoscaler.observe.github.fetch import Deferred, Fetcher, Settings
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.listing import Listed, PaginationError
@@ -109,6 +122,7 @@ class Poll:
         deadline = time.monotonic() + self.settings.deadline
         tick = Tick(wall, deadline, self.pool.batch(), self.http.counted)
         tick.lean, tick.lean_poll = lean, lean is not None
+        tick.alone = lean is None and not self.settings.reconcile
         tick.runs_listings = runs or lean is None
         self._last = tick
         try:
@@ -129,17 +143,20 @@ class Poll:
             if tick.plan is None:
                 self._plan(tick)
             self.budget.settle(tick.tokens, tick.allowance, wall)
-        self.budget.report(self._planned(tick), tick.allowance, tick.deferred, tick.busy_deferred)
+        self.budget.report(
+            self._planned(tick), tick.cadence, tick.allowance, tick.deferred, tick.busy_deferred
+        )
         if tick.runners is None or tick.names is None:
             raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
         if tick.cut is not None:
             for repo in tick.runs_left:  # asked for, not completed: say so when never listed
                 unit = self.state.repos.get(repo)
-                if unit is not None and unit.last is None:
+                if unit is not None and unit.whole_at is None:
                     unit.failed = f"poll cut short ({tick.cut.kind})"
             log.warning(
-                "GitHub poll cut short (%s); %d repositories keep an earlier listing, "
+                "GitHub %s cut short (%s); %d repositories keep an earlier listing, "
                 "%d were never listed",
+                "poll" if tick.alone else "reconcile",
                 tick.cut,
                 len(tick.runs_left),
                 self.state.unlisted(),
@@ -150,8 +167,10 @@ class Poll:
         """The budget for this poll, from the limits known now."""
         limits = self.http.gate.limits
         tick.plan, tick.tokens, tick.allowance = self.budget.plan(
-            self.state, limits, tick.now, tick.start
+            self.state, limits, tick.now, tick.start, cadence=tick.alone
         )
+        if tick.alone:
+            tick.cadence = cadence(tick.plan)
         return tick.plan
 
     @staticmethod
@@ -205,12 +224,18 @@ class Poll:
             # in before the plan (a first poll's skeleton, a GHES without rate limits).
             self._lean_if_ready(tick)
             return
+        if tick.cadence is not None:
+            for ask in jobs_due(st, tick.cadence, s.poll_interval, tick.now):
+                run = st.runs[int(ask.key)].ref
+                self._ask_jobs(tick, run, BUSY if ask.urgent else QUIET, ask.reason)
+            self._signals_if_ready(tick)
+            return
         busy = [(r, u.last) for r, u in st.runs.items() if u.busy]
         quiet = [(r, u.last) for r, u in st.runs.items() if not u.busy]
         for run_id in pick_due(busy, plan.busy_interval, s.poll_interval, tick.now):
-            self._ask_jobs(tick, st.runs[run_id].ref, BUSY)
+            self._ask_jobs(tick, st.runs[run_id].ref, BUSY, "reconcile")
         for run_id in pick_due(quiet, plan.quiet_interval, s.poll_interval, tick.now):
-            self._ask_jobs(tick, st.runs[run_id].ref, QUIET)
+            self._ask_jobs(tick, st.runs[run_id].ref, QUIET, "reconcile")
 
     def _drain(self, tick: Tick) -> None:
         while tick.batch.outstanding and tick.cut is None:
@@ -271,7 +296,17 @@ class Poll:
             st.runner_list.cost = average(st.runner_list.cost, listed.counted)
             st.runner_list.skips = skip_counts(listed.records)
         st.runner_list.last = tick.now
-        self._lean_if_ready(tick)  # without a plan yet: at the plan (_start)
+        self._signals_if_ready(tick)  # without a plan yet: at the plan (_start)
+        self._lean_if_ready(tick)
+
+    def _signals_if_ready(self, tick: Tick) -> None:
+        """Polling alone, once the plan and the runner list are in: the jobs of the runs
+        one of whose jobs ended, by the runner list (:func:`.cadence.runner_signals`)."""
+        if tick.cadence is None or tick.runners is None or tick.signalled:
+            return
+        tick.signalled = True
+        for run_id in runner_signals(self.state, tick.runners):
+            self._ask_jobs(tick, self.state.runs[run_id].ref, BUSY, "runner")
 
     def _lean_if_ready(self, tick: Tick) -> None:
         """Run ``lean`` once its inputs are in: the plan, the runner list, and every runs
@@ -297,7 +332,7 @@ class Poll:
             reason = lean(facts, busy)
             self.metrics.webhook_reconcile_job_listings.labels(reason.value).inc()
             if reason is not Reason.SETTLED:
-                self._ask_jobs(tick, unit.ref, BUSY if unit.busy else QUIET)
+                self._ask_jobs(tick, unit.ref, BUSY if unit.busy else QUIET, "reconcile")
 
     def _on_repos(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
         candidates = self.fetch.repo_candidates()
@@ -347,7 +382,7 @@ class Poll:
                 if known is None:
                     self.state.runs[run.id] = RunUnit(run, status=_status)
                     if not tick.lean_poll:  # else lean decides, once every listing is in
-                        self._ask_jobs(tick, run, BUSY)
+                        self._ask_jobs(tick, run, BUSY, "new")
                     continue
                 if known.status and known.status != _status:
                     tick.moved.add(run.id)
@@ -359,7 +394,66 @@ class Poll:
     def _repo_done(self, tick: Tick, repo: str) -> None:
         del tick.runs_left[repo]
         self._repo_listed(tick, repo)
+        unit = self.state.repos.get(repo)
+        if tick.cadence is not None and unit is not None and repo in tick.listed_repos:
+            for run_id in status_moved(self.state, unit.runs):
+                self._ask_jobs(tick, self.state.runs[run_id].ref, BUSY, "status")
         self._lean_if_ready(tick)
+
+    def _on_recent(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
+        """A quiet repository's newest runs (:mod:`.cadence`): a run not completed there is
+        live (new: its jobs are listed now); a live one completed has ended; when they did
+        not reach the newest run of the last listing, the repository is listed whole."""
+        repo = tag[1]
+        st = self.state
+        unit = st.repos.get(repo)
+        if isinstance(error, Deferred):
+            self._deferred(tick, unit is not None and unit.last is None)
+            return
+        if isinstance(error, BadPage | TransientError):
+            self._failed(tick, "runs_page", error, unit)
+            return
+        if error is not None:
+            raise error
+        if unit is None:
+            return  # no longer watched
+        runs: list[RunRef]
+        runs, listed, reached = value
+        ended = []
+        for run in runs:
+            known = st.runs.get(run.id)
+            if run.completed:
+                if known is not None and run.id in unit.runs:
+                    ended.append(run.id)
+                continue
+            if known is None:
+                st.runs[run.id] = RunUnit(run, status=run.status)
+                self._ask_jobs(tick, run, BUSY, "new")
+            else:
+                known.ref, known.status = run, run.status
+            unit.runs.add(run.id)
+        self.finished.extend(st.runs[r].ref for r in sorted(ended))
+        self.http.cache.drop(st.drop_runs(ended))
+        unit.runs.difference_update(ended)
+        for run_id in status_moved(st, unit.runs):
+            self._ask_jobs(tick, st.runs[run_id].ref, BUSY, "status")
+        self._newest(unit, runs)
+        unit.recent_cost = (
+            average(unit.recent_cost, listed.counted) if unit.recent_relisted else listed.counted
+        )
+        unit.recent_relisted = unit.last is not None
+        unit.recent_urls = listed.urls
+        unit.last = tick.now
+        if unit.whole_at is not None:  # else a whole listing's failure this tick stands
+            unit.failed = None
+        if not reached:
+            self._ask_whole(tick, repo, BUSY, "short")
+
+    @staticmethod
+    def _newest(unit: RepoUnit, runs: list[RunRef]) -> None:
+        created = [run.created_at for run in runs]
+        if created:
+            unit.newest = max(created) if unit.newest is None else max(unit.newest, *created)
 
     def _repo_listed(self, tick: Tick, repo: str) -> None:
         unit = self.state.repos.get(repo)
@@ -372,10 +466,11 @@ class Poll:
         self.http.cache.drop(self.state.drop_runs(gone))
         unit.runs = set(seen)
         counted = tick.runs_counted[repo]
-        unit.relisted = unit.last is not None
+        unit.relisted = unit.whole_at is not None
         unit.cost = average(unit.cost, counted) if unit.relisted else float(counted)
         unit.urls = tick.runs_urls[repo]
-        unit.last = tick.now
+        unit.last = unit.whole_at = tick.now
+        self._newest(unit, list(seen.values()))
         unit.failed = None
         tick.listed_repos.add(repo)
 
@@ -396,6 +491,8 @@ class Poll:
             return  # its repository no longer lists it
         listed: Listed = value
         unit.jobs = tuple(listed.items)
+        unit.listed_status = unit.status
+        self._claim(tick, unit)
         unit.queued = fresh_queued(unit.jobs)
         unit.skips = skip_counts(listed.records)
         unit.urls = listed.urls
@@ -403,6 +500,22 @@ class Poll:
         unit.cost = average(unit.cost, listed.counted) if unit.relisted else float(listed.counted)
         unit.last = tick.now
         unit.failed = None
+
+    def _claim(self, tick: Tick, unit: RunUnit) -> None:
+        """The runners this listing shows running the run's jobs are its now. Polling
+        alone, a run whose last listing had one of them running a job of its own has seen
+        that job end: its jobs are listed too."""
+        st = self.state
+        for job in unit.jobs:
+            if job.status is not JobStatus.IN_PROGRESS or not job.runner_name:
+                continue
+            before = st.claims.get(job.runner_name)
+            st.claims[job.runner_name] = unit.ref.id
+            if tick.cadence is None or before is None or before == unit.ref.id:
+                continue
+            other = st.runs.get(before)
+            if other is not None and other.last is not None:
+                self._ask_jobs(tick, other.ref, BUSY, "runner")
 
     def _result(self, value: Any, error: BaseException | None) -> tuple[Any, Listed]:
         """A runner or repository list, or the error that fails the poll."""
@@ -458,24 +571,55 @@ class Poll:
 
     def _ask_runs(self, tick: Tick, names: tuple[str, ...]) -> None:
         st, s = self.state, self.settings
+        plan, poll, now = self._planned(tick), s.poll_interval, tick.now
+        if tick.cadence is not None:
+            for ask in repos_due(st, names, tick.cadence, poll, now):
+                repo = str(ask.key)
+                if ask.what == "recent":
+                    self._ask_recent(tick, repo, ask.reason)
+                else:
+                    self._ask_whole(tick, repo, BUSY if ask.urgent else QUIET, ask.reason)
+            return
         busy = [(n, st.repos[n].last) for n in names if st.repo_busy(st.repos[n])]
         quiet = [(n, st.repos[n].last) for n in names if not st.repo_busy(st.repos[n])]
-        plan, poll, now = self._planned(tick), s.poll_interval, tick.now
         due = [(r, BUSY) for r in pick_due(busy, plan.busy_interval, poll, now)]
         due += [(r, QUIET) for r in pick_due(quiet, plan.quiet_interval, poll, now)]
         for repo, priority in due:
-            tick.runs_left[repo] = len(RUN_STATUSES)
-            tick.runs_seen[repo], tick.runs_counted[repo], tick.runs_urls[repo] = {}, 0, []
-            for status in RUN_STATUSES:
-                tick.batch.submit(
-                    ("runs", repo, status),
-                    self.fetch.runs,
-                    repo,
-                    status,
-                    tick.deadline,
-                    tick.allowance,
-                    priority=priority,
-                )
+            self._ask_whole(tick, repo, priority, "reconcile")
+
+    def _ask_whole(self, tick: Tick, repo: str, priority: int, reason: str) -> None:
+        """The repository's runs in every status that can hold a queued job."""
+        if repo in tick.whole_asked:
+            return
+        tick.whole_asked.add(repo)
+        self.metrics.github_listings.labels("runs", reason).inc()
+        tick.runs_left[repo] = len(RUN_STATUSES)
+        tick.runs_seen[repo], tick.runs_counted[repo], tick.runs_urls[repo] = {}, 0, []
+        for status in RUN_STATUSES:
+            tick.batch.submit(
+                ("runs", repo, status),
+                self.fetch.runs,
+                repo,
+                status,
+                tick.deadline,
+                tick.allowance,
+                priority=priority,
+            )
+
+    def _ask_recent(self, tick: Tick, repo: str, reason: str) -> None:
+        """The repository's newest runs in every status, down to its newest run known."""
+        newest = self.state.repos[repo].newest
+        since = None if newest is None else newest - RECENT_SLACK
+        self.metrics.github_listings.labels("recent_runs", reason).inc()
+        tick.batch.submit(
+            ("recent", repo),
+            self.fetch.recent,
+            repo,
+            since,
+            tick.deadline,
+            tick.allowance,
+            priority=BUSY,
+        )
 
     def _ask_repo_runners(self, tick: Tick, names: tuple[str, ...]) -> None:
         tick.repo_runners_left = len(names)
@@ -487,9 +631,10 @@ class Poll:
         if not names:
             self._runners_in(tick, [], None)
 
-    def _ask_jobs(self, tick: Tick, run: RunRef, priority: int) -> None:
+    def _ask_jobs(self, tick: Tick, run: RunRef, priority: int, reason: str) -> None:
         if run.id not in tick.jobs_asked:
             tick.jobs_asked.add(run.id)
+            self.metrics.github_listings.labels("jobs", reason).inc()
             tick.batch.submit(
                 ("jobs", run.id),
                 self.fetch.jobs,
@@ -502,6 +647,9 @@ class Poll:
     # --- the result
     def _observation(self, now: datetime, tick: Tick) -> Observation:
         st = self.state
+        live = sum(1 for repo in st.repos.values() if repo.runs)
+        self.metrics.github_repos.labels("live").set(live)
+        self.metrics.github_repos.labels("quiet").set(len(st.repos) - live)
         self.metrics.github_unlisted_repos.set(st.unlisted())
         self.metrics.github_cache_entries.set(len(self.http.cache))
         skips = st.skips()
@@ -514,6 +662,6 @@ class Poll:
             runners=st.runners,
             skipped_items=sum(skips.values()),
             skipped_runners=skips.get("runner", 0),
-            budget=poll_budget(plan, tick.busy_deferred),
+            budget=poll_budget(plan, tick.busy_deferred, tick.cadence, live, len(st.repos) - live),
             unlisted_repos=tuple(sorted(st.failed().items())),
         )

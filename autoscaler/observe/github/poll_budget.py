@@ -15,6 +15,7 @@ import logging
 
 from autoscaler.domain import PollBudget
 from autoscaler.observe.github.budget import BudgetPlan, Limits, plan_budget, refill
+from autoscaler.observe.github.cadence import QUIET_TICKS, STALE_TICKS, Cadence
 from autoscaler.observe.github.fetch import Allowance, Fetcher, Settings
 from autoscaler.observe.github.units import PollState
 from autoscaler.telemetry import Metrics
@@ -35,13 +36,15 @@ class PollBudgetKeeper:
         self.too_small = False
 
     def plan(
-        self, state: PollState, limits: Limits, now: float, start: int
+        self, state: PollState, limits: Limits, now: float, start: int, *, cadence: bool
     ) -> tuple[BudgetPlan, float, Allowance]:
         """The plan for a poll at ``now`` from the limits known now, the tokens it holds
-        and its allowance (``start``: the helper's counted requests when it began)."""
+        and its allowance (``start``: the helper's counted requests when it began);
+        ``cadence``: quiet units are listed at the cadence's shares of the ticks."""
         s = self.settings
+        quiet, stale = (1 / QUIET_TICKS, 1 / STALE_TICKS) if cadence else (1.0, 1.0)
         plan = plan_budget(
-            state.activity(repo_list=s.repos is None),
+            state.activity(repo_list=s.repos is None, quiet_share=quiet, stale_share=stale),
             state.runner_list.cost,
             limits,
             now,
@@ -58,12 +61,22 @@ class PollBudgetKeeper:
         self.tokens, self.tokens_at = tokens - self.fetch.spent(allowance), now
 
     def report(
-        self, plan: BudgetPlan, allowance: Allowance, deferred: int, busy_deferred: bool
+        self,
+        plan: BudgetPlan,
+        cad: Cadence | None,
+        allowance: Allowance,
+        deferred: int,
+        busy_deferred: bool,
     ) -> None:
-        """The plan on /metrics and in the log; "too small" said once, when it starts."""
+        """The plan on /metrics and in the log; "too small" said once, when it starts.
+        ``cad``: the cadence of a poll alone (None: the webhook reconcile)."""
         m = self.metrics
         m.github_poll_interval.labels("busy").set(plan.busy_interval)
-        m.github_poll_interval.labels("quiet").set(plan.quiet_interval)
+        m.github_poll_interval.labels("quiet").set(
+            plan.quiet_interval if cad is None else cad.quiet
+        )
+        if cad is not None:
+            m.github_staleness_limit.set(cad.staleness)
         m.github_budget.set(plan.budget_per_hour)
         m.github_budget_needed.set(plan.needed_per_hour)
         spent = self.fetch.spent(allowance)
@@ -115,13 +128,19 @@ class PollBudgetKeeper:
         )
 
 
-def poll_budget(plan: BudgetPlan, busy_deferred: bool) -> PollBudget:
-    """The plan as the observation carries it (the "budget too small" alert reads it)."""
+def poll_budget(
+    plan: BudgetPlan, busy_deferred: bool, cad: Cadence | None, live: int, quiet: int
+) -> PollBudget:
+    """The plan as the observation carries it (the "budget too small" alert reads it, and
+    ``explain`` says the cadence): ``live`` and ``quiet`` repositories after this poll."""
     return PollBudget(
         poll_interval=plan.poll_interval,
         busy_interval=plan.busy_interval,
-        quiet_interval=plan.quiet_interval,
+        quiet_interval=plan.quiet_interval if cad is None else cad.quiet,
         budget_per_hour=plan.budget_per_hour,
         needed_per_hour=plan.needed_per_hour,
         too_small=plan.too_small or busy_deferred,
+        staleness_limit=None if cad is None else cad.staleness,
+        live_repos=live,
+        quiet_repos=quiet,
     )

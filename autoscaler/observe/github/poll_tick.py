@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from autoscaler.domain import Runner
 from autoscaler.errors import AutoscalerError
 from autoscaler.observe.github.budget import BudgetPlan
+from autoscaler.observe.github.cadence import Cadence
 from autoscaler.observe.github.fetch import Allowance
 from autoscaler.observe.github.reconcile_plan import Reason, RunFacts
 from autoscaler.observe.github.records import PageRecord, RunRef
@@ -48,6 +49,12 @@ class Tick:
     """``GitHubHttp.counted`` when the poll began (its allowance counts from here)."""
     plan: BudgetPlan | None = None
     """None until the rate limit is known (a first poll asks beside the skeleton)."""
+    cadence: Cadence | None = None
+    """Polling alone, once the plan is known (:mod:`.cadence`); None as the reconcile."""
+    alone: bool = True
+    """Polling alone (not the webhook reconcile): the cadence decides what is listed."""
+    signalled: bool = False
+    """The runner list's signals were read (once a poll, with the plan and the list)."""
     allowance: Allowance = field(default_factory=lambda: Allowance(0, 0.0))
     tokens: float = 0.0
     runners_asked: bool = False
@@ -66,6 +73,8 @@ class Tick:
     runs_urls: dict[str, list[str]] = field(default_factory=dict)
     incomplete: set[str] = field(default_factory=set)
     jobs_asked: set[int] = field(default_factory=set)
+    whole_asked: set[str] = field(default_factory=set)
+    """Repositories whose runs this poll lists whole."""
     page_skips: dict[str, int] = field(default_factory=dict)
     deferred: int = 0
     busy_deferred: bool = False

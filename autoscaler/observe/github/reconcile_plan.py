@@ -1,13 +1,13 @@
 """Pure: which runs' job listings a webhook reconcile must read again, and why.
 
-The reconcile of :class:`~autoscaler.observe.github.webhook_source.WebhookSource` used to
-be the full poll. Five minutes apart almost every in-progress run's job listing has
-changed (its steps moved on), so re-reading them all cost about three 60 s polls, for
-nothing the queue math uses: a job running on a runner is not demand. With the webhooks
-flowing, the reconcile re-lists the runs listings of every repository (a run GitHub
-created whose deliveries were all lost shows there; an unchanged listing is a 304, which
-GitHub does not count against the primary rate limit) and the jobs of a run only when
-something says the index may be wrong about it:
+Between two reconciles of :class:`~autoscaler.observe.github.webhook_source.WebhookSource`
+almost every in-progress run's job listing changes (its steps move on), so re-reading
+them all would be counted against the rate limit for nothing the queue math uses: a job
+running on a runner is not demand. With the webhooks flowing, the reconcile re-lists the
+runs listings of every repository (a run GitHub created whose deliveries were all lost
+shows there; an unchanged listing is a 304, which GitHub does not count against the
+primary rate limit) and the jobs of a run only when something says the index may be
+wrong about it:
 
 - ``new``: its jobs were never listed (a run the webhooks may have told nothing of);
 - ``stale``: last listed longer ago than ``max_age`` (a bound on anything else missed);

@@ -35,6 +35,8 @@ class RunRef:
     completed: bool
     created_at: float = 0.0
     """Unix time; the oldest run of a capped listing is where the next ``created`` range ends."""
+    status: str = ""
+    """The status GitHub reports for it (``queued``, ``in_progress``, ``completed``...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,7 @@ def _encode_item(kind: str, item: Any) -> Any:
     if kind == "repos":
         return item
     if kind == "runs":
-        return [item.id, item.repo, item.completed, item.created_at]
+        return [item.id, item.repo, item.completed, item.created_at, item.status]
     if kind == "jobs":
         return [
             item.id,
@@ -96,8 +98,9 @@ def _decode_item(kind: str, raw: Any, interner: Interner) -> Any:
     if kind == "repos":
         return interner.text(str(raw))
     if kind == "runs":
-        run_id, repo, completed, created = raw
-        return RunRef(int(run_id), interner.text(repo), bool(completed), float(created))
+        run_id, repo, completed, created, *status = raw  # no status: a record from before
+        text = interner.text(str(status[0])) if status else ""
+        return RunRef(int(run_id), interner.text(repo), bool(completed), float(created), text)
     if kind == "jobs":
         job_id, run_id, repo, name, labels, status, created, started, steps, runner = raw
         created_at = _dt(created)

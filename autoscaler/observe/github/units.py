@@ -25,6 +25,9 @@ from autoscaler.observe.github.records import RunRef
 #: ``completed``: a run ``waiting`` for an environment approval, ``requested`` or
 #: ``pending`` (a concurrency group) can hold queued jobs too.
 RUN_STATUSES = ("queued", "in_progress", "waiting", "requested", "pending")
+#: Run statuses in which no job of the run has started yet: while a run stays in one, its
+#: jobs listing cannot change (no job can start, end, or queue a dependent).
+FROZEN = frozenset({"queued", "requested", "pending"})
 #: Weight of the newest observation in a unit's cost average.
 COST_WEIGHT = 0.5
 
@@ -52,6 +55,8 @@ class RunUnit:
     relisted: bool = False
     status: str = ""
     """The status of the runs listing it was last seen in."""
+    listed_status: str = ""
+    """Its status when its jobs were last listed ("": never, or not known then)."""
     failed: str | None = None
     """Why its last jobs listing could not be completed (None: it was, or it waits)."""
 
@@ -59,20 +64,38 @@ class RunUnit:
     def busy(self) -> bool:
         return self.queued > 0 or self.last is None
 
+    @property
+    def frozen(self) -> bool:
+        """Listed in a status where none of its jobs has started (queued, requested,
+        pending) and still in it: none can have started or ended since."""
+        return self.listed_status in FROZEN and self.status == self.listed_status
+
 
 @dataclass(slots=True)
 class RepoUnit:
-    """A repository's runs listings (one per status in RUN_STATUSES)."""
+    """A repository's runs: listed whole (one listing per status in RUN_STATUSES) or, while
+    it holds no live run, by its newest runs in every status (:mod:`.cadence`)."""
 
     name: str
     last: float | None = None
+    """Its last runs listing of either kind."""
     cost: float = float(len(RUN_STATUSES))
+    """Counted requests per whole listing (an average)."""
     runs: set[int] = field(default_factory=set)
+    """Its live runs (every run its listings show in a status that is not completed)."""
     skips: dict[str, int] = field(default_factory=dict)
     urls: list[str] = field(default_factory=list)
     relisted: bool = False
     failed: str | None = None
     """Why its last runs listing could not be completed (None: it was, or it waits)."""
+    whole_at: float | None = None
+    """Its last whole listing (every status that can hold a queued job)."""
+    newest: float | None = None
+    """The creation time (GitHub's clock) of the newest run any listing of it showed."""
+    recent_cost: float = 1.0
+    """Counted requests per listing of its newest runs (an average)."""
+    recent_relisted: bool = False
+    recent_urls: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -84,17 +107,18 @@ class ListUnit:
     skips: dict[str, int] = field(default_factory=dict)
 
 
-def _planned(units: list[tuple[bool, float, bool]]) -> list[Activity]:
-    """(busy, cost, relisted) -> activities; a unit not re-listed yet costs what its
+def _planned(units: list[tuple[str, bool, float, bool, float]]) -> list[Activity]:
+    """(kind, busy, cost, relisted, share) -> activities: a unit re-listed on ``share`` of
+    the ticks costs ``cost * share`` a tick; a unit not re-listed yet costs what its
     re-listed likes (same kind, same busy-ness) cost on average."""
-    seen: dict[bool, list[float]] = {True: [], False: []}
-    for busy, cost, relisted in units:
+    seen: dict[tuple[str, bool], list[float]] = {}
+    for kind, busy, cost, relisted, _ in units:
         if relisted:
-            seen[busy].append(cost)
-    mean = {busy: sum(costs) / len(costs) for busy, costs in seen.items() if costs}
+            seen.setdefault((kind, busy), []).append(cost)
+    mean = {key: sum(costs) / len(costs) for key, costs in seen.items()}
     return [
-        Activity(busy, cost if relisted or busy not in mean else mean[busy])
-        for busy, cost, relisted in units
+        Activity(busy, share * (cost if relisted else mean.get((kind, busy), cost)))
+        for kind, busy, cost, relisted, share in units
     ]
 
 
@@ -106,18 +130,36 @@ class PollState:
     repo_names: tuple[str, ...] | None = None
     runner_list: ListUnit = field(default_factory=ListUnit)
     runners: tuple[Runner, ...] = ()
+    claims: dict[str, int] = field(default_factory=dict)
+    """Runner name -> the run whose jobs listing last showed a job in progress on it."""
 
     def repo_busy(self, repo: RepoUnit) -> bool:
         if repo.last is None:
             return True
         return any(self.runs[r].queued > 0 for r in repo.runs if r in self.runs)
 
-    def activity(self, *, repo_list: bool) -> list[Activity]:
-        """Every unit as the budget planner sees it (the runner list is its fixed cost;
-        ``repo_list``: the owner's repositories are listed, not configured)."""
-        repos = [(self.repo_busy(r), r.cost, r.relisted) for r in self.repos.values()]
-        runs = [(u.busy, u.cost, u.relisted) for u in self.runs.values()]
-        out = _planned(repos) + _planned(runs)
+    def activity(
+        self, *, repo_list: bool, quiet_share: float = 1.0, stale_share: float = 1.0
+    ) -> list[Activity]:
+        """Every unit as the budget planner sees it, at the share of the ticks the
+        cadence lists it on (1.0: every tick; :mod:`.cadence` passes its shares): the
+        runner list is the fixed cost; ``repo_list``: the owner's repositories are
+        listed, not configured. A repository that holds no live run costs its newest
+        runs on ``quiet_share`` of the ticks and its whole listing on ``stale_share``; a
+        run whose jobs cannot have changed unseen (no queued job, or none started) its
+        jobs on ``stale_share`` (what its runners' signals add is not known ahead)."""
+        units: list[tuple[str, bool, float, bool, float]] = []
+        for r in self.repos.values():
+            busy = self.repo_busy(r)
+            if r.last is None or r.runs or quiet_share >= 1.0:
+                units.append(("repo", busy, r.cost, r.relisted, 1.0))
+                continue
+            units.append(("repo", busy, r.cost, r.relisted, stale_share))
+            units.append(("recent", busy, r.recent_cost, r.recent_relisted, quiet_share))
+        for u in self.runs.values():
+            every = u.last is None or (u.queued > 0 and not u.frozen)
+            units.append(("run", u.busy, u.cost, u.relisted, 1.0 if every else stale_share))
+        out = _planned(units)
         if repo_list:
             out.append(Activity(False, self.repo_list.cost))
         return out
@@ -137,7 +179,7 @@ class PollState:
         urls: list[str] = []
         for name in [n for n in self.repos if n not in wanted]:
             repo = self.repos.pop(name)
-            urls += repo.urls + self.drop_runs(repo.runs)
+            urls += repo.urls + repo.recent_urls + self.drop_runs(repo.runs)
         for name in wanted:
             self.repos.setdefault(name, RepoUnit(name))
         return urls
@@ -158,18 +200,19 @@ class PollState:
     def unlisted(self) -> int:
         """Repositories with no picture yet: never listed (deferred, or failed), or holding
         a run whose jobs never were."""
-        never = {name for name, r in self.repos.items() if r.last is None}
+        never = {name for name, r in self.repos.items() if r.whole_at is None}
         return len(never | set(self.failed()))
 
     def failed(self) -> dict[str, str]:
         """Repository -> why, for each one whose listing could not be completed and that
         has no earlier listing to keep: its runs, or the jobs of one of its runs. Their
         queued jobs are missing from the picture (a listing waiting for the budget is not
-        here: it was not tried)."""
+        here: it was not tried). A repository's newest runs alone are not a picture of it:
+        it needs one whole listing."""
         out = {
             name: repo.failed
             for name, repo in self.repos.items()
-            if repo.last is None and repo.failed is not None
+            if repo.whole_at is None and repo.failed is not None
         }
         for unit in self.runs.values():
             if unit.last is None and unit.failed is not None:

@@ -4,8 +4,8 @@ response headers read once, a body read (and inflated) within the page limit.
 Why not ``httpx.Client``: ``bench/github_poll.py`` measures the poll's CPU per request at
 four org sizes, and a client shared by the 16 workers costs over half as much CPU again a
 request (its pool's lock and scan at every request, its cookie jar, its URL and header
-merging) on a controller that is CPU-bound at 16 requests in flight; the README's
-benchmark section has the figures. So :class:`GitHubHttp` hands each worker thread its
+merging) on a controller that is CPU-bound at 16 requests in flight; the docs' benchmark
+page (``github_poll``) has the figures. So :class:`GitHubHttp` hands each worker thread its
 own keep-alive ``httpx.HTTPTransport`` (one connection, no coordination between threads;
 an injected transport, ``httpx.MockTransport`` in tests, is shared) and does here what the
 client would: the proxy (``github.proxy``, never the environment's), the timeout of each

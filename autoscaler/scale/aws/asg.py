@@ -66,7 +66,7 @@ _GROUPS_PER_PAGE = 100  # DescribeAutoScalingGroups MaxRecords limit
 _IDS_PER_FILTER = 200  # DescribeInstances filter value limit
 #: New instances' launch times are looked up at most this often (seconds): a tick woken
 #: by a queued webhook right after a scale-up must not wait for the launch times of the
-#: instances that scale-up started (issue 10: a DescribeInstances on every woken tick).
+#: instances that scale-up started (a DescribeInstances on every woken tick was slow).
 #: Until looked up an instance's ``launched_at`` is None, which the policy and the
 #: diagnosis read as "young": it was launched seconds ago (or at most this long).
 LAUNCH_LOOKUP_SECONDS = 10.0
@@ -130,8 +130,8 @@ class AwsAsgPool:
         self._min_size: dict[str, int] = {}
         self._skew: float | None = None
         #: Launch time per instance id: it never changes, so each instance costs one
-        #: DescribeInstances lookup in its life, not one a tick (issue 10: at 200 instances
-        #: the per-tick lookup was most of a webhook-woken tick's time).
+        #: DescribeInstances lookup in its life, not one a tick (at 200 instances the
+        #: per-tick lookup was most of a webhook-woken tick's time).
         self._launched: dict[str, datetime] = {}
         self._monotonic = monotonic
         self._looked_up_at: float | None = None

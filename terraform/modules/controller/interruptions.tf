@@ -1,4 +1,4 @@
-# ------------------------------------------------------------------ EC2 interruptions (issue 14)
+# ------------------------------------------------------------------ EC2 interruptions
 #
 # EventBridge puts EC2 Spot interruption warnings, rebalance recommendations and instance
 # terminations into one SQS queue; the controller reads it (aws.interruption_queue_url,

@@ -1,4 +1,4 @@
-# Optional public HTTPS entry for GitHub's workflow_job webhooks (issue 10).
+# Optional public HTTPS entry for GitHub's workflow_job webhooks.
 #
 # Why an ALB listener and not an API Gateway HTTP API with a VPC link: the Fargate task
 # registers its IP in an ALB target group directly (the ECS service's load_balancer
