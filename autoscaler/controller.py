@@ -32,6 +32,7 @@ from autoscaler.domain import (
     Cause,
     ClockSkew,
     JobStart,
+    JobWait,
     Observation,
     PollBudget,
     QueueSnapshot,
@@ -43,6 +44,7 @@ from autoscaler.health import Health
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.queue import compute_queue
 from autoscaler.observe.starts import ObjectiveStatus, StartTracker
+from autoscaler.observe.waits import RecentWaits, StageSummary
 from autoscaler.ports import JobSource
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView
@@ -70,6 +72,8 @@ class Reporter(Protocol):
     def jobs_started(
         self, starts: Sequence[JobStart], objectives: Mapping[str, ObjectiveStatus]
     ) -> None: ...
+
+    def job_waits(self, waits: Sequence[JobWait]) -> None: ...
 
     def poll_failed(self, kind: str) -> None: ...
 
@@ -138,6 +142,12 @@ class ScaleStep(Protocol):
         dry_run: bool = False,
     ) -> Sequence[Any]: ...
 
+    def job_waits(
+        self, starts: Sequence[JobStart], observation: Observation | None
+    ) -> Sequence[JobWait]:
+        """Where each started job's wait went, for jobs on runners the stage asked for."""
+        ...
+
 
 class Leadership(Protocol):
     """Whether this controller may act: it holds the leader lease with its safety margin
@@ -163,6 +173,8 @@ class TickResult:
     """The pools, plan and back-offs the scaling stage saw (None: it did not run)."""
     retries: RetryReport | None = None
     """What the job-retry stage judged and did this tick (None: it did not run)."""
+    waits: Mapping[str, StageSummary] = field(default_factory=dict)
+    """Runner type -> where its recent jobs' waits went (jobs on runners we asked for)."""
     dry_run: bool = False
 
 
@@ -215,6 +227,10 @@ class Controller:
         self.last_successful_poll: datetime | None = None
         self.last_result: TickResult | None = None
         self.starts = StartTracker(config)
+        #: The jobs the last poll saw start (their waits are split after scaling).
+        self.last_starts: Sequence[JobStart] = ()
+        #: Where recent jobs' waits went, per runner type (``explain``, the page).
+        self.waits = RecentWaits()
         self.objectives: Mapping[str, ObjectiveStatus] = {}
         #: (when, decision) for decisions that changed something, newest last.
         self.recent_decisions: deque[tuple[datetime, Any]] = deque(maxlen=RECENT_DECISIONS)
@@ -256,6 +272,11 @@ class Controller:
                 problems = scaler.last_problems
                 skew = scaler.last_clock_skew
                 result.scaling = scaler.last_view
+                starts, self.last_starts = self.last_starts, ()
+                waits = self._guarded("waits", lambda: scaler.job_waits(starts, observation))
+                self.waits.add(waits)
+                self.reporter.job_waits(waits)
+            result.waits = self.waits.summary()
             try:
                 result.causes = diagnose(
                     result.snapshot,
@@ -357,6 +378,7 @@ class Controller:
             log.warning("poll of the CI provider is partial: %s", result.poll_partial)
         self.reporter.poll_succeeded(snapshot, now)
         starts = self.starts.observe(observation.jobs, now)
+        self.last_starts = starts
         self.objectives = self.starts.status(now)
         self.reporter.jobs_started(starts, self.objectives)
         result.snapshot = snapshot

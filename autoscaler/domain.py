@@ -240,6 +240,43 @@ class PoolState:
         )
 
 
+#: A warm instance's state, from its Auto Scaling lifecycle state (``Warmed:Stopped``):
+#: on its way in, held stopped, hibernated or running, or on its way out.
+WARM_INSTANCE_STATES = ("pending", "stopped", "hibernated", "running", "terminating", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPoolSpec:
+    """A group's warm pool settings: what the configuration asks, or what AWS has."""
+
+    #: ``stopped``, ``hibernated`` or ``running`` (the configuration's spelling).
+    state: str
+    min_size: int
+    #: The group's and warm pool's instances together at most (None: the group's MaxSize).
+    max_prepared: int | None
+    #: An instance the group scales in goes back to the warm pool.
+    reuse: bool
+
+    def __str__(self) -> str:
+        """``stopped, min 2, max prepared 8`` (reasons, ``explain``, the page)."""
+        prepared = "MaxSize" if self.max_prepared is None else str(self.max_prepared)
+        reuse = ", reused on scale-in" if self.reuse else ""
+        return f"{self.state}, min {self.min_size}, max prepared {prepared}{reuse}"
+
+
+@dataclass(frozen=True, slots=True)
+class WarmPoolState:
+    """A group's warm pool as last described: its settings and its instances' states."""
+
+    pool: str
+    spec: WarmPoolSpec
+    #: One entry per warm instance, its state (one of :data:`WARM_INSTANCE_STATES`).
+    instances: tuple[str, ...] = ()
+
+    def count(self, state: str) -> int:
+        return sum(1 for s in self.instances if s == state)
+
+
 @dataclass(frozen=True, slots=True)
 class ScalingProblem:
     """Something scaling hit that on-call must hear about at once.
@@ -296,6 +333,32 @@ class JobStart:
     queue_seconds: float
     within_objective: bool | None = None
     """Started within the type's ``slo.queue_time``; None when the type has no slo."""
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    first_seen: datetime | None = None
+    """When we first saw it queued (a poll or a webhook); None: first seen started."""
+    runner_name: str | None = None
+    """The runner that took it (GitHub's ``runner_name``), when GitHub said."""
+
+
+#: The stages of a job's wait, in the order it goes through them
+#: (:mod:`autoscaler.observe.waits`).
+STAGES = ("github_lag", "decision", "launch", "boot", "assignment")
+
+
+@dataclass(frozen=True)
+class JobWait:
+    """One started job's wait, by stage (seconds, in :data:`STAGES` order)."""
+
+    runner_type: str
+    stages: tuple[float, ...]
+
+    @property
+    def total(self) -> float:
+        return sum(self.stages)
+
+    def by_stage(self) -> dict[str, float]:
+        return dict(zip(STAGES, self.stages, strict=True))
 
 
 # --- completed jobs, for the job-retry stage

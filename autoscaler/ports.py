@@ -10,9 +10,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from autoscaler.domain import Observation, PoolState, Runner
+from autoscaler.domain import Observation, PoolState, Runner, WarmPoolSpec, WarmPoolState
 from autoscaler.secrets import Secret
 
 _INSTANCE_ID = re.compile(r"(i-[0-9a-f]{8,17})$")
@@ -66,6 +66,24 @@ class RunnerPool(Protocol):
     def clock_skew(self) -> float | None:
         """The cloud's clock minus ours, in seconds, from its last answer (None: unknown).
         Instance launch times are the cloud's clock; the policy compares them with ours."""
+        ...
+
+
+@runtime_checkable
+class WarmPools(Protocol):
+    """Cloud warm pools: EC2 Auto Scaling's (beside a group), or a fake. Runtime-checkable:
+    the wiring keeps warm pools only for a pool adapter that has them."""
+
+    def describe_warm_pool(self, pool: str) -> WarmPoolState | None:
+        """The group's warm pool, or None when it has none (or it is being deleted)."""
+        ...
+
+    def put_warm_pool(self, pool: str, spec: WarmPoolSpec) -> None:
+        """Create the group's warm pool, or change it to ``spec``."""
+        ...
+
+    def delete_warm_pool(self, pool: str) -> None:
+        """Remove the group's warm pool (the cloud terminates its instances)."""
         ...
 
 

@@ -19,7 +19,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from autoscaler import __version__
-from autoscaler.domain import JobStart, QueueSnapshot
+from autoscaler.domain import JobStart, JobWait, QueueSnapshot
 
 #: Every metric's name starts with this (Prometheus convention: one namespace per exporter).
 P = "ci_autoscaler_"
@@ -27,6 +27,8 @@ P = "ci_autoscaler_"
 FAST = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Queue times: seconds to hours (an objective is usually a few minutes).
 _QUEUE = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
+#: One stage of a job's wait: a second (a webhook, a decision) to several minutes (a boot).
+_STAGE = (1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1800.0)
 #: Capacity asked -> runner online: an instance boots in one to a few minutes.
 _PROVISION = (30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 450.0, 600.0, 900.0, 1800.0, 3600.0)
 
@@ -126,6 +128,15 @@ class Metrics:
             "Share of the last hour's started jobs that started within slo.queue_time"
             " (NaN: none started).",
             ["runner_type"],
+            registry=r,
+        )
+        self.job_wait_stage_seconds = Histogram(
+            P + "job_wait_stage_seconds",
+            "Where the queue time of jobs started on runners this controller asked for went,"
+            " by stage: github_lag (created -> first seen), decision (-> capacity asked),"
+            " launch (-> instance running), boot (-> runner online), assignment (-> started).",
+            ["runner_type", "stage"],
+            buckets=_STAGE,
             registry=r,
         )
         self.tick_duration = Histogram(
@@ -349,6 +360,19 @@ class Metrics:
         self.pool_max_size = Gauge(
             P + "pool_max_size", "MaxSize of a pool.", ["runner_type", "pool"], registry=r
         )
+        self.warm_pool_instances = Gauge(
+            P + "warm_pool_instances",
+            "Instances in a pool's warm pool by state (pending, stopped, hibernated, running,"
+            " terminating, other); pools listed under pools: only.",
+            ["runner_type", "pool", "state"],
+            registry=r,
+        )
+        self.warm_pool_min_size = Gauge(
+            P + "warm_pool_min_size",
+            "A pool's configured warm_pool.min_size (0: no warm pool).",
+            ["runner_type", "pool"],
+            registry=r,
+        )
         self.scale_actions = Counter(
             P + "scale_actions_total",
             "Scaling actions taken (scale_up, scale_in, terminate_orphan, deregister_stale).",
@@ -475,7 +499,8 @@ class Metrics:
         self.webhook_events = Counter(
             P + "webhook_events_total",
             "Webhook deliveries by event, action and result (accepted, duplicate, stale, "
-            "bad_signature, ignored, too_large, invalid, queue_full, store_error).",
+            "bad_signature, ignored, too_large, invalid, queue_full, store_error; error: a "
+            "fault of ours, answered 500).",
             ["event", "action", "result"],
             registry=r,
         )
@@ -494,8 +519,17 @@ class Metrics:
         self.webhook_store_errors = Counter(
             P + "webhook_store_errors_total",
             "Webhook job index operations on the state store that failed, by operation "
-            "(record: the delivery was answered 503; load, reconcile, watch) and error code.",
+            "(record: the delivery was answered 503; load, prune, reconcile, watch) and error "
+            "code.",
             ["operation", "code"],
+            registry=r,
+        )
+        self.webhook_index_reads = Counter(
+            P + "webhook_index_reads_total",
+            "Whole reads of the stored webhook job index, by reason (start; takeover: this "
+            "controller began to act; lost: rows accepted since the last read were lost to "
+            "this reader). Between them the index in memory follows the accepted rows.",
+            ["reason"],
             registry=r,
         )
         self.webhook_reconciles = Counter(
@@ -593,6 +627,12 @@ class Metrics:
             self.jobs_within_objective.labels(name)
             share = status.share(3600.0)
             self.queue_time_attained.labels(name).set(math.nan if share is None else share)
+
+    def job_waits(self, waits: Sequence[JobWait]) -> None:
+        """Each started job's wait, stage by stage."""
+        for w in waits:
+            for stage, seconds in w.by_stage().items():
+                self.job_wait_stage_seconds.labels(w.runner_type, stage).observe(seconds)
 
     def poll_failed(self, kind: str) -> None:
         self.polls.labels(kind).inc()

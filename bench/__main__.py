@@ -21,6 +21,7 @@ from bench import (
     github_payloads,
     github_poll,
     index_requests,
+    ingest,
     job_retry,
     listener,
     scaling,
@@ -43,6 +44,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "listener": listener.run,
     "config_load": config_load.run,
     "cli_start": cli_start.run,
+    "ingest": ingest.run,
 }
 
 

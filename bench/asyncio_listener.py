@@ -11,15 +11,27 @@ import asyncio
 import logging
 import socket
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Protocol
 
-from autoscaler.app.served import Receiver
-from autoscaler.observe.github.webhook_receiver import PATH
+from autoscaler.observe.github.webhook_receiver import PATH, Answer
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
+
+
+class Receiver(Protocol):
+    """What this listener hands deliveries to, on a worker thread: a blocking ``handle``."""
+
+    @property
+    def max_body(self) -> int: ...
+
+    def too_large(self, headers: Mapping[str, str]) -> Answer: ...
+
+    def handle(self, headers: Mapping[str, str], body: bytes) -> Answer: ...
 
 
 MAX_HEAD = 8192

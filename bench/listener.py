@@ -61,6 +61,9 @@ class NoopReceiver:
     def handle(self, headers: Mapping[str, str], body: bytes) -> Answer:
         return Answer(202, b"accepted\n")
 
+    def accept(self, headers: Mapping[str, str], body: bytes) -> Answer:
+        return Answer(202, b"accepted\n")
+
 
 def deliveries(count: int) -> list[bytes]:
     """``count`` signed ``queued`` deliveries of distinct jobs, as raw requests."""

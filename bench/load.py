@@ -31,6 +31,8 @@ class Result:
     """From the first request due to the last answer."""
     latencies: tuple[float, ...]
     """Seconds, of the answered requests."""
+    ok: tuple[bool, ...] = ()
+    """Whether each request (in the order given) was answered with a 2xx status."""
 
     @property
     def rate(self) -> float:
@@ -77,7 +79,13 @@ async def _run(host: str, port: int, requests: list[bytes], rate: float, timeout
     seconds = time.monotonic() - start
     latencies = tuple(lat for ok, lat in done if ok)
     return Result(
-        rate, len(requests), len(latencies), len(done) - len(latencies), seconds, latencies
+        rate,
+        len(requests),
+        len(latencies),
+        len(done) - len(latencies),
+        seconds,
+        latencies,
+        tuple(ok for ok, _ in done),
     )
 
 
@@ -89,20 +97,26 @@ def offer(port: int, requests: list[bytes], rate: float, timeout: float = 5.0) -
 async def _closed(
     host: str, port: int, requests: list[bytes], concurrency: int, timeout: float
 ) -> Result:
-    pending = list(reversed(requests))
-    done: list[tuple[bool, float]] = []
+    pending = list(reversed(list(enumerate(requests))))
+    done: list[tuple[bool, float]] = [(False, 0.0)] * len(requests)
 
     async def worker() -> None:
         while pending:
-            request = pending.pop()
-            done.append(await _one(host, port, request, time.monotonic(), timeout))
+            i, request = pending.pop()
+            done[i] = await _one(host, port, request, time.monotonic(), timeout)
 
     start = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     seconds = time.monotonic() - start
     latencies = tuple(lat for ok, lat in done if ok)
     return Result(
-        0.0, len(requests), len(latencies), len(done) - len(latencies), seconds, latencies
+        0.0,
+        len(requests),
+        len(latencies),
+        len(done) - len(latencies),
+        seconds,
+        latencies,
+        tuple(ok for ok, _ in done),
     )
 
 

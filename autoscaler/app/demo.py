@@ -47,6 +47,7 @@ from autoscaler.app.demo_world import (
     WORLD,
     demo_world,
 )
+from autoscaler.app.explain import format_waits
 from autoscaler.app.logs import redact
 from autoscaler.app.served import StatusServer, WebhookServer
 from autoscaler.app.service import stop_on_signals
@@ -272,6 +273,8 @@ def run_demo(
             server.stop()
             runtime.close()
         story.load_average = os.getloadavg()[0]
-        sys.stdout.write("\n" + "\n".join(story.summary(clock())) + "\n")
+        waits = format_waits(list(runtime.controller.waits.summary().values()))
+        waits.append(ui.stage_series(metrics.registry))
+        sys.stdout.write("\n" + "\n".join([*story.summary(clock()), *waits]) + "\n")
         sys.stdout.flush()
     return 0 if fleet.busy_terminations == 0 else 1

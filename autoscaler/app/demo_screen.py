@@ -21,6 +21,7 @@ from autoscaler.app.explain import reports
 from autoscaler.app.report import _fmt_age, _plain, align
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
+from autoscaler.domain import STAGES
 from autoscaler.sim.fleet import FleetEvents
 
 
@@ -407,4 +408,22 @@ def notice_from_payload(t: float, doc: Mapping[str, Any]) -> Notice:
     )
     return Notice(
         t, str(doc.get("state")), str(doc.get("title")), str(doc.get("fingerprint")), cause
+    )
+
+
+def stage_series(registry: CollectorRegistry) -> str:
+    """What /metrics holds of ``ci_autoscaler_job_wait_stage_seconds``: the stages with an
+    observation, per runner type (read back from the registry the page serves)."""
+    stages: dict[str, set[str]] = {}
+    for family in registry.collect():
+        if family.name != "ci_autoscaler_job_wait_stage_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_count") and sample.value > 0:
+                labels = sample.labels
+                stages.setdefault(labels["runner_type"], set()).add(labels["stage"])
+    full = sorted(t for t, s in stages.items() if len(s) == len(STAGES))
+    return (
+        f"/metrics: ci_autoscaler_job_wait_stage_seconds has all {len(STAGES)} stages for "
+        f"{len(full)} runner type(s){': ' + ', '.join(full) if full else ''}"
     )

@@ -17,8 +17,19 @@ from typing import Any
 
 from autoscaler.config import Config
 from autoscaler.controller import TickResult
-from autoscaler.domain import Cause, CompletedJob, InstanceLifecycle, PollBudget, RunnerCounts
+from autoscaler.domain import (
+    STAGES,
+    WARM_INSTANCE_STATES,
+    Cause,
+    CompletedJob,
+    InstanceLifecycle,
+    PollBudget,
+    RunnerCounts,
+    WarmPoolSpec,
+    WarmPoolState,
+)
 from autoscaler.job_retry.decide import ASK, RERUN, RetryReport
+from autoscaler.observe.waits import StageSummary
 from autoscaler.scale.causes import UNMATCHED, fmt_age
 
 
@@ -35,6 +46,8 @@ class PoolRow:
     action: str = ""
     target: int | None = None
     reason: str = ""
+    warm: WarmRow | None = None
+    """Its warm pool, for a group listed under ``pools``."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +60,47 @@ class PoolRow:
             "decision": {"action": self.action, "desired": self.target, "reason": self.reason}
             if self.action
             else None,
+            "warm_pool": None if self.warm is None else self.warm.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class WarmRow:
+    """A listed group's warm pool: configured, found, and what the tick did about it."""
+
+    configured: WarmPoolSpec | None
+    found: WarmPoolState | None
+    action: str
+    reason: str
+    done: bool
+
+    def counts(self) -> dict[str, int]:
+        """Warm instances by state (the states with any)."""
+        if self.found is None:
+            return {}
+        return {s: n for s in WARM_INSTANCE_STATES if (n := self.found.count(s))}
+
+    def text(self) -> str:
+        """``stopped, min 2, max prepared 6; warm: 2 stopped`` (+ a change not made)."""
+        said = "none" if self.configured is None else str(self.configured)
+        counts = ", ".join(f"{n} {s}" for s, n in self.counts().items()) or "no instances"
+        change = (
+            ""
+            if self.action == "keep"
+            else f" ({self.action}{'' if self.done else ' planned'}: {self.reason})"
+        )
+        return f"{said}; warm: {counts}{change}"
+
+    def as_dict(self) -> dict[str, Any]:
+        spec = self.configured
+        return {
+            "state": None if spec is None else spec.state,
+            "min_size": None if spec is None else spec.min_size,
+            "max_prepared": None if spec is None else spec.max_prepared,
+            "reuse": None if spec is None else spec.reuse,
+            "instances": self.counts(),
+            "action": self.action,
+            "done": self.done,
         }
 
 
@@ -76,6 +130,10 @@ class TypeReport:
 
 def _pools(result: TickResult, config: Config, name: str) -> tuple[PoolRow, ...]:
     view = result.scaling
+    warm = {
+        v.change.pool: WarmRow(v.change.spec, v.found, v.change.action, v.change.reason, v.done)
+        for v in (view.warm if view is not None else ())
+    }
     rows = []
     for pool in config.runner_type(name).pools:
         if view is None:
@@ -107,6 +165,7 @@ def _pools(result: TickResult, config: Config, name: str) -> tuple[PoolRow, ...]
                 pending=sum(1 for i in p.instances if i.lifecycle is InstanceLifecycle.PENDING),
                 max_size=p.max_size,
                 backoff_until=until if view.state.in_backoff(pool, result.now) else None,
+                warm=warm.get(pool),
                 **decided,
             )
         )
@@ -245,6 +304,8 @@ def format_type(t: TypeReport, now: datetime, *, decisions: bool = True) -> list
             f"  pool {p.name}: desired {p.desired}, in service {p.in_service},"
             f" pending {p.pending}, MaxSize {p.max_size}{backoff}"
         )
+        if p.warm is not None:
+            lines.append(f"  warm pool {p.name}: {p.warm.text()}")
     lines.extend(f"  budget {b}: {used}/{limit} instances" for b, used, limit in t.budgets)
     if t.causes:
         lines.append("  causes:")
@@ -282,4 +343,22 @@ def format_explain(
         lines += [*format_type(t, result.now), ""]
     if result.retries is not None and result.retries.choices:
         lines += [*format_retries(result.retries), ""]
+    names = {t.name for t in types}
+    lines += [*format_waits([w for n, w in result.waits.items() if n in names]), ""]
     return "\n".join(lines)
+
+
+def format_waits(waits: Sequence[StageSummary]) -> list[str]:
+    """Where recent jobs' waits went: per runner type, each stage's median and p95."""
+    if not waits:
+        return ["where the waits went: no job has started on a runner this process asked for"]
+    width = max(len("runner type"), *(len(w.runner_type) for w in waits))
+    head = "  ".join(f"{s:>12}" for s in (*STAGES, "queue time"))
+    lines = ["where the waits went (median / p95 seconds, jobs on runners we asked for):"]
+    lines.append(f"  {'runner type':<{width}}  {'jobs':>5}  {head}")
+    for w in waits:
+        cells = [f"{w.p50[s]:.0f} / {w.p95[s]:.0f}" for s in STAGES]
+        cells.append(f"{w.queue_p50:.0f} / {w.queue_p95:.0f}")
+        row = "  ".join(f"{c:>12}" for c in cells)
+        lines.append(f"  {w.runner_type:<{width}}  {w.jobs:>5}  {row}")
+    return lines

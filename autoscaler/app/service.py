@@ -5,7 +5,9 @@ wait at once, so the process stops within one interval (usually at once).
 
 With webhooks a :class:`Wakeup` ends the wait early: a queued event calls
 :meth:`Wakeup.notify`, the loop waits ``debounce`` more for the rest of a burst (a
-100-job matrix is one tick, one scale-up) and ticks.
+100-job matrix is one tick, one scale-up) and ticks. Woken ticks are spaced by at least
+the last tick's length, so a stream of deliveries never keeps the loop ticking back to
+back.
 """
 
 from __future__ import annotations
@@ -56,10 +58,14 @@ class Wakeup:
         self._now = True
         self._event.set()
 
-    def wait(self, timeout: float, stop: threading.Event) -> None:
-        """Until ``timeout`` passes, ``stop`` is set, a :meth:`set`, or a :meth:`notify`
-        (then ``debounce`` more)."""
-        deadline = time.monotonic() + timeout
+    def wait(self, timeout: float, stop: threading.Event, *, rest: float = 0.0) -> None:
+        """Until ``timeout`` passes, ``stop`` is set, a :meth:`set`, or a :meth:`notify`:
+        then ``debounce`` more, and at least ``rest`` after this wait began. ``rest`` is
+        the last tick's length: under a stream of deliveries woken ticks take at most half
+        of the loop's time, so a tick that grew costly leaves the listener the other half,
+        and a cheap one still starts ``debounce`` after the first delivery."""
+        began = time.monotonic()
+        deadline = began + timeout
         while not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
@@ -68,7 +74,8 @@ class Wakeup:
                 if not self._now:
                     with self._lock:
                         first = time.monotonic() if self._first is None else self._first
-                    stop.wait(max(0.0, first + self.debounce - time.monotonic()))
+                    due = min(deadline, max(first + self.debounce, began + rest))
+                    stop.wait(max(0.0, due - time.monotonic()))
                 with self._lock:
                     self._now, self._first = False, None
                     self._event.clear()
@@ -106,14 +113,15 @@ def run_loop(
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:
             break
-        left = max(0.0, interval - (time.monotonic() - started))
+        took = time.monotonic() - started
+        left = max(0.0, interval - took)
         due = due_in(clock()) if due_in is not None else None
         if due is not None:
             left = max(0.0, min(left, due))
         if wake is None:
             stop.wait(left)
         elif isinstance(wake, Wakeup):
-            wake.wait(left, stop)
+            wake.wait(left, stop, rest=took)
         elif wake.wait(left):
             wake.clear()
     return ticks

@@ -25,9 +25,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from autoscaler.app.explain import TypeReport, explain_json, format_type, reports
+from autoscaler.app.explain import TypeReport, explain_json, format_type, format_waits, reports
 from autoscaler.app.report import format_table
 from autoscaler.controller import Controller, TickResult
+from autoscaler.domain import STAGES
 from autoscaler.scale.causes import UNMATCHED, WORDS, fmt_age
 
 #: Seconds between the page's own reloads at least (a 1 s tick would hammer a phone).
@@ -101,6 +102,8 @@ def render_text(controller: Controller, now: datetime) -> str:
         out += ["", "WHY JOBS WAIT"]
         for t in waiting:
             out += format_type(t, now, decisions=False)
+    if result.waits:
+        out += ["", *format_waits(list(result.waits.values()))]
     for alert in _firing(result):
         out += ["", f"FIRING {alert.title}", f"  Reason: {alert.reason}"]
         if alert.cause is not None:
@@ -289,12 +292,31 @@ def _pools_table(t: TypeReport, now: datetime) -> str:
             _dash(p.pending),
             _dash(p.max_size),
             backoff,
+            "-" if p.warm is None else p.warm.text(),
         ]
         rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
     head = "".join(
-        f"<th>{h}</th>" for h in ("pool", "desired", "in service", "pending", "MaxSize", "back-off")
+        f"<th>{h}</th>"
+        for h in ("pool", "desired", "in service", "pending", "MaxSize", "back-off", "warm pool")
     )
     return f'<div class="scroll"><table><tr>{head}</tr>{"".join(rows)}</table></div>'
+
+
+def _waits(result: TickResult) -> str:
+    """Per runner type, each stage's median and p95 over its recent jobs."""
+    if not result.waits:
+        return '<p class="quiet">No job has started on a runner this controller asked for.</p>'
+    head = "".join(f"<th>{_e(h)}</th>" for h in ("runner type", "jobs", *STAGES, "queue time"))
+    rows = []
+    for w in result.waits.values():
+        cells = [w.runner_type, str(w.jobs)]
+        cells += [f"{fmt_age(w.p50[s])} / {fmt_age(w.p95[s])}" for s in STAGES]
+        cells.append(f"{fmt_age(w.queue_p50)} / {fmt_age(w.queue_p95)}")
+        rows.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    return (
+        '<div class="scroll"><table><caption class="quiet">median / p95</caption>'
+        f"<tr>{head}</tr>{''.join(rows)}</table></div>"
+    )
 
 
 def _dash(value: int | None) -> str:
@@ -409,6 +431,7 @@ def render_html(controller: Controller, now: datetime) -> str:
             '<section id="runner-types"><h2>Runner types in full</h2>'
             + "".join(_card(t, now) for t in waiting + quiet)
             + "</section>"
+            f'<section id="waits"><h2>Where the waits went</h2>{_waits(result)}</section>'
             f'<section id="decisions"><h2>Recent decisions</h2>'
             f"{_decisions(controller.recent_decisions)}</section></main>"
         )

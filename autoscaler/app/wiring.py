@@ -23,10 +23,10 @@ from autoscaler.job_retry.ledger import JobRetryStore
 from autoscaler.job_retry.model import InstanceEvents
 from autoscaler.job_retry.stage import CompletedRunSource, InstanceFates, JobRerunner, RetryStage
 from autoscaler.observe.github.webhook_completions import PolledCompletions, WebhookCompletedRuns
-from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.ports import JobSource, RunnerPool, WarmPools
 from autoscaler.scale.registration import ParameterStore, RunnerRegistrar
 from autoscaler.scale.scaler import Scaler
-from autoscaler.state.fence import Fence, FencedPool, FencedSource
+from autoscaler.state.fence import Fence, FencedPool, FencedSource, FencedWarmPools
 from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.telemetry import Metrics
 
@@ -121,6 +121,7 @@ def build_runtime(
             shared=lease is not None,
             clock=lambda: datetime.fromtimestamp(wall_clock(), UTC),  # when it was received
         )
+        closers.append(hooks.receiver.close)  # the deliveries in hand are written first
         source = hooks.source
 
     deliverer = Deliverer.from_config(
@@ -150,6 +151,9 @@ def build_runtime(
         if backend.fence is not None:
             acting = FencedPool(acting, backend.fence)
         registrar, parameters = _handover_ports(config, metrics, polled, parameters)
+        warm: WarmPools | None = pool if isinstance(pool, WarmPools) else None
+        if warm is not None and backend.fence is not None:
+            warm = FencedWarmPools(warm, backend.fence)
         scaler = Scaler(
             acting,
             runners,
@@ -159,6 +163,7 @@ def build_runtime(
             registrar=registrar,
             parameters=parameters,
             handover_store=store,
+            warm_pools=warm,
         )
 
     completed: object = polled

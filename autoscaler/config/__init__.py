@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from autoscaler.config.export import json_schema
     from autoscaler.config.job_retry import JobRetryConfig
     from autoscaler.config.load import LoadedConfig, load_config, parse_config, read_config
+    from autoscaler.config.pools import PoolConfig, WarmPoolConfig
     from autoscaler.config.schema import (
         DEFAULT_HOSTED_LABELS,
         DEFAULT_STATE_PATH,
@@ -59,12 +60,14 @@ __all__ = [
     "GitHubConfig",
     "JobRetryConfig",
     "LoadedConfig",
+    "PoolConfig",
     "QueueObjective",
     "ReceiverConfig",
     "RetryConfig",
     "RunnerTypeConfig",
     "ScalingConfig",
     "StateConfig",
+    "WarmPoolConfig",
     "WebhookConfig",
     "json_schema",
     "load_config",
@@ -83,6 +86,8 @@ _HOME = {
     "json_schema": "export",
     "JobRetryConfig": "job_retry",
     "LoadedConfig": "load",
+    "PoolConfig": "pools",
+    "WarmPoolConfig": "pools",
     "load_config": "load",
     "parse_config": "load",
     "read_config": "load",

@@ -5,7 +5,7 @@ their docstrings the descriptions of the JSON Schema (``ci-autoscaler config sch
 editors and the docs read. Durations are held as float seconds. A file is read by
 :mod:`autoscaler.config.load`; everything else reads the frozen values.
 
-The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``,
+The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``, ``pools``,
 ``simulation``, and ``min_idle`` (:mod:`~autoscaler.config.schedule`).
 """
 
@@ -15,7 +15,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic.functional_validators import ModelWrapValidatorHandler
 from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 
@@ -23,6 +30,7 @@ from autoscaler.config.alerts import AlertsConfig
 from autoscaler.config.durations import format_seconds
 from autoscaler.config.jit import DEFAULT_MODE, DEFAULT_RUNNER_GROUP_ID, EPHEMERAL, MODES, JitConfig
 from autoscaler.config.job_retry import JobRetryConfig
+from autoscaler.config.pools import ON_DEMAND, PoolConfig
 from autoscaler.config.schedule import CountOrMinIdle, MinIdle
 from autoscaler.config.simulation import SimulationConfig
 from autoscaler.config.values import (
@@ -430,6 +438,9 @@ class Config(Section):
     """The runner types, by name: each a label set and its pools."""
     budgets: Annotated[tuple[BudgetConfig, ...], ByName()] = ()
     """Shared instance budgets over runner types, by name."""
+    pools: Annotated[tuple[PoolConfig, ...], ByName()] = ()
+    """Auto Scaling groups' own settings (their warm pools), by group name; each a pool
+    of a runner type."""
     scaling: ScalingConfig = Field(default_factory=ScalingConfig)
     """Limits of each tick's changes, and the capacity back-off."""
     aws: AwsConfig = Field(default_factory=AwsConfig)
@@ -447,6 +458,20 @@ class Config(Section):
     """Where ephemeral runners' JIT configs are handed over (SSM parameter path)."""
     job_retry: JobRetryConfig = Field(default_factory=JobRetryConfig)
     """Re-run jobs lost to infrastructure (off by default: it writes to repositories)."""
+
+    @field_validator("pools", mode="wrap")
+    @classmethod
+    def _known_pools(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> tuple[PoolConfig, ...]:
+        """Every group listed is a runner type's (told with whatever else is wrong)."""
+        known = info.context.pools if isinstance(info.context, FileContext) else None
+        if known is None or not isinstance(value, dict):
+            return handler(value)  # type: ignore[no-any-return]
+        problems: list[tuple[Where, str]] = [
+            ((str(name),), "not a pool of any runner type") for name in value if name not in known
+        ]
+        return together(value, handler, problems)  # type: ignore[no-any-return]
 
     @field_validator("runner_types")
     @classmethod
@@ -479,6 +504,46 @@ class Config(Section):
         return types
 
     @model_validator(mode="after")
+    def _warm_pools_fit(self) -> Self:
+        """Each listed group is a runner type's; AWS keeps a warm pool only for an
+        on-demand group; only a persistent machine may go back to one."""
+        types = {p: rt for rt in self.runner_types for p in rt.pools}
+        problems: list[tuple[Where, str]] = []
+        for pool in self.pools:
+            rt, warm = types.get(pool.name), pool.warm_pool
+            if rt is None:  # built in code (a file's names are checked as it is read)
+                problems.append((("pools", pool.name), "not a pool of any runner type"))
+                continue
+            if warm is None:
+                continue
+            if pool.capacity != ON_DEMAND:
+                fallback = [p for p in rt.pools if p != pool.name and self.pool(p).warmable]
+                hint = (
+                    f"; its on-demand fallback {fallback[0]!r} can be warm"
+                    if fallback
+                    else "; an on-demand pool of the type can be warm"
+                )
+                problems.append(
+                    (
+                        ("pools", pool.name, "warm_pool"),
+                        "needs an on-demand group: AWS keeps no warm pool for a group with Spot "
+                        f"instances or a mixed instances policy (capacity: {pool.capacity}), "
+                        "so this pool stays cold" + hint,
+                    )
+                )
+            if warm.reuse and rt.ephemeral:
+                problems.append(
+                    (
+                        ("pools", pool.name, "warm_pool", "reuse"),
+                        f"needs mode: persistent (runner type {rt.name!r} is ephemeral: a "
+                        "machine runs one job, and a used one never goes back to the warm pool)",
+                    )
+                )
+        if problems:
+            fail(*problems)
+        return self
+
+    @model_validator(mode="after")
     def _private_metrics(self) -> Self:
         hook = self.webhook
         if hook is not None and hook.listen == self.listen and self.listen.port:
@@ -492,6 +557,13 @@ class Config(Section):
     @property
     def listen_port(self) -> int:
         return self.listen.port
+
+    def pool(self, name: str) -> PoolConfig:
+        """The group's own settings (defaults when ``pools`` does not list it)."""
+        for p in self.pools:
+            if p.name == name:
+                return p
+        return PoolConfig(name=name)
 
     def runner_type(self, name: str) -> RunnerTypeConfig:
         for rt in self.runner_types:

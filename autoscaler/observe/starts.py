@@ -76,6 +76,8 @@ class StartTracker:
         self.horizon = timedelta(seconds=max(horizon, WINDOWS[-1]))
         self.bucket = bucket
         self._seen: dict[int, datetime] = {}
+        #: Queued job id -> when we first saw it queued (for where its wait went).
+        self._queued: dict[int, datetime] = {}
         self._first = True
         #: Runner type -> (bucket index, good, total), oldest first.
         self._buckets: dict[str, deque[list[int]]] = {name: deque() for name in self.objectives}
@@ -88,20 +90,35 @@ class StartTracker:
         """The jobs that started since the last observation (each job once)."""
         cutoff = now - self.horizon
         self._seen = {i: at for i, at in self._seen.items() if at >= cutoff}
+        self._queued = {i: at for i, at in self._queued.items() if at >= cutoff}
         out: list[JobStart] = []
         for job in jobs:
-            if job.status is JobStatus.QUEUED or job.started_at is None:
+            if job.status is JobStatus.QUEUED:
+                self._queued.setdefault(job.id, now)
+                continue
+            if job.started_at is None:
                 continue
             if job.id in self._seen or job.started_at < cutoff:
                 continue
             self._seen[job.id] = job.started_at
+            first_seen = self._queued.pop(job.id, None)
             rtype = match_job(job.labels, self.types)
             if self._first or rtype is None:
                 continue
             seconds = queue_time_seconds(job, now)
             slo = self.objectives.get(rtype.name)
             within = None if slo is None else seconds <= slo.queue_time
-            out.append(JobStart(rtype.name, seconds, within))
+            out.append(
+                JobStart(
+                    rtype.name,
+                    seconds,
+                    within,
+                    created_at=job.created_at,
+                    started_at=job.started_at,
+                    first_seen=first_seen,
+                    runner_name=job.runner_name,
+                )
+            )
         self._first = False
         self._count(out, now)
         return out

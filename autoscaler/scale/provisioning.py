@@ -9,8 +9,13 @@ answered once). Asks the pool gave back (capacity released after a failed launch
 dropped newest first, and an ask nobody answered within ``horizon`` is forgotten (the
 instance never came; ``provisioning_failures_total`` counts that).
 
-Memory is bounded: at most ``max_asks`` asks per pool and the ids of runners seen online
-in the last observation.
+Each runner that answered an ask is remembered with its ask and the time it came online
+(:meth:`ProvisioningClock.answer`): where a job's wait went
+(:mod:`autoscaler.observe.waits`) reads both for the job that runner takes.
+
+Memory is bounded: at most ``max_asks`` asks per pool, the ids of runners seen online
+in the last observation, and the answers of the last ``horizon`` (at most
+``max_answers``).
 """
 
 from __future__ import annotations
@@ -23,11 +28,21 @@ from datetime import datetime, timedelta
 class ProvisioningClock:
     """Pairs asks for capacity with runners coming online, per pool."""
 
-    def __init__(self, *, horizon: float = 6 * 3600.0, max_asks: int = 1000) -> None:
+    def __init__(
+        self, *, horizon: float = 6 * 3600.0, max_asks: int = 1000, max_answers: int = 10_000
+    ) -> None:
         self.horizon = timedelta(seconds=horizon)
         self.max_asks = max_asks
+        self.max_answers = max_answers
         self._asks: dict[str, deque[datetime]] = {}
         self._online: set[int] | None = None  # None: no observation yet
+        #: Runner id -> (the ask it answered, when it was first seen online), oldest first.
+        self._answers: dict[int, tuple[datetime, datetime]] = {}
+
+    def answer(self, runner_id: int) -> tuple[datetime, datetime] | None:
+        """The ask a runner answered and when it came online (None: it answered none of
+        ours, or too long ago)."""
+        return self._answers.get(runner_id)
 
     def asked(self, pool: str, count: int, at: datetime) -> None:
         """``count`` more instances were asked of ``pool`` at ``at``."""
@@ -57,8 +72,14 @@ class ProvisioningClock:
             while asks and asks[0] < cutoff:
                 asks.popleft()
         out = []
-        for _, pool in sorted(new):
+        for runner, pool in sorted(new):
             waiting = self._asks.get(pool)
             if waiting:
-                out.append((pool, max(0.0, (now - waiting.popleft()).total_seconds())))
+                asked = waiting.popleft()
+                self._answers[runner] = (asked, now)
+                out.append((pool, max(0.0, (now - asked).total_seconds())))
+        for runner in [r for r, (_, at) in self._answers.items() if at < cutoff]:
+            del self._answers[runner]
+        while len(self._answers) > self.max_answers:
+            del self._answers[next(iter(self._answers))]
         return out

@@ -40,19 +40,22 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from autoscaler.config import Config
 from autoscaler.domain import (
     ClockSkew,
+    JobStart,
+    JobWait,
     Observation,
     QueueSnapshot,
     ScalingProblem,
 )
 from autoscaler.errors import AutoscalerError, NotLeaderError, StateError
-from autoscaler.ports import JobSource, RunnerPool
+from autoscaler.observe.waits import wait_stages
+from autoscaler.ports import JobSource, RunnerPool, WarmPools, instance_id_of
 from autoscaler.retrying import RetryPolicy
 from autoscaler.scale.execute import PlanExecution, report_problem
 from autoscaler.scale.handover import HandoverStore
@@ -64,6 +67,7 @@ from autoscaler.scale.policy import decide, pool_of_runner
 from autoscaler.scale.provisioning import ProvisioningClock
 from autoscaler.scale.registration import ParameterStore, RunnerRegistrar
 from autoscaler.scale.view import CapacityFailure, ScalingView
+from autoscaler.scale.warm_keeper import WarmPoolKeeper
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,7 @@ class Scaler:
         parameters: ParameterStore,
         handover_store: HandoverStore | None = None,
         memory: ScalingMemoryStore | None = None,
+        warm_pools: WarmPools | None = None,
     ) -> None:
         self.pool = pool
         self.source = source
@@ -115,6 +120,12 @@ class Scaler:
         #: Back-offs, last scale-ups, refused launches and pending terminations, kept in
         #: the state store across restarts and failovers.
         self.memory = None if memory is None else Recollection(memory, self._memory_failed)
+        #: The listed groups' warm pools (none without a port: a pool with no warm pools).
+        self.warm = (
+            None
+            if warm_pools is None or not config.pools
+            else WarmPoolKeeper(warm_pools, config, metrics, self.retry, report_problem)
+        )
 
     # --- the tick
 
@@ -161,6 +172,11 @@ class Scaler:
                 self.last_problems.append(
                     ScalingProblem("missing", self._type_of[name], name, "NotFound", msg)
                 )
+        warm = (
+            ()
+            if self.warm is None
+            else self.warm.step(list(pools), self.last_problems, dry_run=dry_run)
+        )
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
         if dry_run:
@@ -222,7 +238,7 @@ class Scaler:
             }
             if self.memory is not None:
                 self.memory.remember(self.state)
-        self.last_view = ScalingView(pools, plan, tuple(decisions), state, failures)
+        self.last_view = ScalingView(pools, plan, tuple(decisions), state, failures, warm)
         record_pool_metrics(
             self.metrics,
             self.config,
@@ -233,6 +249,35 @@ class Scaler:
             now=now,
         )
         return decisions
+
+    def job_waits(
+        self, starts: Sequence[JobStart], observation: Observation | None
+    ) -> list[JobWait]:
+        """Where each started job's wait went, for the jobs that started on a runner this
+        controller asked for (its runner answered one of our scale-ups); call after
+        :meth:`step`, which saw the runners come online."""
+        if observation is None or not starts:
+            return []
+        runners = {r.name: r for r in observation.runners}
+        pools = self.last_view.pools if self.last_view is not None else {}
+        out = []
+        for start in starts:
+            name, created, started = start.runner_name, start.created_at, start.started_at
+            runner = runners.get(name or "")
+            if runner is None or created is None or started is None:
+                continue
+            answer = self.provisioning.answer(runner.id)
+            if answer is None:
+                continue  # not a runner we asked for (warm before we watched, or not ours)
+            asked, online = answer
+            iid = instance_id_of(runner.name)
+            pool = pools.get(pool_of_runner(runner, list(self._type_of)) or "")
+            running = next(
+                (i.launched_at for i in (pool.instances if pool else ()) if i.id == iid), None
+            )
+            stages = wait_stages(created, start.first_seen, asked, running, online, started)
+            out.append(JobWait(start.runner_type, stages))
+        return out
 
     def _measure_skew(self, observation: Observation | None) -> ClockSkew:
         github = observation.clock_skew_seconds if observation is not None else None

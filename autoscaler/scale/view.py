@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from autoscaler.domain import PoolState
 from autoscaler.scale.plan import Decision, Plan, ScalingState
+
+if TYPE_CHECKING:  # the keeper acts through the scaler's edge; the view only holds values
+    from autoscaler.scale.warm import WarmPoolView
 
 
 @dataclass(frozen=True)
@@ -47,3 +51,5 @@ class ScalingView:
     """The policy's state after this tick (back-offs included)."""
     failures: Mapping[str, CapacityFailure] = field(default_factory=dict)
     """Pool -> its last capacity failure, kept while the pool is backed off."""
+    warm: Sequence[WarmPoolView] = ()
+    """The warm pools of the groups listed under ``pools``, as this tick left them."""

@@ -49,13 +49,15 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from autoscaler.alerting.lifecycle import AlertState, Notification
 from autoscaler.alerting.store import OutboxItem
-from autoscaler.observe.github.webhook_rows import IndexRow, Outcome
+from autoscaler.errors import StateError
+from autoscaler.observe.github.webhook_rows import Changes, IndexRow, Outcome
 from autoscaler.scale.memory import PoolMemory
 from autoscaler.state.dynamodb_jobs import DynamoJobIndex
 from autoscaler.state.dynamodb_lease import Action, FencedWriter, Group
@@ -101,7 +103,13 @@ class DynamoStore:
         self._lock = threading.Lock()
         self._baseline: dict[str, str] | None = None
         self._fence = FencedWriter(table, lease, wall_clock=wall_clock, sleep=sleep)
-        self._jobs = DynamoJobIndex(table, self._fence.write_each)
+        self._jobs = DynamoJobIndex(
+            table,
+            self._fence.write_each,
+            writer=f"{lease.owner}.{secrets.token_hex(4)}",
+            wall_clock=wall_clock,
+            sleep=sleep,
+        )
 
     def close(self) -> None:
         self._fence.closed = True
@@ -304,14 +312,21 @@ class DynamoStore:
 
     # --- the webhook job index (autoscaler.observe.github.webhook_rows.JobIndexStore)
 
-    def record_job_event(self, row: IndexRow) -> Outcome:
-        """Any replica's, unfenced: an observation, idempotent by its condition."""
-        self._fence.check_open("record_job_event")
-        return self._jobs.record(row)
+    def record_job_events(self, rows: Sequence[IndexRow]) -> list[Outcome | StateError]:
+        """Any replica's, unfenced: observations, idempotent by their conditions."""
+        self._fence.check_open("record_job_events")
+        return self._jobs.record(rows)
 
     def load_job_index(self, now: float) -> list[IndexRow]:
         self._fence.check_open("load_job_index")
         return self._jobs.load(now)
+
+    def job_index_changes(self, cursor: object | None) -> Changes:
+        self._fence.check_open("job_index_changes")
+        return self._jobs.changes(cursor)
+
+    def prune_job_index(self, now: float) -> None:
+        """Nothing: DynamoDB's TTL deletes expired rows (reads skip them until then)."""
 
     def reconcile_job_index(self, put: Sequence[IndexRow], drop: Sequence[IndexRow]) -> None:
         self._jobs.reconcile(put, drop)

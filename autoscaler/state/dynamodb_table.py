@@ -286,8 +286,15 @@ class DynamoTable:
         item = answer.get("Item")
         return None if item is None else dict(item)
 
-    def query(self, pk: str, *, filter_expression: str | None = None) -> list[dict[str, Any]]:
-        """Every item under ``pk`` (all pages), strongly consistent, in sort key order."""
+    def query(
+        self,
+        pk: str,
+        *,
+        filter_expression: str | None = None,
+        between: tuple[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every item under ``pk`` (all pages; ``between``: whose sort key is in that
+        range, both ends included), strongly consistent, in sort key order."""
         kwargs: dict[str, Any] = {
             "TableName": self.name,
             "KeyConditionExpression": "#pk = :pk",
@@ -295,6 +302,10 @@ class DynamoTable:
             "ExpressionAttributeValues": {":pk": S(pk)},
             "ConsistentRead": True,
         }
+        if between is not None:
+            kwargs["KeyConditionExpression"] += " AND #sk BETWEEN :low AND :high"
+            kwargs["ExpressionAttributeNames"]["#sk"] = RANGE_KEY
+            kwargs["ExpressionAttributeValues"] |= {":low": S(between[0]), ":high": S(between[1])}
         if filter_expression is not None:
             kwargs["FilterExpression"] = filter_expression
         items: list[dict[str, Any]] = []

@@ -4,11 +4,13 @@ The controller decides at the start of a tick whether it acts (a follower's tick
 a dry run), but a tick can take many seconds (retries, a slow GitHub) and the lease can
 end inside it. So each action that only the leader may take asks again, right before its
 call: :class:`FencedPool` wraps the :class:`~autoscaler.ports.RunnerPool` port (scale up
-or down, protect, terminate), :class:`FencedSource` the :class:`~autoscaler.ports.JobSource`
-port (deregister a runner), and the deliverer asks :meth:`Fence.allows` before each
-notification. An action refused raises :class:`~autoscaler.errors.NotLeaderError` (a
-DeferredError: the scaler leaves it to the next tick, whose leader decides afresh) and is
-counted (``ci_autoscaler_fenced_actions_total{action}``). Reads pass through: a follower
+or down, protect, terminate), :class:`FencedWarmPools` the
+:class:`~autoscaler.ports.WarmPools` port (put, delete), :class:`FencedSource` the
+:class:`~autoscaler.ports.JobSource` port (deregister a runner), and the deliverer asks
+:meth:`Fence.allows` before each notification. An action refused raises
+:class:`~autoscaler.errors.NotLeaderError` (a DeferredError: the scaler leaves it to the
+next tick, whose leader decides afresh) and is counted
+(``ci_autoscaler_fenced_actions_total{action}``). Reads pass through: a follower
 describes the pools and polls GitHub like the leader, so it takes over with a warm picture.
 
 Pure: the lease is asked through :class:`~autoscaler.state.port.Leadership`.
@@ -20,9 +22,9 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from autoscaler.domain import Observation, PoolState, Runner
+from autoscaler.domain import Observation, PoolState, Runner, WarmPoolSpec, WarmPoolState
 from autoscaler.errors import NotLeaderError
-from autoscaler.ports import JobSource, Leadership, RunnerPool
+from autoscaler.ports import JobSource, Leadership, RunnerPool, WarmPools
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,26 @@ class FencedPool:
 
     def clock_skew(self) -> float | None:
         return self.pool.clock_skew()
+
+
+class FencedWarmPools:
+    """Warm pools (the scaling stage's ``WarmPools`` port) changed only while the lease is
+    held with its margin."""
+
+    def __init__(self, pools: WarmPools, fence: Fence) -> None:
+        self.pools = pools
+        self.fence = fence
+
+    def describe_warm_pool(self, pool: str) -> WarmPoolState | None:
+        return self.pools.describe_warm_pool(pool)
+
+    def put_warm_pool(self, pool: str, spec: WarmPoolSpec) -> None:
+        self.fence.require("put_warm_pool", pool)
+        self.pools.put_warm_pool(pool, spec)
+
+    def delete_warm_pool(self, pool: str) -> None:
+        self.fence.require("delete_warm_pool", pool)
+        self.pools.delete_warm_pool(pool)
 
 
 class FencedSource:

@@ -18,7 +18,7 @@ from moto import mock_aws
 from prometheus_client import CollectorRegistry
 
 from autoscaler.config import AwsConfig, Config, RetryConfig
-from autoscaler.domain import ActivityStatus, InstanceLifecycle, ScalingActivity
+from autoscaler.domain import ActivityStatus, InstanceLifecycle, ScalingActivity, WarmPoolSpec
 from autoscaler.errors import (
     AuthenticationError,
     AutoscalerError,
@@ -214,6 +214,9 @@ def test_iam_actions_are_exactly_the_calls_made(world: World) -> None:
     iid = world.pool.describe(["gpu-od", "gpu-spot"])["gpu-od"].instances[0].id
     world.pool.protect_instances("gpu-od", [iid])
     world.pool.terminate_instance("gpu-od", iid)
+    world.pool.put_warm_pool("gpu-od", WarmPoolSpec("stopped", 0, None, reuse=False))
+    world.pool.describe_warm_pool("gpu-od")
+    world.pool.delete_warm_pool("gpu-od")
     assert seen == IAM_ACTIONS
 
 

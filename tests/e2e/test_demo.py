@@ -61,6 +61,22 @@ def test_demo_shows_every_promise_of_the_readme_and_sums_it_up() -> None:
     # at once (how fast is the benchmark's to say, not a timed test's).
     answered = re.search(r"  webhooks: (\d+) queued jobs answered by a scale-up; ", summary)
     assert answered and int(answered.group(1)) > 0, summary
+    # Where the waits went: the stage table, and the histogram on /metrics.
+    table = summary.split("where the waits went (median / p95 seconds", 1)[1]
+    header = table.splitlines()[1].split()
+    assert header[-7:] == [
+        "github_lag",
+        "decision",
+        "launch",
+        "boot",
+        "assignment",
+        "queue",
+        "time",
+    ]
+    rows = re.findall(r"^  (linux\.\S+) +(\d+) ", table, re.MULTILINE)
+    assert rows and all(int(jobs) > 0 for _, jobs in rows), table
+    stages = re.search(r"has all 5 stages for (\d+) runner type", summary)
+    assert stages and int(stages.group(1)) >= 1, summary
 
     # The story as it scrolled by: the tables, the failover, FIRING then RESOLVED of the
     # same alert, and scale-ins as the controller logged them.

@@ -344,7 +344,14 @@ def test_instance_reads_only_its_own_parameter() -> None:
     assert condition["variable"] == f"ssm:resourceTag/{INSTANCE_TAG}"
     assert condition["values"] == ["$${ec2:InstanceID}"]
     dynamic = [c for d in policy.get("dynamic", []) for c in d["statement"]["content"]]
-    assert [c["sid"] for c in dynamic] == ["DecryptOwnCredential"]  # only with kms_key_arn
+    # only with a warm pool; only with kms_key_arn
+    assert [c["sid"] for c in dynamic] == [
+        "CompleteOwnGroupLifecycleAction",
+        "DecryptOwnCredential",
+    ]
+    [hook] = [c for c in dynamic if c["sid"] == "CompleteOwnGroupLifecycleAction"]
+    assert hook["actions"] == ["autoscaling:CompleteLifecycleAction"]
+    assert locals_["group_arn"].endswith(":autoScalingGroupName/${var.pool_name}")
 
 
 def test_boot_script_reads_the_parameter_the_controller_writes() -> None:

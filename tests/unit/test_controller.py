@@ -16,7 +16,9 @@ from autoscaler.domain import (
     Cause,
     ClockSkew,
     Job,
+    JobStart,
     JobStatus,
+    JobWait,
     Observation,
     PollBudget,
     QueueSnapshot,
@@ -98,6 +100,11 @@ class RecordingScaler:
         decisions = [{"call": len(self.calls), "fresh": observation_fresh}]
         self.returned.append(decisions)
         return decisions
+
+    def job_waits(
+        self, starts: Sequence[JobStart], observation: Observation | None
+    ) -> Sequence[JobWait]:
+        return []
 
 
 class ExplodingAlerts:

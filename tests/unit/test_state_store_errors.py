@@ -147,7 +147,8 @@ def _real_sqlite_error(tmp_path: Path, kind: str) -> sqlite3.Error:
             conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
             conn.execute("INSERT INTO issues VALUES ('r', 'f', 1)")
         elif kind == "locked":
-            holder = sqlite3.connect(db)
+            holder = sqlite3.connect(db)  # held as a running controller holds it
+            holder.execute("PRAGMA locking_mode = EXCLUSIVE")
             holder.execute("BEGIN EXCLUSIVE")
             sqlite3.connect(db, timeout=0.05).execute("SELECT * FROM alerts").fetchall()
         elif kind == "not_a_database":

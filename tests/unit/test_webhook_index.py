@@ -240,7 +240,7 @@ def test_the_index_feeds_the_same_queue_math_as_the_poll() -> None:
     runners = [
         Runner(1, "runner-i-0abc12345", frozenset({"self-hosted", "linux.4xlarge"}), True, True)
     ]
-    listing = [polled(j, Q) for j in range(1, 6)]
+    listing = [*(polled(j, Q) for j in range(1, 6)), polled(6, P)]  # the poll lists both
     from_events = compute_queue(index.jobs(), runners, types, NOW)
     from_poll = compute_queue(listing, runners, types, NOW)
     assert from_events.per_type["cpu"].queue_size == 5

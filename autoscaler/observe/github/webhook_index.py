@@ -50,6 +50,8 @@ _STATUS_RANK = {
     JobStatus.IN_PROGRESS: RANK["in_progress"],
     JobStatus.COMPLETED: RANK["completed"],
 }
+#: How far out of order completions may be remembered (rows of several replicas).
+_SLACK = timedelta(seconds=60)
 #: The kinds of reconcile corrections (``ci_autoscaler_webhook_reconcile_corrections_total``).
 CORRECTION_KINDS = ("missed", "status", "gone")
 
@@ -211,6 +213,19 @@ class JobIndex:
             runs.setdefault(entry.job.run_id, []).append(entry.job)
         return runs
 
+    def freed_since(self, since: datetime) -> set[str]:
+        """Runner names of the jobs completed since ``since``: read from the newest back,
+        so the cost is what completed since, not the six hours remembered. (Rows from
+        several replicas arrive a little out of order: a minute's slack.)"""
+        stop = since - _SLACK
+        freed: set[str] = set()
+        for completion in reversed(self._done.values()):
+            if completion.received_at < stop:
+                break
+            if completion.runner_name and completion.received_at >= since:
+                freed.add(completion.runner_name)
+        return freed
+
     def completed_ids(self) -> Container[int]:
         """Ids of the jobs remembered completed (tombstones)."""
         return self._done.keys()
@@ -266,6 +281,47 @@ class JobIndex:
             if self.last_event_at is None or when > self.last_event_at:
                 self.last_event_at = when
         return live_rows
+
+    def apply_row(self, row: IndexRow) -> Job | None:
+        """Take one stored row the store accepted after the last :meth:`restore` (the
+        caller checked :func:`~.webhook_rows.decide` against the rows it holds), as
+        :meth:`restore` would have it; returns the live job it holds (None: a completion).
+        What keeps the index in memory between two whole reads."""
+        received = datetime.fromtimestamp(row.received_at, UTC)
+        data = json.loads(row.data)
+        known = row.job_id in self._live or row.job_id in self._done
+        job: Job | None = None
+        if row.rank >= DONE:
+            completion = _completion(data, received)
+            self._live.pop(row.job_id, None)
+            self._done[row.job_id] = completion
+            self._done.move_to_end(row.job_id)
+            self._trim(self._done)
+            run_id = completion.run_id
+        else:
+            job = _job(data)
+            self._live[row.job_id] = _Entry(row.rank, job, received)
+            run_id = job.run_id
+        if row.via == EVENT:
+            if self.last_event_at is None or received > self.last_event_at:
+                self.last_event_at = received
+            if row.rank != IN_PROGRESS or not known:  # as _note_run_events reads a row
+                current = self._run_events.get(run_id)
+                if current is None or received > current:
+                    self._run_events[run_id] = received
+                    self._run_events.move_to_end(run_id)
+                    self._trim(self._run_events)
+        return job
+
+    def drop(self, job_ids: Iterable[int]) -> None:
+        """Forget these live jobs (their rows expired)."""
+        for job_id in job_ids:
+            self._live.pop(job_id, None)
+
+    def expire(self, now: datetime) -> None:
+        """Forget what is older than the index remembers (tombstones, delivery ids, run
+        events): the oldest first, so as cheap as what expired."""
+        self._forget(now)
 
     def _note_run_events(
         self, rows: list[IndexRow], live: dict[int, _Entry], done: list[Completion]

@@ -51,12 +51,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
 from autoscaler.config import WebhookConfig
 from autoscaler.errors import StateError
+from autoscaler.observe.github.group_commit import GroupCommit
 from autoscaler.observe.github.parse import BadPage, PayloadError, UnknownAction
 from autoscaler.observe.github.webhook_index import event_row
 from autoscaler.observe.github.webhook_rows import JobIndexStore, Outcome
@@ -145,11 +147,12 @@ class WebhookReceiver:
         self._metrics = metrics
         self._on_event = on_event
         self._clock = clock
-        #: The state store's job index: each delivery is written there at once (by
-        #: whichever replica received it) instead of queued for this process's tick.
-        self._store = store
+        #: The committer that makes each delivery durable before it is answered (with a
+        #: store), several at a time.
+        self._commits = None if store is None else GroupCommit(store)
         self._inbox: queue.Queue[Delivery] = queue.Queue(maxsize=config.queue_size)
-        self._seen: OrderedDict[str, None] = OrderedDict()
+        # Delivery ids (str) and body digests (bytes): never equal to each other.
+        self._seen: OrderedDict[str | bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         self._logged: dict[str, float] = {}
 
@@ -177,7 +180,15 @@ class WebhookReceiver:
         )
 
     def handle(self, headers: Mapping[str, str], body: bytes) -> Answer:
-        """One ``POST /github/webhook`` (header names lower-cased)."""
+        """One ``POST /github/webhook`` (header names lower-cased), answered when done."""
+        answer = self.accept(headers, body)
+        return answer if isinstance(answer, Answer) else answer.result()
+
+    def accept(self, headers: Mapping[str, str], body: bytes) -> Answer | Future[Answer]:
+        """One ``POST /github/webhook``: the answer, or (a delivery the store must take
+        first) a future of it, completed by the committer thread once the row is durable.
+        Returns at once either way: CPU work only (signature, parse), so the listener may
+        call it on its event loop and await the future there, holding no thread."""
         event, delivery, shown = _names(headers)
         kind = media_type(headers)
         if kind not in (JSON, FORM):
@@ -205,16 +216,17 @@ class WebhookReceiver:
                 status, event, "other", "invalid", delivery=shown, reason=f"{exc.kind}: {exc}"
             )
         action = parsed.action if parsed.action in ACTIONS else "other"
-        if not self._first(delivery, body):
+        digest = hashlib.sha256(body).digest()
+        if not self._first(delivery, digest):
             return self._refuse(
                 409, event, action, "duplicate", delivery=shown, reason="delivered before"
             )
-        if self._store is not None:
-            return self._record(parsed, event, action, body, delivery=delivery, shown=shown)
+        if self._commits is not None:
+            return self._record(parsed, action, digest, delivery=delivery, shown=shown)
         try:
             self._inbox.put_nowait(Delivery(parsed, self._clock()))
         except queue.Full:
-            self._forget(delivery, body)  # GitHub's redelivery must be taken then
+            self._forget(delivery, digest)  # GitHub's redelivery must be taken then
             return self._refuse(
                 503, event, action, "queue_full", delivery=shown, reason="queue full"
             )
@@ -222,36 +234,59 @@ class WebhookReceiver:
             self._on_event()  # demand: wake the tick (in_progress/completed can wait)
         return Answer(202, b"accepted\n")
 
+    def close(self) -> None:
+        """Write the deliveries waiting for the store, then stop its committer."""
+        if self._commits is not None:
+            self._commits.close()
+
     def _record(
         self,
         parsed: WorkflowJobEvent,
-        event: str,
         action: str,
-        body: bytes,
+        digest: bytes,
         *,
         delivery: str,
         shown: str,
-    ) -> Answer:
-        """Write the event's row to the state store; the store's answer is the outcome.
-        The store unreachable: 503, so GitHub marks the delivery failed (a redelivery, or
-        the reconcile, catches the job), counted and logged; never raised."""
-        assert self._store is not None
-        try:
-            outcome = self._store.record_job_event(event_row(parsed, self._clock()))
-        except StateError as exc:
-            self._forget(delivery, body)  # GitHub's redelivery must be taken then
-            self._metrics.webhook_store_errors.labels("record", exc.code or "error").inc()
-            return self._refuse(
-                503, event, action, "store_error", delivery=shown, reason=f"state store: {exc}"
-            )
-        self._metrics.webhook_events.labels(event, action, outcome.value).inc()
-        if outcome is Outcome.ACCEPTED and parsed.action == "queued":
-            self._on_event()  # demand: wake this process's tick (the leader's watches)
-        return Answer(202, f"{outcome.value}\n".encode())
+    ) -> Future[Answer]:
+        """Hand the event's row to the committer; the answer follows the store's: the
+        outcome, or 503 when the store could not take it (GitHub marks the delivery
+        failed: a redelivery, or the reconcile, catches the job), counted and logged."""
+        assert self._commits is not None
+        answer: Future[Answer] = Future()
 
-    def _first(self, delivery: str, body: bytes) -> bool:
-        """Remember this delivery id and body; False when either was seen already."""
-        keys = [f"b:{hashlib.sha256(body).hexdigest()}"] + ([f"d:{delivery}"] if delivery else [])
+        def written(outcome: Future[Outcome]) -> None:
+            try:
+                result = outcome.result()
+            except StateError as exc:
+                self._forget(delivery, digest)  # GitHub's redelivery must be taken then
+                self._metrics.webhook_store_errors.labels("record", exc.code or "error").inc()
+                answer.set_result(
+                    self._refuse(
+                        503,
+                        "workflow_job",
+                        action,
+                        "store_error",
+                        delivery=shown,
+                        reason=f"state store: {exc}",
+                    )
+                )
+                return
+            except Exception as exc:  # a bug: the committer logged it, the listener answers 500
+                self._forget(delivery, digest)
+                self._metrics.webhook_events.labels("workflow_job", action, "error").inc()
+                answer.set_exception(exc)
+                return
+            self._metrics.webhook_events.labels("workflow_job", action, result.value).inc()
+            if result is Outcome.ACCEPTED and parsed.action == "queued":
+                self._on_event()  # demand: wake this process's tick (the leader's watches)
+            answer.set_result(Answer(202, f"{result.value}\n".encode()))
+
+        self._commits.submit(event_row(parsed, self._clock())).add_done_callback(written)
+        return answer
+
+    def _first(self, delivery: str, digest: bytes) -> bool:
+        """Remember this delivery id and body digest; False when either was seen already."""
+        keys: list[str | bytes] = [digest] + ([delivery] if delivery else [])
         with self._lock:
             if any(key in self._seen for key in keys):
                 return False
@@ -261,10 +296,10 @@ class WebhookReceiver:
                 self._seen.popitem(last=False)
         return True
 
-    def _forget(self, delivery: str, body: bytes) -> None:
+    def _forget(self, delivery: str, digest: bytes) -> None:
         with self._lock:
-            self._seen.pop(f"b:{hashlib.sha256(body).hexdigest()}", None)
-            self._seen.pop(f"d:{delivery}", None)
+            self._seen.pop(digest, None)
+            self._seen.pop(delivery, None)
 
     def _refuse(
         self, status: int, event: str, action: str, result: str, *, delivery: str, reason: str

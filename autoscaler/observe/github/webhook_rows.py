@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from autoscaler.errors import StateError
+
 #: The rank of an ``in_progress`` row.
 IN_PROGRESS = 1
 #: The rank of a ``completed`` row: final.
@@ -90,20 +92,48 @@ def poll_may_write(current: IndexRow | None, new: IndexRow) -> bool:
     return current is None or (current.rank < DONE and current.rank <= new.rank)
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """The event rows a store accepted since a reader's cursor, in the order they landed
+    (one writer's order; across replicas only roughly, which :func:`decide` makes safe)."""
+
+    rows: tuple[IndexRow, ...]
+    cursor: object
+    """Where the next read starts: pass it back (opaque, the backend's own)."""
+    complete: bool = True
+    """False: rows were lost to this reader (it fell too far behind, or a writer's log
+    expired before it was read): read the index whole again."""
+
+
 class JobIndexStore(Protocol):
     """The index's rows in the state store (both backends implement it).
 
-    ``record_job_event`` is any replica's, unfenced and idempotent; ``reconcile_job_index``
-    the leader's (fenced where the backend fences). Every method raises only
+    ``record_job_events`` is any replica's, unfenced and idempotent; ``reconcile_job_index``
+    the leader's (fenced where the backend fences). A process reads the index whole once
+    (``load_job_index``) and then follows what was accepted since
+    (``job_index_changes``). Every method raises only
     :class:`autoscaler.errors.StateError`."""
 
-    def record_job_event(self, row: IndexRow) -> Outcome:
-        """Write an event's row if :func:`decide` accepts it, atomically against any other
-        writer; the outcome says what happened."""
+    def record_job_events(self, rows: Sequence[IndexRow]) -> list[Outcome | StateError]:
+        """Write each event row that :func:`decide` accepts, in order, atomically against
+        any other writer, and durably before returning: the outcome of each row, or the
+        error that kept it out (a backend that writes in several requests can fail some and
+        not others). Raises StateError when none could be written."""
         ...
 
     def load_job_index(self, now: float) -> list[IndexRow]:
         """Every row not expired at ``now`` (unix seconds), by job id."""
+        ...
+
+    def job_index_changes(self, cursor: object | None) -> Changes:
+        """The event rows accepted since ``cursor`` (by any writer), and the cursor to pass
+        next time. ``None``: nothing, only the cursor of now (take it before
+        :meth:`load_job_index`: a row accepted in between is read twice, never missed)."""
+        ...
+
+    def prune_job_index(self, now: float) -> None:
+        """Delete the rows expired at ``now`` (a backend whose TTL deletes them does
+        nothing)."""
         ...
 
     def reconcile_job_index(self, put: Sequence[IndexRow], drop: Sequence[IndexRow]) -> None:

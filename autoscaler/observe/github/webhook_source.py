@@ -50,13 +50,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 from autoscaler.config import WebhookConfig
-from autoscaler.domain import JobStatus, Observation, Runner
+from autoscaler.domain import Job, JobStatus, Observation, Runner
 from autoscaler.errors import StateError, TransientError
 from autoscaler.observe.github.delivery_watch import DeliveryWatch
 from autoscaler.observe.github.poll import Lean, ListedScope
@@ -70,11 +70,15 @@ from autoscaler.observe.github.reconcile_plan import (
 )
 from autoscaler.observe.github.webhook_index import JobIndex, Outcome, reconcile_rows
 from autoscaler.observe.github.webhook_receiver import Delivery, WebhookReceiver
-from autoscaler.observe.github.webhook_rows import EVENT, IndexRow, JobIndexStore
+from autoscaler.observe.github.webhook_rows import EVENT, IndexRow, JobIndexStore, decide
 from autoscaler.ports import JobSource
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github.webhooks")
+
+#: How often live rows past their TTL are swept from memory and the store pruned (their
+#: TTL is days: a minute late is nothing).
+EXPIRE_EVERY = timedelta(seconds=60)
 
 
 @runtime_checkable
@@ -120,8 +124,15 @@ class WebhookSource:
         self.queued_received: dict[int, datetime] = {}
         self.store = store
         self._acting = acting
-        #: The live rows last read from the store (None: not read yet).
+        #: The live rows as the store holds them (None: not read yet).
         self._rows: dict[int, IndexRow] | None = None
+        #: Where this reader is in the store's accepted rows (None: not read yet).
+        self._cursor: object | None = None
+        self._was_acting = False
+        self._expired_at: datetime | None = None
+        #: Whole reads of the stored index (the first, takeovers, rows lost): a number
+        #: tests and the benchmark read.
+        self.whole_reads = 0
         self._logged_at = -1e9
 
     def __repr__(self) -> str:
@@ -229,31 +240,94 @@ class WebhookSource:
             self._metrics.webhook_last_event.set(deliveries[-1].received_at.timestamp())
 
     def load(self, now: datetime) -> None:
-        """Read the index from the store (every replica's deliveries); note the queued
-        events that arrived since the last read, for the reaction histogram."""
+        """Bring the index up to date with the store: read it whole at the first tick, when
+        this controller starts to act (a takeover) and when rows were lost to it; else
+        apply the rows accepted since the last read (every replica's deliveries, in the
+        order they landed). Then expire what is due."""
         assert self.store is not None
+        acting = self._acting()
+        takeover = acting and not self._was_acting
+        self._was_acting = acting
         try:
-            rows = self.store.load_job_index(now.timestamp())
+            if self._cursor is None or takeover:
+                self._read_whole(now, "start" if self._cursor is None else "takeover")
+            else:
+                changes = self.store.job_index_changes(self._cursor)
+                self._cursor = changes.cursor
+                if changes.complete:
+                    self._follow(changes.rows, now)
+                else:
+                    log.warning(
+                        "webhook job index: rows accepted since the last tick were lost to "
+                        "this reader (it fell behind); reading the stored index whole"
+                    )
+                    self._read_whole(now, "lost")
         except StateError as exc:
             self._store_failed("load", exc)
             return
-        before = self._rows
-        self._rows = self.index.restore(rows)
-        if before is not None:
-            for job_id, row in self._rows.items():
-                old = before.get(job_id)
-                fresh = old is None or old.rank != row.rank or old.data != row.data
-                job = self.index.get(job_id)
-                if (
-                    fresh
-                    and row.via == EVENT
-                    and job is not None
-                    and job.status is JobStatus.QUEUED
-                ):
-                    received = datetime.fromtimestamp(row.received_at, now.tzinfo)
-                    self.queued_received.setdefault(job_id, received)
+        self._expire(now, acting)
         if self.index.last_event_at is not None:
             self._metrics.webhook_last_event.set(self.index.last_event_at.timestamp())
+
+    def _read_whole(self, now: datetime, reason: str) -> None:
+        """The stored index, whole; rows accepted from here on are followed. A queued job
+        new since the last read starts its reaction clock."""
+        assert self.store is not None
+        cursor = self.store.job_index_changes(None).cursor  # first: nothing falls between
+        rows = self.store.load_job_index(now.timestamp())
+        self.whole_reads += 1
+        self._metrics.webhook_index_reads.labels(reason).inc()
+        before = self._rows
+        self._rows = self.index.restore(rows)
+        self._cursor = cursor
+        self._expired_at = now
+        if before is None:
+            return
+        for job_id, row in self._rows.items():
+            old = before.get(job_id)
+            if old is None or old.rank != row.rank or old.data != row.data:
+                self._note_queued(row, self.index.get(job_id), now)
+
+    def _follow(self, rows: Sequence[IndexRow], now: datetime) -> None:
+        """Apply the rows the store accepted since the last read, by the store's own rule
+        (:func:`decide`) against what this index holds: a row that lands here out of order
+        (two replicas' logs) never moves a job back."""
+        assert self._rows is not None
+        for row in rows:
+            if self.index.completion(row.job_id) is not None:
+                continue  # a tombstone is final (decide: duplicate or stale)
+            if decide(self._rows.get(row.job_id), row) is not Outcome.ACCEPTED:
+                continue
+            job = self.index.apply_row(row)
+            if job is None:
+                self._rows.pop(row.job_id, None)
+            else:
+                self._rows[row.job_id] = row
+                self._note_queued(row, job, now)
+
+    def _note_queued(self, row: IndexRow, job: Job | None, now: datetime) -> None:
+        if row.via == EVENT and job is not None and job.status is JobStatus.QUEUED:
+            received = datetime.fromtimestamp(row.received_at, now.tzinfo)
+            self.queued_received.setdefault(row.job_id, received)
+
+    def _expire(self, now: datetime, acting: bool) -> None:
+        """Forget expired tombstones every tick (oldest first: as cheap as what expired);
+        sweep the live rows past their TTL, and prune the store, once a minute."""
+        self.index.expire(now)
+        if self._expired_at is not None and now - self._expired_at < EXPIRE_EVERY:
+            return
+        self._expired_at = now
+        assert self._rows is not None and self.store is not None
+        wall = now.timestamp()
+        gone = [job_id for job_id, row in self._rows.items() if row.expires_at < wall]
+        self.index.drop(gone)
+        for job_id in gone:
+            del self._rows[job_id]
+        if acting:
+            try:
+                self.store.prune_job_index(wall)
+            except StateError as exc:
+                self._store_failed("prune", exc)  # the rows expired are pruned next time
 
     def _write_back(self, now: datetime) -> None:
         """The reconcile's changes to the store (the acting controller's only)."""
@@ -337,11 +411,7 @@ class WebhookSource:
     def _from_index(self, now: datetime, base: Observation) -> Observation:
         busy = self.index.busy_runners()
         since = self._reconciled_at
-        freed = {
-            c.runner_name
-            for c in self.index.completions()
-            if c.runner_name and since is not None and c.received_at >= since
-        }
+        freed = self.index.freed_since(since) if since is not None else set()
         runners = tuple(
             replace(r, busy=r.name in busy or (r.busy and r.name not in freed))
             for r in base.runners

@@ -4,7 +4,9 @@ Calls: autoscaling DescribeAutoScalingGroups, DescribeScalingActivities (one pag
 most recent, only for a group whose desired capacity exceeds its live instances: that is
 where EC2 Auto Scaling reports a launch it could not make), SetDesiredCapacity
 (HonorCooldown=False), SetInstanceProtection, TerminateInstanceInAutoScalingGroup
-(decrementing the desired capacity) and ec2 DescribeInstances (for launch times, and
+(decrementing the desired capacity), the warm pool calls (DescribeWarmPool, PutWarmPool,
+DeleteWarmPool: :meth:`AwsAsgPool.describe_warm_pool`, the ``WarmPools`` port of
+:mod:`autoscaler.scale.warm`) and ec2 DescribeInstances (for launch times, and
 for how an instance ended: :meth:`AwsAsgPool.instance_ends`, the job-retry stage's port).
 :data:`IAM_ACTIONS` lists the IAM actions exactly these calls need; the terraform task
 role is checked against it.
@@ -44,6 +46,8 @@ from autoscaler.domain import (
     InstanceLifecycle,
     PoolState,
     ScalingActivity,
+    WarmPoolSpec,
+    WarmPoolState,
 )
 from autoscaler.job_retry.model import InstanceEnd
 from autoscaler.scale.aws.activities import CAPACITY, classify_activity
@@ -55,6 +59,9 @@ IAM_ACTIONS: frozenset[str] = frozenset(
     {
         "autoscaling:DescribeAutoScalingGroups",
         "autoscaling:DescribeScalingActivities",
+        "autoscaling:DescribeWarmPool",
+        "autoscaling:DeleteWarmPool",
+        "autoscaling:PutWarmPool",
         "autoscaling:SetDesiredCapacity",
         "autoscaling:SetInstanceProtection",
         "autoscaling:TerminateInstanceInAutoScalingGroup",
@@ -94,7 +101,24 @@ _LIFECYCLE = {
     "Terminating:Wait": InstanceLifecycle.TERMINATING,
     "Terminating:Proceed": InstanceLifecycle.TERMINATING,
     "Terminated": InstanceLifecycle.TERMINATING,
+}  # every Warmed:* state is OTHER: a warm pool's instance is no supply and gets no runner
+# credential (DescribeAutoScalingGroups does not list it; were it listed, it would wait)
+
+
+#: A warm instance's Auto Scaling lifecycle state -> its state (``WARM_INSTANCE_STATES``).
+_WARMED = {
+    "Warmed:Pending": "pending",
+    "Warmed:Pending:Wait": "pending",
+    "Warmed:Pending:Proceed": "pending",
+    "Warmed:Stopped": "stopped",
+    "Warmed:Hibernated": "hibernated",
+    "Warmed:Running": "running",
+    "Warmed:Terminating": "terminating",
+    "Warmed:Terminating:Wait": "terminating",
+    "Warmed:Terminating:Proceed": "terminating",
+    "Warmed:Terminated": "terminating",
 }
+_WARM_PAGE = 100  # DescribeWarmPool MaxRecords limit
 
 
 def _utc(at: datetime) -> datetime:
@@ -302,6 +326,51 @@ class AwsAsgPool:
                 ProtectedFromScaleIn=True,
             )
 
+    def describe_warm_pool(self, pool: str) -> WarmPoolState | None:
+        """The group's warm pool, or None when it has none (or AWS is deleting it)."""
+        kwargs: dict[str, Any] = {"AutoScalingGroupName": pool, "MaxRecords": _WARM_PAGE}
+        config: Mapping[str, Any] | None = None
+        states: list[str] = []
+        while True:
+            page = self._call("DescribeWarmPool", self.autoscaling.describe_warm_pool, **kwargs)
+            config = page.get("WarmPoolConfiguration") or config
+            states += [
+                _WARMED.get(str(i.get("LifecycleState", "")), "other")
+                for i in page.get("Instances", [])
+            ]
+            token = page.get("NextToken")
+            if not token:
+                break
+            kwargs["NextToken"] = token
+        if not config or config.get("Status") == "PendingDelete":
+            return None
+        prepared = config.get("MaxGroupPreparedCapacity")
+        reuse = config.get("InstanceReusePolicy") or {}
+        spec = WarmPoolSpec(
+            state=str(config.get("PoolState") or "Stopped").lower(),
+            min_size=int(config.get("MinSize") or 0),
+            max_prepared=None if prepared is None or int(prepared) < 0 else int(prepared),
+            reuse=_true(reuse.get("ReuseOnScaleIn")),
+        )
+        return WarmPoolState(pool, spec, tuple(states))
+
+    def put_warm_pool(self, pool: str, spec: WarmPoolSpec) -> None:
+        """Create or change the group's warm pool. ``ReuseOnScaleIn`` is always sent: an
+        instance scaled in is terminated unless the configuration asks for reuse."""
+        kwargs: dict[str, Any] = {
+            "AutoScalingGroupName": pool,
+            "PoolState": spec.state.capitalize(),
+            "MinSize": spec.min_size,
+            "InstanceReusePolicy": {"ReuseOnScaleIn": spec.reuse},
+        }
+        # -1: "the group's MaxSize", AWS's way to undo a value set before.
+        kwargs["MaxGroupPreparedCapacity"] = -1 if spec.max_prepared is None else spec.max_prepared
+        self._call("PutWarmPool", self.autoscaling.put_warm_pool, **kwargs)
+
+    def delete_warm_pool(self, pool: str) -> None:
+        """Remove the group's warm pool; AWS terminates its instances."""
+        self._call("DeleteWarmPool", self.autoscaling.delete_warm_pool, AutoScalingGroupName=pool)
+
     def terminate_instance(self, pool: str, instance_id: str) -> None:
         self._call(
             "TerminateInstanceInAutoScalingGroup",
@@ -309,6 +378,11 @@ class AwsAsgPool:
             InstanceId=instance_id,
             ShouldDecrementDesiredCapacity=True,
         )
+
+
+def _true(value: Any) -> bool:
+    """A boolean of an answer (botocore parses it; an emulator may answer text)."""
+    return value is True or (isinstance(value, str) and value.lower() == "true")
 
 
 def _instance_end(inst: Mapping[str, Any]) -> InstanceEnd | None:

@@ -101,6 +101,7 @@ data "aws_iam_policy_document" "task" {
     actions = [
       "autoscaling:DescribeAutoScalingGroups",
       "autoscaling:DescribeScalingActivities",
+      "autoscaling:DescribeWarmPool",
       "ec2:DescribeInstances",
     ]
     resources = ["*"]
@@ -109,6 +110,8 @@ data "aws_iam_policy_document" "task" {
   statement {
     sid = "ScaleManagedPools"
     actions = [
+      "autoscaling:DeleteWarmPool",
+      "autoscaling:PutWarmPool",
       "autoscaling:SetDesiredCapacity",
       "autoscaling:SetInstanceProtection",
       "autoscaling:TerminateInstanceInAutoScalingGroup",

@@ -35,7 +35,14 @@ locals {
     runner_sha256      = var.runner_sha256
     runner_arch        = var.runner_arch
     extra_user_data    = var.extra_user_data
+    warm_pool          = var.warm_pool != null
+    warm_hook          = local.warm_hook
   })
+
+  # The launch lifecycle hook a warm pool's instances complete once their setup is done
+  # (going into the warm pool, and again going in service).
+  warm_hook = "ci-autoscaler-warm-setup"
+  group_arn = "arn:${data.aws_partition.current.partition}:autoscaling:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:autoScalingGroup:*:autoScalingGroupName/${var.pool_name}"
 }
 
 # ------------------------------------------------------------------ instance role
@@ -63,6 +70,16 @@ data "aws_iam_policy_document" "runner" {
       test     = "StringEquals"
       variable = "ssm:resourceTag/ci-autoscaler:instance-id"
       values   = ["$${ec2:InstanceID}"]
+    }
+  }
+
+  # A warm pool's instance tells its own group that its setup is done (the lifecycle hook).
+  dynamic "statement" {
+    for_each = var.warm_pool == null ? [] : [local.group_arn]
+    content {
+      sid       = "CompleteOwnGroupLifecycleAction"
+      actions   = ["autoscaling:CompleteLifecycleAction"]
+      resources = [statement.value]
     }
   }
 
@@ -199,6 +216,32 @@ resource "aws_autoscaling_group" "pool" {
             instance_type = override.value
           }
         }
+      }
+    }
+  }
+
+  # Instances kept stopped (or hibernated, or running) beside the group; a scale-out takes
+  # one before it launches one. A used instance is terminated on scale-in, never put back.
+  # With a warm pool, an instance waits in Pending:Wait (and Warmed:Pending:Wait) until its
+  # boot script says its setup is done, so the group never stops one half installed.
+  dynamic "initial_lifecycle_hook" {
+    for_each = var.warm_pool == null ? [] : [var.warm_pool]
+    content {
+      name                 = local.warm_hook
+      lifecycle_transition = "autoscaling:EC2_INSTANCE_LAUNCHING"
+      default_result       = "CONTINUE"
+      heartbeat_timeout    = initial_lifecycle_hook.value.setup_timeout
+    }
+  }
+
+  dynamic "warm_pool" {
+    for_each = var.warm_pool == null ? [] : [var.warm_pool]
+    content {
+      pool_state                  = title(warm_pool.value.state)
+      min_size                    = warm_pool.value.min_size
+      max_group_prepared_capacity = warm_pool.value.max_prepared == null ? -1 : warm_pool.value.max_prepared
+      instance_reuse_policy {
+        reuse_on_scale_in = false
       }
     }
   }

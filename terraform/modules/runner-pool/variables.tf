@@ -217,6 +217,35 @@ variable "spot" {
   }
 }
 
+variable "warm_pool" {
+  description = "The group's EC2 Auto Scaling warm pool: pre-initialised instances a scale-out takes before it launches new ones. null: none. `state`: stopped (billed for EBS only), hibernated or running; `min_size`: kept at least; `max_prepared`: the group and its warm pool together at most (null: the group's max_size); `setup_timeout`: seconds an instance may take to finish its setup (the launch lifecycle hook's heartbeat) before the group goes on anyway. The boot script starts the runner, and reads its credential, only when the group puts the instance in service. A used instance never returns to the warm pool (reuse on scale-in is off). AWS keeps no warm pool for a group with Spot instances (`spot`). The controller can manage it instead (`pools.<group>.warm_pool` in its config): use one or the other."
+  type = object({
+    state         = optional(string, "stopped")
+    min_size      = optional(number, 0)
+    max_prepared  = optional(number)
+    setup_timeout = optional(number, 900)
+  })
+  default = null
+
+  validation {
+    condition = var.warm_pool == null ? true : (
+      contains(["stopped", "hibernated", "running"], var.warm_pool.state) &&
+      var.warm_pool.min_size >= 0 && floor(var.warm_pool.min_size) == var.warm_pool.min_size &&
+      var.warm_pool.setup_timeout >= 30 && var.warm_pool.setup_timeout <= 7200 &&
+      (var.warm_pool.max_prepared == null ? true : (
+        floor(var.warm_pool.max_prepared) == var.warm_pool.max_prepared &&
+        var.warm_pool.max_prepared >= var.warm_pool.min_size
+      ))
+    )
+    error_message = "warm_pool: state one of stopped, hibernated, running; min_size a whole number >= 0; max_prepared a whole number >= min_size (or null); setup_timeout 30 to 7200 seconds."
+  }
+
+  validation {
+    condition     = var.warm_pool == null || var.spot == null
+    error_message = "warm_pool needs an on-demand group: AWS keeps no warm pool for a group with Spot instances or a mixed instances policy (spot is set). Keep this pool cold and give its on-demand fallback the warm pool."
+  }
+}
+
 variable "create_instance_profile" {
   description = "Create an instance role and profile that may read (and delete) the instance's own credential parameter, and nothing else. false: pass instance_profile_name."
   type        = bool

@@ -1,0 +1,74 @@
+"""Warm pools, planned: what each listed group's EC2 Auto Scaling warm pool must become.
+
+A group listed under ``pools`` is one whose warm pool the controller owns.
+:func:`plan_warm_pools` compares the warm pools described this tick with the
+configuration and says, per group, keep, put or delete; the keeper
+(:mod:`autoscaler.scale.warm_keeper`) acts on it. A group not listed is never touched
+(terraform may own its warm pool). Pure.
+
+An instance the group scales in is terminated, never put back in the warm pool
+(``InstanceReusePolicy.ReuseOnScaleIn`` false), unless ``warm_pool.reuse`` asks for it,
+which only a persistent runner type may: an ephemeral machine runs one job, and a used
+one never serves another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from autoscaler.config import Config
+from autoscaler.domain import WarmPoolSpec, WarmPoolState
+
+#: What a tick does to a group's warm pool.
+KEEP, PUT, DELETE = "keep", "put", "delete"
+
+
+@dataclass(frozen=True)
+class WarmPoolChange:
+    """What a tick does, or would do, to one group's warm pool, and why."""
+
+    pool: str
+    runner_type: str
+    action: str
+    """:data:`KEEP`, :data:`PUT` or :data:`DELETE`."""
+    spec: WarmPoolSpec | None
+    """The configured warm pool (None: the group keeps none)."""
+    reason: str
+
+
+def plan_warm_pools(
+    config: Config, found: Mapping[str, WarmPoolState | None]
+) -> tuple[WarmPoolChange, ...]:
+    """One change per listed group that was described (``found`` has its key)."""
+    types = {p: rt.name for rt in config.runner_types for p in rt.pools}
+    out = []
+    for pool in config.pools:
+        if pool.name not in found:
+            continue
+        have, rt = found[pool.name], types.get(pool.name, "")
+        spec = None if pool.warm_pool is None else pool.warm_pool.spec
+        if spec is None:
+            change = (
+                WarmPoolChange(pool.name, rt, KEEP, None, "no warm pool")
+                if have is None
+                else WarmPoolChange(pool.name, rt, DELETE, None, "warm pool not configured")
+            )
+        elif have is None:
+            change = WarmPoolChange(pool.name, rt, PUT, spec, f"create: {spec}")
+        elif spec == have.spec:
+            change = WarmPoolChange(pool.name, rt, KEEP, spec, str(spec))
+        else:
+            change = WarmPoolChange(pool.name, rt, PUT, spec, f"change {have.spec} to {spec}")
+        out.append(change)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class WarmPoolView:
+    """One group's warm pool as this tick left it (or, in a dry run, found it)."""
+
+    change: WarmPoolChange
+    found: WarmPoolState | None
+    done: bool
+    """The change was made (a keep is always done; a dry run does nothing)."""
