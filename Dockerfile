@@ -7,7 +7,12 @@
 # tests/e2e/test_dockerfile.py replays the builder's RUN steps and the entry point in a
 # clean virtualenv, so keep every path in the RUN steps behind the ENV variables below.
 
-ARG PYTHON_IMAGE=python:3.11-slim
+# The base image by digest, so every build starts from the same bytes. This digest of
+# python:3.11-slim (a multi-arch index) was read from two public repositories that pin it;
+# it could not be checked against Docker Hub from where it was written (no registry access
+# there). Check it before a release, and when moving it on:
+#   docker buildx imagetools inspect python:3.11-slim
+ARG PYTHON_IMAGE=python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 # ---------------------------------------------------------------- builder: wheel -> venv
 FROM ${PYTHON_IMAGE} AS builder
@@ -19,13 +24,18 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     WHEELS=/tmp/wheels
 
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+COPY requirements.lock pyproject.toml README.md LICENSE ./
 COPY autoscaler ./autoscaler
 
-# Build the package's wheel, then install it (and its dependencies) into a fresh venv.
+# The dependencies from the lock file only (every version pinned, every file's hash
+# checked: make lock writes it from pyproject.toml), then the package's wheel without
+# dependencies of its own; pip check proves the lock covers what the wheel needs.
 RUN python -m venv "$VENV" \
+    && "$VENV/bin/python" -m pip install --no-cache-dir --require-hashes --no-deps \
+       -r requirements.lock \
     && python -m pip wheel --no-cache-dir --no-deps --wheel-dir "$WHEELS" . \
-    && "$VENV/bin/python" -m pip install --no-cache-dir "$WHEELS"/ci_autoscaler-*.whl \
+    && "$VENV/bin/python" -m pip install --no-cache-dir --no-deps "$WHEELS"/ci_autoscaler-*.whl \
+    && "$VENV/bin/python" -m pip check \
     && "$VENV/bin/ci-autoscaler" --help >/dev/null
 
 # ---------------------------------------------------------------- final: the venv only

@@ -60,6 +60,8 @@ STALE_READY_INTERVALS = 3
 FRESH_SCALE_INTERVALS = 2
 #: Decisions that changed something, kept for the status page (newest last).
 RECENT_DECISIONS = 20
+#: How far back :attr:`Controller.queue_history` reaches (the page's spark lines).
+QUEUE_HISTORY_SECONDS = 3600.0
 
 
 class Reporter(Protocol):
@@ -232,6 +234,9 @@ class Controller:
         self.objectives: Mapping[str, ObjectiveStatus] = {}
         #: (when, decision) for decisions that changed something, newest last.
         self.recent_decisions: deque[tuple[datetime, Any]] = deque(maxlen=RECENT_DECISIONS)
+        #: (observed at, runner type -> queued jobs) of each poll in the last hour, oldest
+        #: first: the page's trend per type.
+        self.queue_history: deque[tuple[datetime, Mapping[str, int]]] = deque()
 
     def tick(self, now: datetime, *, dry_run: bool = False) -> TickResult:
         dry_run = dry_run or not self.acting()  # a follower observes and decides; acts on nothing
@@ -324,8 +329,18 @@ class Controller:
             self.recent_decisions.extend(
                 (now, d) for d in result.decisions if getattr(d, "action", "hold") != "hold"
             )
+        self._remember_queues(result.snapshot)
         self.last_result = result
         return result
+
+    def _remember_queues(self, snapshot: QueueSnapshot | None) -> None:
+        if snapshot is None:
+            return
+        at = snapshot.observed_at
+        sizes = {name: stats.queue_size for name, stats in snapshot.per_type.items()}
+        self.queue_history.append((at, sizes))
+        while (at - self.queue_history[0][0]).total_seconds() > QUEUE_HISTORY_SECONDS:
+            self.queue_history.popleft()
 
     def acting(self) -> bool:
         """False on a follower: another controller holds the lease. Its ticks run as dry

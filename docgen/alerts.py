@@ -1,4 +1,4 @@
-"""The alerts reference: the built-in alerts, the shipped rule files and Prometheus rules.
+"""The alerts reference: the built-in alerts, the shipped rules and Prometheus rules.
 
 Each entry links its runbook section by :func:`autoscaler.alerting.runbook.anchor`, so
 ``mkdocs build --strict`` fails when an alert has no section in the runbook.
@@ -12,10 +12,11 @@ from typing import Any
 import yaml
 
 from autoscaler.alerting.runbook import BUILTIN_RULES, anchor
+from autoscaler.config.alerts import shipped_rule_bodies
 from docgen.markdown import GENERATED, cell, code, table
 
 REPO = Path(__file__).resolve().parents[1]
-RULE_FILES = "alerts/rules/*.yaml"
+SHIPPED_RULES = "autoscaler/config/shipped_rules.yaml"
 PROMETHEUS_RULES = "alerts/prometheus/ci-autoscaler.rules.yml"
 
 
@@ -23,13 +24,9 @@ def _runbook(name: str) -> str:
     return f"[runbook](../runbook.md#{anchor(name)})"
 
 
-def rule_file_rules() -> list[tuple[str, dict[str, Any]]]:
-    """(file, rule) for every rule of the shipped rule files."""
-    out = []
-    for path in sorted(REPO.glob(RULE_FILES)):
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        out += [(path.relative_to(REPO).as_posix(), r) for r in doc.get("rules", [])]
-    return out
+def shipped_rules() -> list[dict[str, Any]]:
+    """Every queue rule shipped in the package, as written there."""
+    return list(shipped_rule_bodies())
 
 
 def prometheus_alerts() -> list[tuple[str, dict[str, Any]]]:
@@ -50,20 +47,14 @@ def _fires_when(rule: dict[str, Any]) -> str:
 
 def render() -> str:
     builtin = [[cell(name), "built in, `alerts.builtin`", _runbook(name)] for name in BUILTIN_RULES]
-    files = [
-        [
-            cell(r["name"]),
-            code(file),
-            cell(r.get("priority", "")),
-            cell(_fires_when(r)),
-            _runbook(r["name"]),
-        ]
-        for file, r in rule_file_rules()
+    shipped = [
+        [cell(r["name"]), code(SHIPPED_RULES), cell(_fires_when(r)), _runbook(r["name"])]
+        for r in shipped_rules()
     ]
     parts = [
         "# Alerts reference",
         "",
-        GENERATED.format(source="the built-in rules, alerts/rules and alerts/prometheus"),
+        GENERATED.format(source="the built-in rules, the shipped rules and alerts/prometheus"),
         "",
         "Every alert the project ships. The [runbook](../runbook.md) has a section for each:"
         " what it means, what to check, what to do.",
@@ -79,11 +70,13 @@ def render() -> str:
         "",
         table(["Alert", "Source", "Runbook"], builtin),
         "",
-        "### Shipped rule files",
+        "### Shipped rules",
         "",
-        f"Loaded with `alerts.rule_files: [{RULE_FILES}]`.",
+        "Inside the package, on by default (`alerts.builtin.shipped_rules`). Team, priority,"
+        " receivers and links come from `alerts.builtin`; a rule of yours with the same name"
+        " replaces one.",
         "",
-        table(["Alert", "File", "Priority", "Fires when", "Runbook"], files),
+        table(["Alert", "File", "Fires when", "Runbook"], shipped),
         "",
         "## Prometheus rules",
         "",

@@ -16,7 +16,8 @@ OpenAPI ``postableAlerts``), and :func:`due` says whether a target needs it now.
 
 What Alertmanager sees of one alert:
 
-- ``labels`` (its identity, what routes match on): ``alertname`` (the rule name), ``team``,
+- ``labels`` (its identity, what routes match on): ``alertname`` (the rule's name as one
+  identifier, the shipped Prometheus rules' name for the same alert), ``team``,
   ``priority`` (P0..P4), ``severity`` (critical/error/warning/info, as in the shipped
   Prometheus rules) and, for an alert per runner type, ``runner_type``. Every value comes
   from the configuration: nothing unbounded (no job id, no repository, no number).
@@ -76,7 +77,7 @@ def alert_labels(ev: Evaluation) -> dict[str, str]:
     """The alert's identity in Alertmanager; empty values are left out (Prometheus drops
     empty labels too)."""
     out = {
-        "alertname": ev.rule,
+        "alertname": ev.alertname,
         "team": ev.team,
         "priority": ev.priority,
         "severity": render.PAGERDUTY_SEVERITY.get(ev.priority, "error"),

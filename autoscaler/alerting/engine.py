@@ -25,7 +25,7 @@ undecided (the stored state did not move) and go out once the store works.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -81,6 +81,10 @@ class AlertView:
     """The Reason line's text (for the status page; not in ``once`` JSON)."""
     cause: str | None = None
     """The Cause line's text, None when the alert has none (not in ``once`` JSON)."""
+    fired_at: datetime | None = None
+    """When it started firing (the status page's "firing for"; not in ``once`` JSON)."""
+    runbook_url: str = ""
+    dashboard_url: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,6 +113,9 @@ def _view(state: AlertState) -> AlertView:
         dict(ev.values),
         ev.reason,
         ev.cause,
+        state.fired_at,
+        ev.runbook_url,
+        ev.dashboard_url,
     )
 
 
@@ -329,9 +336,16 @@ SAMPLE_RULE = AlertRuleConfig(
 )
 
 
-def send_test(receiver: ReceiverConfig, now: datetime, deliverer: Deliverer) -> dict[str, str]:
+def send_test(
+    receiver: ReceiverConfig,
+    now: datetime,
+    deliverer: Deliverer,
+    between: Callable[[Evaluation], dict[str, str]] | None = None,
+) -> dict[str, str]:
     """Send a sample FIRING then RESOLVED to one receiver, now. Returns state -> result
-    (``sent``, ``failed: <why>``, ``rejected: <why>``); nothing is stored."""
+    (``sent``, ``failed: <why>``, ``rejected: <why>``); nothing is stored. ``between``
+    runs after a FIRING that was sent, before RESOLVED (Alertmanager: wait out
+    ``group_wait`` and read the alert back); its lines join the results."""
     values = reason_values(SAMPLE_RULE, 7, 62 * 60.0)
     ev = Evaluation(
         rule=SAMPLE_RULE.name,
@@ -346,6 +360,8 @@ def send_test(receiver: ReceiverConfig, now: datetime, deliverer: Deliverer) -> 
     firing = Notification("FIRING", ev, started_at=now, created_at=now)
     out = deliverer.send_one(receiver, firing)
     results["FIRING"] = out.result + (f": {out.error}" if out.error else "")
+    if between is not None and out.result == "sent":
+        results |= between(ev)
     issue = out.issue[1] if out.issue is not None else None
     cleared = ev.with_values(reason_values(SAMPLE_RULE, 0, 0.0))
     resolved = Notification("RESOLVED", cleared, started_at=now, created_at=now, ended_at=now)

@@ -13,6 +13,7 @@ rules (:mod:`autoscaler.alerting.rules`) and the built-in ones
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,6 +27,15 @@ FLEET = "fleet"
 Causes = Mapping[str, Sequence[Cause]]
 #: An alert's causes: (runner type, cause), most important first.
 TypedCauses = tuple[tuple[str, Cause], ...]
+
+
+def alert_name(rule: str) -> str:
+    """The rule's ``alertname``: its words run together, each capitalised, everything but
+    letters and digits dropped (``Jobs queueing too long`` -> ``JobsQueueingTooLong``).
+    Alertmanager routes on it and the Prometheus rules under ``alerts/prometheus`` use the
+    same names, so one alert has one name whichever path it takes."""
+    name = "".join(w[:1].upper() + w[1:] for w in re.findall(r"[A-Za-z0-9]+", rule))
+    return name if name[:1].isalpha() else f"Alert{name}"
 
 
 def fingerprint(rule: str, scope: str) -> str:
@@ -57,6 +67,10 @@ class Evaluation:
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.rule, self.scope)
+
+    @property
+    def alertname(self) -> str:
+        return alert_name(self.rule)
 
     @property
     def cause(self) -> str | None:

@@ -189,7 +189,7 @@ def pagerduty_payload(n: Notification, routing_key: str) -> dict[str, Any]:
 
 def alertmanager_labels(ev: Evaluation) -> dict[str, str]:
     return {
-        "alertname": ev.rule,
+        "alertname": ev.alertname,
         "team": ev.team,
         "priority": ev.priority,
         "severity": PAGERDUTY_SEVERITY.get(ev.priority, "error"),
@@ -220,10 +220,10 @@ def alertmanager_payload(n: Notification, receiver: str, external_url: str = "")
         "generatorURL": ev.dashboard_url or external_url,
         "fingerprint": ev.fingerprint,
     }
-    group_labels = {"alertname": ev.rule}
+    group_labels = {"alertname": ev.alertname}
     return {
         "version": "4",
-        "groupKey": '{}:{alertname="' + ev.rule.replace('"', '\\"') + '"}',
+        "groupKey": '{}:{alertname="' + ev.alertname + '"}',
         "truncatedAlerts": 0,
         "status": status,
         "receiver": receiver,

@@ -8,6 +8,7 @@ error import argparse and this module only, and ``check-config`` the config's mo
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -16,6 +17,20 @@ from autoscaler import __version__
 
 if TYPE_CHECKING:
     from autoscaler.config import Config, LoadedConfig
+    from autoscaler.controller import TickResult
+
+#: Exit codes, one meaning each (docs: getting-started.md, "Exit codes").
+OK = 0
+#: The config is invalid, or what the command checked failed (a receiver refused the test).
+FAILED = 1
+#: A usage error: argparse's own code, and an argument that names nothing configured.
+USAGE = 2
+#: The CI provider (GitHub) could not be read.
+CI_UNREADABLE = 3
+#: The cloud (the pools) could not be read.
+CLOUD_UNREADABLE = 4
+#: The environment variable ``--config`` defaults to.
+CONFIG_ENV = "CI_AUTOSCALER_CONFIG"
 
 
 def plural(count: int, noun: str) -> str:
@@ -52,11 +67,17 @@ def _configure(args: argparse.Namespace) -> Config | None:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    loaded = _read(args.file, allow_unset_env=args.allow_unset_env)
+    path = args.config_option or args.file or os.environ.get(CONFIG_ENV) or None
+    if path is None:
+        print(f"check-config: give the file: --config FILE (or set {CONFIG_ENV})", file=sys.stderr)
+        return USAGE
+    if args.output == "json":
+        return _check_config_json(path, args.allow_unset_env)
+    loaded = _read(path, allow_unset_env=args.allow_unset_env)
     if loaded is None:
-        return 1
+        return FAILED
     for warning in loaded.warnings:
-        print(f"{args.file}: warning: {warning} (allowed by --allow-unset-env)", file=sys.stderr)
+        print(f"{path}: warning: {warning} (allowed by --allow-unset-env)", file=sys.stderr)
     config = loaded.config
     counts = ", ".join(
         (
@@ -65,8 +86,44 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             plural(len(config.alerts.receivers), "receiver"),
         )
     )
-    print(f"{args.file}: ok ({counts})")
-    return 0
+    print(f"{path}: ok ({counts})")
+    return OK
+
+
+def _check_config_json(path: str, allow_unset_env: bool) -> int:
+    """One JSON object on stdout, valid or not (as ``terraform validate -json``)."""
+    import json  # noqa: PLC0415
+
+    from autoscaler.config import read_config  # noqa: PLC0415 (pydantic: only to read one)
+    from autoscaler.errors import ConfigError  # noqa: PLC0415
+
+    report: dict[str, object] = {"file": path}
+    try:
+        loaded = read_config(path, allow_unset_env=allow_unset_env)
+    except ConfigError as exc:
+        report |= {"valid": False, "problems": list(exc.problems), "warnings": []}
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return FAILED
+    config = loaded.config
+    report |= {
+        "valid": True,
+        "problems": [],
+        "warnings": list(loaded.warnings),
+        "runner_types": len(config.runner_types),
+        "alert_rules": len(config.alerts.rules),
+        "receivers": len(config.alerts.receivers),
+    }
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    return OK
+
+
+def tick_exit_code(result: TickResult) -> int:
+    """What a tick read: 0, or which side could not be read (GitHub first)."""
+    if result.poll_error is not None:
+        return CI_UNREADABLE
+    if result.scaling is not None and result.scaling.plan is None:
+        return CLOUD_UNREADABLE
+    return OK
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
@@ -108,7 +165,7 @@ def cmd_once(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(to_json(result), indent=2) + "\n")
     else:
         sys.stdout.write(format_table(result))
-    return 0 if result.poll_error is None else 2
+    return tick_exit_code(result)
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -128,7 +185,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             f"unknown runner type {args.runner_type!r} (configured: {', '.join(names)})",
             file=sys.stderr,
         )
-        return 1
+        return USAGE
     runtime = build_runtime(config, Metrics(), dry_run=True)
     try:
         result = runtime.controller.tick(utc_now(), dry_run=True)
@@ -142,7 +199,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(explain_json(types, result.retries, budget), indent=2) + "\n")
     else:
         sys.stdout.write(format_explain(types, result, last_poll, budget))
-    return 0 if result.poll_error is None else 2
+    return tick_exit_code(result)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -290,27 +347,55 @@ def cmd_state_create_table(args: argparse.Namespace) -> int:
 
 
 def cmd_alerts_test(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from autoscaler.alerting.alertmanager import ALERTMANAGER, api_urls  # noqa: PLC0415
+    from autoscaler.alerting.alertmanager_check import confirm  # noqa: PLC0415
     from autoscaler.alerting.delivery import Deliverer  # noqa: PLC0415
     from autoscaler.alerting.engine import send_test  # noqa: PLC0415
+    from autoscaler.alerting.evaluation import Evaluation  # noqa: PLC0415
     from autoscaler.app.service import utc_now  # noqa: PLC0415
     from autoscaler.telemetry import Metrics  # noqa: PLC0415
 
     config = _configure(args)
     if config is None:
-        return 1
+        return FAILED
     receiver = config.alerts.receivers.get(args.receiver)
     if receiver is None:
         known = ", ".join(sorted(config.alerts.receivers)) or "none"
         print(f"unknown receiver {args.receiver!r} (configured: {known})", file=sys.stderr)
-        return 1
+        return USAGE
+    missing: list[str] = []
+
+    def read_back(ev: Evaluation) -> dict[str, str]:
+        """Alertmanager: wait out group_wait, then find the alert in /api/v2/alerts."""
+        if args.output != "json":
+            print(f"{args.receiver}: FIRING: sent; waiting out group_wait ...", flush=True)
+        found = confirm(
+            api_urls(receiver),
+            ev.alertname,
+            ev.fingerprint,
+            sleep=time.sleep,
+            timeout=receiver.timeout,
+        )
+        missing.extend(r.url for r in found if r.state == "missing")
+        return {f"received {i}": r.line() for i, r in enumerate(found, 1)}
+
     deliverer = Deliverer.from_config(config, Metrics())
     try:
-        results = send_test(receiver, utc_now(), deliverer)
+        between = read_back if receiver.type == ALERTMANAGER else None
+        results = send_test(receiver, utc_now(), deliverer, between)
     finally:
         deliverer.close()
-    for state, outcome in results.items():
-        print(f"{args.receiver}: {state}: {outcome}")
-    return 0 if all(r == "sent" for r in results.values()) else 1
+    if args.output == "json":
+        report = {"receiver": args.receiver, "type": receiver.type, "results": results}
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    else:
+        for state, outcome in results.items():
+            print(f"{args.receiver}: {state}: {outcome}")
+    sent = all(results[s] == "sent" for s in ("FIRING", "RESOLVED") if s in results)
+    return OK if sent and not missing and "RESOLVED" in results else FAILED
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -392,12 +477,24 @@ class _Policies:
         return name in self._names()
 
 
-CONFIG_HELP = "the YAML config file (start from config.example.yaml; check it with check-config)"
+CONFIG_HELP = (
+    "the YAML config file (start from config.example.yaml; check it with check-config); "
+    f"default: ${CONFIG_ENV}"
+)
+
+
+def _config_argument(p: argparse.ArgumentParser, dest: str = "config") -> None:
+    """``--config FILE``, required unless ``CI_AUTOSCALER_CONFIG`` names the file."""
+    default = os.environ.get(CONFIG_ENV) or None
+    p.add_argument(
+        "--config", dest=dest, default=default, required=default is None, help=CONFIG_HELP
+    )
 
 
 def _output_argument(p: argparse.ArgumentParser) -> None:
-    """``--output table|json``, as ``once``, ``explain`` and ``simulate`` take it."""
+    """``-o/--output table|json``, as every command that prints a report takes it."""
     p.add_argument(
+        "-o",
         "--output",
         choices=("table", "json"),
         default="table",
@@ -415,13 +512,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check-config", help="validate a config file (exit 0 valid, 1 not)")
-    p.add_argument("file", help="the YAML config file to check")
+    p.add_argument(
+        "file", nargs="?", default=None, help="the YAML config file (the same as --config)"
+    )
+    p.add_argument("--config", dest="config_option", default=None, help=CONFIG_HELP)
     p.add_argument(
         "--allow-unset-env",
         action="store_true",
         help="report an unset ${VAR} as a warning, not a problem (check a file on a machine "
         "without the deployment's secrets)",
     )
+    _output_argument(p)
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("config", help="configuration tools")
@@ -433,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_config_schema)
 
     p = sub.add_parser("once", help="run one tick and print what it saw and did")
-    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    _config_argument(p)
     _output_argument(p)
     p.add_argument("--dry-run", action="store_true", help="deliver nothing, change nothing")
     p.set_defaults(func=cmd_once)
@@ -448,12 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUNNER_TYPE",
         help="one runner type (a key of runner_types); default: every one",
     )
-    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    _config_argument(p)
     _output_argument(p)
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("run", help="the loop, serving /metrics, /healthz and /readyz")
-    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    _config_argument(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("state", help="the state backend")
@@ -462,14 +563,15 @@ def build_parser() -> argparse.ArgumentParser:
         "create-table",
         help="create the DynamoDB state table (state.table) as the terraform module does",
     )
-    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    _config_argument(p)
     p.set_defaults(func=cmd_state_create_table)
 
     p = sub.add_parser("alerts", help="alerting tools")
     alerts_sub = p.add_subparsers(dest="alerts_command", required=True)
     p = alerts_sub.add_parser("test", help="send a sample FIRING then RESOLVED to a receiver")
     p.add_argument("receiver", help="a receiver's name under alerts.receivers")
-    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    _config_argument(p)
+    _output_argument(p)
     p.set_defaults(func=cmd_alerts_test)
 
     p = sub.add_parser("demo", help="a self-contained demo: no credentials, no network")
@@ -490,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "simulate", help="replay a job trace through this policy and the peers' (virtual time)"
     )
-    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    _config_argument(p)
     p.add_argument("--trace", required=True, help="JSON lines: created_at, labels, duration")
     p.add_argument(
         "--policy",
@@ -517,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("record", help="write a trace of the owner's completed jobs")
-    p.add_argument("--config", required=True, help=CONFIG_HELP)
+    _config_argument(p)
     p.add_argument("--since", default="7d", help="7d, 36h, or an ISO date/time (UTC)")
     p.add_argument("--out", required=True, help="the trace file ('-': standard output)")
     p.add_argument(

@@ -29,6 +29,7 @@ The world the script runs against (runner types, pools, the config, the fakes) i
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -271,6 +272,7 @@ def run_demo(
                 listener.stop()
             server.stop()
             runtime.close()
+        story.load_average = os.getloadavg()[0]
         waits = format_waits(list(runtime.controller.waits.summary().values()))
         waits.append(ui.stage_series(metrics.registry))
         sys.stdout.write("\n" + "\n".join([*story.summary(clock()), *waits]) + "\n")

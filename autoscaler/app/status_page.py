@@ -1,6 +1,8 @@
-"""The page for on-call at ``/``: per runner type the queue, the runners, the pools and the
-causes in words; firing alerts with their Reason and Cause lines; recent decisions; the age
-of the picture.
+"""The page for on-call at ``/``: first one compact row per runner type (queued, oldest
+wait, runners, pools, the top cause, the last hour's queue as a spark line), then the
+firing alerts (how long, Reason in words, Cause, runbook and dashboard), then per runner
+type the causes in full, recent decisions and the age of the picture. At 1400x1000 the
+rows and the alerts of eight runner types fit above the fold.
 
 HTML for a browser (no JavaScript at all: it refreshes itself with a meta refresh every
 poll interval, at least every 5 s, and reads on a phone: one column of cards, wide tables
@@ -120,7 +122,16 @@ body{margin:0;font:15px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif
 header{background:#1f3a5f;color:#fff;padding:12px 16px}
 header h1{margin:0;font-size:20px}
 header p{margin:4px 0 0;font-size:13px;opacity:.9}
-main{max-width:980px;margin:0 auto;padding:8px}
+main{max-width:1380px;margin:0 auto;padding:8px}
+table.overview{background:#fff;border-radius:8px;box-shadow:0 1px 2px rgba(0,0,0,.12)}
+table.overview td,table.overview th{padding:3px 6px}
+table.overview tr.bad td:first-child{border-left:5px solid #c62828}
+table.overview tr.warn td:first-child{border-left:5px solid #ef8f00}
+table.overview tr.ok td:first-child{border-left:5px solid #2e7d32}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.spark{font-family:ui-monospace,monospace;letter-spacing:-1px;color:#1f3a5f}
+td.cause{white-space:normal;max-width:360px}
+.alert h3{font-size:15px}.alert .meta{font:13px system-ui,sans-serif;color:#374151}
 section{margin:12px 0}
 h2{font-size:16px;margin:8px 4px;color:#374151}
 .card{background:#fff;border-radius:8px;padding:12px;margin:8px 0;
@@ -195,6 +206,79 @@ def _card(t: TypeReport, now: datetime) -> str:
     return "".join(parts)
 
 
+#: Spark line glyphs, lowest to highest; "·" marks a stretch with no poll.
+SPARKS = "▁▂▃▄▅▆▇█"
+SPARK_BUCKETS = 24
+SPARK_SECONDS = 3600.0
+
+
+def spark(history: Iterable[tuple[datetime, Mapping[str, int]]], name: str, now: datetime) -> str:
+    """The last hour's queue of one runner type, in :data:`SPARK_BUCKETS` glyphs (each the
+    largest queue in its stretch, scaled to the hour's largest)."""
+    buckets: list[int | None] = [None] * SPARK_BUCKETS
+    width = SPARK_SECONDS / SPARK_BUCKETS
+    for at, sizes in history:
+        age = (now - at).total_seconds()
+        if 0 <= age < SPARK_SECONDS and name in sizes:
+            i = SPARK_BUCKETS - 1 - int(age // width)
+            buckets[i] = max(buckets[i] or 0, sizes[name])
+    top = max((b for b in buckets if b is not None), default=0)
+    return "".join(
+        "·"
+        if b is None
+        else SPARKS[0]
+        if top == 0
+        else SPARKS[min(len(SPARKS) - 1, b * (len(SPARKS) - 1) // top)]
+        for b in buckets
+    )
+
+
+def _overview(types: Sequence[TypeReport], controller: Controller, now: datetime) -> str:
+    """One row per runner type, the first thing on the page."""
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "runner type",
+            "queued",
+            "oldest",
+            "idle/busy/offline",
+            "pools: desired/in service/max",
+            "top cause",
+            "queue, last hour",
+        )
+    )
+    rows = []
+    for t in types:
+        runners = (
+            "-" if t.name == UNMATCHED else f"{t.runners.idle}/{t.runners.busy}/{t.runners.offline}"
+        )
+        pools = ", ".join(
+            f"{p.name} {_dash(p.desired)}/{_dash(p.in_service)}/{_dash(p.max_size)}"
+            for p in t.pools
+        )
+        top = t.causes[0] if t.causes else None
+        cause = (
+            "-"
+            if top is None
+            else f"{_e(WORDS.get(top.code, top.code))} <code>{_e(top.code)}</code>"
+        )
+        line = spark(controller.queue_history, t.name, now)
+        rows.append(
+            f'<tr class="{_severity(t)}" data-row="{_e(t.name)}">'
+            f"<td>{_e(t.name)}</td>"
+            f'<td class="num queued">{t.queue_size}</td>'
+            f'<td class="num">{_e(fmt_age(t.max_queue_time_seconds))}</td>'
+            f'<td class="num">{_e(runners)}</td>'
+            f"<td>{_e(pools or '-')}</td>"
+            f'<td class="cause">{cause}</td>'
+            f'<td class="spark" title="largest queue per {int(SPARK_SECONDS / SPARK_BUCKETS / 60)}'
+            f' minutes, the last hour">{_e(line)}</td></tr>'
+        )
+    return (
+        f'<div class="scroll"><table class="overview"><tr>{head}</tr>{"".join(rows)}</table></div>'
+    )
+
+
 def _pools_table(t: TypeReport, now: datetime) -> str:
     rows = []
     for p in t.pools:
@@ -239,10 +323,48 @@ def _dash(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _alerts(alerts: Iterable[Any]) -> str:
+#: Reason keys' unit suffixes, as the page writes the unit after the number.
+_UNITS = (("_mins", "m"), ("_seconds", "s"), ("_secs", "s"), ("_pct", "%"))
+
+
+def reason_words(values: Mapping[str, int]) -> str:
+    """The Reason line for a person: numbers by name, and the 0/1 flags as the checks that
+    tripped (``queue_size_threshold=1`` reads as a threshold of 1; it means "the queue
+    size check tripped")."""
+    numbers, tripped = [], []
+    for key, value in values.items():
+        if key == "threshold_breached":
+            continue
+        if key.endswith("_threshold") and value in (0, 1):
+            if value:
+                tripped.append(key.removesuffix("_threshold").replace("_", " "))
+            continue
+        name, unit = key, ""
+        for suffix, short in _UNITS:
+            if key.endswith(suffix):
+                name, unit = key.removesuffix(suffix), short
+                break
+        numbers.append(f"{name.replace('_', ' ')} {value}{unit}")
+    text = ", ".join(numbers)
+    checks = "; tripped: " + ", ".join(tripped) if tripped else ""
+    return text + checks
+
+
+def _link(url: str, label: str) -> str:
+    if not url:
+        return f'<span class="quiet">no {label}</span>'
+    return f'<a class="{label}" href="{_e(url)}">{label}</a>'
+
+
+def _alerts(alerts: Iterable[Any], now: datetime) -> str:
     cards = []
     for a in alerts:
-        lines = [f"<p>Reason: {_e(a.reason)}</p>"]
+        age = "" if a.fired_at is None else fmt_age((now - a.fired_at).total_seconds())
+        meta = (
+            f'<p class="meta"><span class="firing-for">firing for {_e(age or "-")}</span> · '
+            f"{_link(a.runbook_url, 'runbook')} · {_link(a.dashboard_url, 'dashboard')}</p>"
+        )
+        lines = [meta, f'<p class="reason">Reason: {_e(reason_words(a.values))}</p>']
         if a.cause is not None:
             lines.append(f'<p class="cause-line">Cause: {_e(a.cause)}</p>')
         cards.append(
@@ -304,8 +426,9 @@ def render_html(controller: Controller, now: datetime) -> str:
         quiet = [t for t in types if not t.queue_size]
         body = (
             "<main>"
-            f'<section id="alerts"><h2>Firing alerts</h2>{_alerts(_firing(result))}</section>'
-            '<section id="runner-types"><h2>Runner types</h2>'
+            f'<section id="overview">{_overview(waiting + quiet, controller, now)}</section>'
+            f'<section id="alerts"><h2>Firing alerts</h2>{_alerts(_firing(result), now)}</section>'
+            '<section id="runner-types"><h2>Runner types in full</h2>'
             + "".join(_card(t, now) for t in waiting + quiet)
             + "</section>"
             f'<section id="waits"><h2>Where the waits went</h2>{_waits(result)}</section>'

@@ -8,8 +8,11 @@ before its own and checks that every rule names a configured receiver.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
+from importlib.resources import files
 from typing import Annotated, Any, Self
 
+import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import JsonSchemaValue, SkipJsonSchema
 from pydantic_core import PydanticCustomError
@@ -200,6 +203,10 @@ class BuiltinAlertsConfig(Section):
     re-listing the repositories with queued jobs every poll interval."""
     queue_time_objective: Annotated[bool, Flag()] = True
     """Alert when a runner type's queue-time objective (its `slo`) burns too fast."""
+    shipped_rules: Annotated[bool, Flag()] = True
+    """Evaluate the queue rules shipped in the package ("Jobs queueing too long"), with
+    this section's team, priority, receivers and links; a rule of `rules` or `rule_files`
+    with the same name replaces one."""
     runbook_url: Annotated[str, Text()] = ""
     """Their `Runbook:` line."""
     dashboard_url: Annotated[str, Text()] = ""
@@ -254,6 +261,33 @@ class AlertsConfig(Section):
         return tuple(r for p in patterns for r in read.get(p) or ()) + rules
 
     @model_validator(mode="after")
+    def _with_shipped_rules(self) -> Self:
+        """The shipped rules first (unless turned off, or replaced by a rule of the same
+        name), with the built-in alerts' team, priority, receivers and links."""
+        if not self.builtin.shipped_rules:
+            return self
+        b = self.builtin
+        links = {"runbook_url": b.runbook_url, "dashboard_url": b.dashboard_url}
+        names = {rule.name for rule in self.rules}
+        shipped = tuple(
+            AlertRuleConfig.model_validate(
+                {
+                    **body,
+                    "team": b.team,
+                    "priority": b.priority,
+                    "receivers": b.receivers or tuple(self.receivers),
+                    **{k: v for k, v in links.items() if v},
+                }
+            )
+            for body in shipped_rule_bodies()
+            if body["name"] not in names
+        )
+        # self, not a copy: pydantic takes an after-validator's other object only from
+        # model_validate, not from the constructor (AlertsConfig(...)).
+        object.__setattr__(self, "rules", shipped + self.rules)
+        return self
+
+    @model_validator(mode="after")
     def _receivers_known(self) -> Self:
         """Every rule's receivers are configured."""
         problems: list[tuple[Where, str]] = [
@@ -270,6 +304,15 @@ class AlertsConfig(Section):
         if problems:
             fail(*problems)
         return self
+
+
+@cache
+def shipped_rule_bodies() -> tuple[dict[str, Any], ...]:
+    """The rules shipped in the package (``shipped_rules.yaml``, package data, read with
+    importlib.resources so the wheel and the image carry them), without the keys
+    ``alerts.builtin`` gives them."""
+    text = files("autoscaler.config").joinpath("shipped_rules.yaml").read_text("utf-8")
+    return tuple(yaml.safe_load(text)["rules"])
 
 
 class RuleFile(Section):

@@ -249,7 +249,7 @@ def test_webhook_slack_pagerduty_alertmanager_webhook_fire_then_resolve(capture:
     a_fire, a_resolve = capture.bodies("/am")
     assert a_fire["version"] == "4" and a_fire["status"] == "firing"
     assert a_resolve["status"] == "resolved"
-    assert a_fire["alerts"][0]["labels"]["alertname"] == "Jobs queueing too long"
+    assert a_fire["alerts"][0]["labels"]["alertname"] == "JobsQueueingTooLong"
     assert a_fire["alerts"][0]["endsAt"] == "0001-01-01T00:00:00Z"
     assert a_resolve["alerts"][0]["endsAt"] == "2026-11-30T03:14:00Z"
     for name in ("hook", "slack", "pd", "am"):

@@ -147,7 +147,7 @@ def test_every_alertmanager_gets_postable_alerts_while_firing_and_the_resolution
     first, again, resolved = fake.posts[A]
     [alert] = first
     assert alert["labels"] == {
-        "alertname": "Jobs queueing too long",
+        "alertname": "JobsQueueingTooLong",
         "team": "pytorch-dev-infra",
         "priority": "P2",
         "severity": "error",
@@ -250,6 +250,6 @@ def test_alerts_test_posts_a_firing_then_a_resolved_postable_alert() -> None:
     assert send_test(rc, T0, deliverer) == {"FIRING": "sent", "RESOLVED": "sent"}
     for url in (A, B):
         (fire,), (resolve,) = fake.posts[url]
-        assert fire["labels"]["alertname"] == "ci-autoscaler test alert"
+        assert fire["labels"]["alertname"] == "CiAutoscalerTestAlert"
         assert fire["endsAt"] > fire["startsAt"]
         assert resolve["endsAt"] == "2026-11-30T03:12:00Z"

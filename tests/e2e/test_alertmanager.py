@@ -36,29 +36,28 @@ from tests.e2e.alertmanager_support import (
     fast,
     inbox,
 )
-from tests.e2e.harness import running_controller, seeded_github, wait_for, write_config
+from tests.e2e.harness import cli, running_controller, seeded_github, wait_for, write_config
 
 GPU_TYPE = "linux.g5.4xlarge.nvidia.gpu"
-FLEET_RULE = "Jobs queueing too long"  # alerts/rules/queue.yaml, via the docs' rule_files
-GPU_RULE = "GPU jobs queueing"
+FLEET_RULE = "JobsQueueingTooLong"  # "Jobs queueing too long", shipped in the package
+GPU_RULE = "GPUJobsQueueing"  # the alertname of config.example.yaml's "GPU jobs queueing"
 PROMETHEUS_RULES = ROOT / "alerts" / "prometheus" / "ci-autoscaler.rules.yml"
 
 
 def controller_alerts(*urls: str) -> dict[str, Any]:
     """The docs' controller block, pointed at the test's Alertmanagers: the first by
-    base URL (as the docs write it), the second by the full API path; the shipped rule
-    files by absolute path; plus a per-runner-type rule like config.example.yaml's."""
+    base URL (as the docs write it), the second by the full API path; plus a
+    per-runner-type rule like config.example.yaml's."""
     alerts: dict[str, Any] = docs_yaml("docs: controller alertmanager receiver")["alerts"]
     receiver = alerts["receivers"]["oncall"]
     assert receiver["type"] == "alertmanager"
     assert receiver["url"] == "http://alertmanager:9093"
     del receiver["url"]
     receiver["urls"] = [urls[0], *(f"{u}/api/v2/alerts" for u in urls[1:])]
-    alerts["rule_files"] = [str(ROOT / f) for f in alerts["rule_files"]]
     alerts["alertmanager_resend"] = "1s"
     alerts["rules"] = [
         {
-            "name": GPU_RULE,
+            "name": "GPU jobs queueing",
             "team": "pytorch-dev-infra",
             "priority": "P2",
             "description": "GPU jobs wait too long for a runner",
@@ -118,14 +117,14 @@ def test_readme_alertmanager_setup_holds_the_alert_through_the_incident(tmp_path
                             "runner_type": GPU_TYPE,
                         }
                         notes = gpu["annotations"]
-                        assert notes["summary"] == f"[P2] {GPU_RULE} ({GPU_TYPE})"
+                        assert notes["summary"] == f"[P2] GPU jobs queueing ({GPU_TYPE})"
                         assert notes["description"] == "GPU jobs wait too long for a runner"
                         assert notes["reason"].startswith("max_queue_size=3, max_queue_time_mins=")
                         assert notes["reason"].endswith("threshold_breached=1")
                         assert notes["runbook_url"] == "https://example.com/runbooks/ci-queue"
                         fleet = by_rule(am)[FLEET_RULE]
                         assert fleet["annotations"]["runbook_url"] == runbook_url(
-                            DEFAULT_RUNBOOK_BASE_URL, FLEET_RULE
+                            DEFAULT_RUNBOOK_BASE_URL, "Jobs queueing too long"
                         )  # the shipped rule links its section of the docs' runbook
                         assert "runner_type" not in fleet["labels"]
                         assert fleet["labels"]["team"] == "pytorch-dev-infra"
@@ -179,7 +178,16 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                 (tmp_path / "prometheus.yml").write_text(
                     yaml.safe_dump(
                         {
-                            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                            "global": {
+                                "scrape_interval": "1s",
+                                "evaluation_interval": "1s",
+                                # team and links are configuration, not rule literals
+                                "external_labels": {
+                                    "team": "pytorch-dev-infra",
+                                    "runbook_base_url": DEFAULT_RUNBOOK_BASE_URL,
+                                    "dashboard_url": "https://example.com/d/ci-autoscaler",
+                                },
+                            },
                             "rule_files": [str(PROMETHEUS_RULES)],
                             "alerting": {
                                 "alertmanagers": [
@@ -227,6 +235,11 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                         assert alert["labels"]["priority"] == "P2"
                         assert alert["labels"]["severity"] == "error"
                         assert alert["annotations"]["summary"] == "[P2] Jobs queueing too long"
+                        notes = alert["annotations"]
+                        assert notes["runbook_url"] == runbook_url(
+                            DEFAULT_RUNBOOK_BASE_URL, "JobsQueueingTooLong"
+                        )  # its section of the docs' runbook, from the base Prometheus adds
+                        assert notes["dashboard_url"] == "https://example.com/d/ci-autoscaler"
                         wait_for(
                             lambda: box.alerts("JobsQueueingTooLong", "firing"),
                             10,
@@ -237,3 +250,50 @@ def test_shipped_prometheus_rules_reach_on_call_through_alertmanager(tmp_path: P
                         prom.wait(timeout=10)
     finally:
         fake.stop()
+
+
+def test_alerts_test_waits_out_group_wait_and_reads_the_alert_back(tmp_path: Path) -> None:
+    """Story: ``alerts test`` posted FIRING and RESOLVED back to back: Alertmanager took
+    both, but the alert resolved before its route's group_wait ended, so nobody was ever
+    notified and the test said "sent". Now it waits the longest group_wait (3s here, in a
+    child route), finds the alert in /api/v2/alerts with the receivers it routes to, and
+    only then resolves it: on-call's webhook got the FIRING notification."""
+    with inbox() as box:
+        am_config = {
+            "route": {
+                "receiver": "oncall-hook",
+                "group_by": ["alertname"],
+                "group_wait": "1s",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+                "routes": [
+                    {
+                        "matchers": ['priority="P4"'],
+                        "receiver": "oncall-hook",
+                        "group_wait": "3s",
+                    }
+                ],
+            },
+            "receivers": [{"name": "oncall-hook", "webhook_configs": [{"url": box.url}]}],
+        }
+        with alertmanager(tmp_path, am_config) as am:
+            alerts = {"receivers": {"oncall": {"type": "alertmanager", "url": am.url}}}
+            config = write_config(tmp_path, "http://127.0.0.1:9", free_port(), alerts=alerts)
+            started = time.monotonic()
+            done = cli("alerts", "test", "oncall", "--config", str(config), timeout=120)
+            took = time.monotonic() - started
+            assert done.returncode == 0, done.stdout + done.stderr
+            lines = done.stdout.splitlines()
+            assert "oncall: FIRING: sent" in lines
+            host = am.url.removeprefix("http://")
+            assert (
+                f"oncall: received 1: {host}: received after group_wait 3s, active, "
+                "routed to oncall-hook"
+            ) in lines
+            assert "oncall: RESOLVED: sent" in lines
+            assert took >= 3
+            wait_for(
+                lambda: box.alerts("CiAutoscalerTestAlert", "firing"),
+                10,
+                "on-call notified of the test alert",
+            )

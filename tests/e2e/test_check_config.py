@@ -21,14 +21,16 @@ def variables_read(text: str) -> set[str]:
     return set(ENV_REF.findall("\n".join(lines)))
 
 
-def check_config(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def check_config(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
     """check-config in a fresh process whose environment has none of the example's
     variables (a new machine), plus ``env``."""
     example_vars = variables_read(EXAMPLE.read_text())
     clean = {k: v for k, v in os.environ.items() if k not in example_vars}
     return subprocess.run(
         [sys.executable, "-m", "autoscaler", "check-config", *args],
-        cwd=REPO,
+        cwd=cwd,
         env={**clean, **(env or {})},
         capture_output=True,
         text=True,
@@ -72,6 +74,16 @@ def test_allow_unset_env_reports_them_as_warnings_and_passes() -> None:
     assert done.stdout == "config.example.yaml: ok (2 runner types, 2 alert rules, 1 receiver)\n"
 
 
+def test_the_example_copied_into_an_empty_directory_passes(tmp_path: Path) -> None:
+    """Story: the example read its queue rules from ``alerts/rules/*.yaml`` next to it, a
+    folder only the repository has; a copy of it alone was refused ("no file matches")."""
+    (tmp_path / "config.example.yaml").write_text(EXAMPLE.read_text())
+    done = check_config("--allow-unset-env", "config.example.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "config.example.yaml: ok (2 runner types, 2 alert rules, 1 receiver)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.example.yaml"]
+
+
 def test_allow_unset_env_still_fails_on_real_problems(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -98,13 +110,15 @@ def test_with_its_variables_the_example_passes_without_the_flag() -> None:
     ("body", "expected"),
     [
         pytest.param(
-            "github: {owner: x, token: t}\nrunner_types: {cpu: {labels: [x]}}\n",
+            "github: {owner: x, token: t}\nrunner_types: {cpu: {labels: [x]}}\n"
+            "alerts: {builtin: {shipped_rules: false}}\n",
             "ok (1 runner type, 0 alert rules, 0 receivers)",
             id="singular-type-plural-zero",
         ),
         pytest.param(
             "github: {owner: x, token: t}\nrunner_types: {a: {labels: [x]}, b: {labels: [y]}}\n"
             "alerts:\n  receivers: {hook: {type: webhook, url: 'https://h'}}\n"
+            "  builtin: {shipped_rules: false}\n"
             "  rules: [{name: r, team: t, description: d, receivers: [hook], "
             "max_queue_size: 1}]\n",
             "ok (2 runner types, 1 alert rule, 1 receiver)",

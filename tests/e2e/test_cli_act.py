@@ -130,7 +130,7 @@ def test_alerts_test_sends_firing_then_resolved(tmp_path: Path, sink: WebhookSin
     assert result.stdout.splitlines() == ["hook: FIRING: sent", "hook: RESOLVED: sent"]
     assert [r.split(":")[0] for r in sink.received] == ["FIRING", "RESOLVED"]
     unknown = cli("alerts", "test", "nobody", "--config", str(config))
-    assert unknown.returncode == 1 and "unknown receiver 'nobody'" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown receiver 'nobody'" in unknown.stderr
 
 
 def test_alerts_test_fails_when_the_receiver_is_down(tmp_path: Path) -> None:
@@ -209,4 +209,4 @@ def test_explain_one_dry_run_tick_per_runner_type(tmp_path: Path, moto_url: str)
     assert "    no_runner_type: 1 queued job no runner type serves, by labels:" in out
     assert "[linux.arm64, self-hosted] x1" in out
     assert "  decision ci-gpu: scale_up -> 2: demand 3" in out
-    assert unknown.returncode == 1 and "unknown runner type 'linux.nope'" in unknown.stderr
+    assert unknown.returncode == 2 and "unknown runner type 'linux.nope'" in unknown.stderr

@@ -83,6 +83,10 @@ CONFIG_MISTAKES = [
 ]
 
 
+#: Rows whose mistake is in the arguments (usage, exit 2), not in the file (exit 1).
+USAGE_MISTAKES = {"explain-an-unknown-runner-type"}
+
+
 def _short_and_clean(result: subprocess.CompletedProcess[str]) -> None:
     out = result.stdout + result.stderr
     assert result.returncode != 0, out
@@ -92,11 +96,14 @@ def _short_and_clean(result: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "command", "says"),
-    [pytest.param(*row[1:], id=row[0]) for row in CONFIG_MISTAKES],
+    ("body", "command", "says", "code"),
+    [
+        pytest.param(*row[1:], 2 if row[0] in USAGE_MISTAKES else 1, id=row[0])
+        for row in CONFIG_MISTAKES
+    ],
 )
 def test_a_config_mistake_is_one_clear_screen(
-    tmp_path: Path, body: str | None, command: list[str], says: str
+    tmp_path: Path, body: str | None, command: list[str], says: str, code: int
 ) -> None:
     path = tmp_path / "config.yaml"
     if body is not None:
@@ -112,7 +119,7 @@ def test_a_config_mistake_is_one_clear_screen(
         check=False,
     )
     _short_and_clean(result)
-    assert result.returncode == 1
+    assert result.returncode == code
     assert says in result.stderr
     assert result.stdout == ""
 

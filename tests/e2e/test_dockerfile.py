@@ -267,20 +267,25 @@ def test_entrypoint_help_runs_from_the_built_venv(
         assert sub in done.stdout
 
 
-def test_entrypoint_checks_the_example_config(
+def test_entrypoint_checks_a_copy_of_the_example_config(
     stages: list[Stage], image: tuple[FakeRoot, dict[str, str]]
 ) -> None:
+    """The example alone, copied where the image runs (its state volume, the working
+    directory): the rules it needs ship in the package, not in a folder beside it."""
     if not EXAMPLE_CONFIG.exists():
         pytest.fail("config.example.yaml is missing at the repository root")
-    before = files_outside_state(image[0])
-    done = run_image(
-        image,
-        [*entrypoint(stages), "check-config", str(EXAMPLE_CONFIG)],
-        {"GITHUB_TOKEN": "ghp_example_not_a_real_token"},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ghp_example_not_a_real_token" not in done.stdout + done.stderr
-    assert files_outside_state(image[0]) == before, "wrote outside the state volume"
+    root = image[0]
+    copy = root.path(STATE_DIR) / "config.yaml"
+    copy.write_text(EXAMPLE_CONFIG.read_text())
+    before = files_outside_state(root)
+    for args, env in (
+        (["config.yaml"], {"GITHUB_TOKEN": "ghp_example_not_a_real_token"}),
+        (["--allow-unset-env", "config.yaml"], {}),
+    ):
+        done = run_image(image, [*entrypoint(stages), "check-config", *args], env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "ghp_example_not_a_real_token" not in done.stdout + done.stderr
+    assert files_outside_state(root) == before, "wrote outside the state volume"
 
 
 class _Health(http.server.BaseHTTPRequestHandler):

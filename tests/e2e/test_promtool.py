@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autoscaler.config import BuiltinAlertsConfig
+from autoscaler.config.alerts import shipped_rule_bodies
 from tests.conftest import require_tool
 
 pytestmark = pytest.mark.e2e
@@ -52,12 +54,12 @@ def test_every_alert_has_a_unit_test() -> None:
     assert alerts == tested
 
 
-def test_queue_rule_mirrors_the_shipped_rule_file() -> None:
-    [shipped] = yaml.safe_load((ROOT / "alerts" / "rules" / "queue.yaml").read_text())["rules"]
+def test_queue_rule_mirrors_the_shipped_rule() -> None:
+    [shipped] = shipped_rule_bodies()
     groups = yaml.safe_load(RULES.read_text())["groups"]
     [mirror] = [r for g in groups for r in g["rules"] if r.get("alert") == "JobsQueueingTooLong"]
     assert f"> {shipped['max_queue_size']})" in mirror["expr"]
     assert shipped["max_queue_time"] == "60m" and "> 3600)" in mirror["expr"]
-    assert mirror["labels"]["priority"] == shipped["priority"]
-    assert mirror["labels"]["team"] == shipped["team"]
-    assert mirror["annotations"]["summary"] == f"[{shipped['priority']}] {shipped['name']}"
+    priority = BuiltinAlertsConfig().priority
+    assert mirror["labels"]["priority"] == priority
+    assert mirror["annotations"]["summary"] == f"[{priority}] {shipped['name']}"

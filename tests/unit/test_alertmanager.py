@@ -81,7 +81,7 @@ def test_api_urls_are_every_member_of_the_cluster() -> None:
         (
             evaluation(),
             {
-                "alertname": "Jobs queueing too long",
+                "alertname": "JobsQueueingTooLong",
                 "team": "pytorch-dev-infra",
                 "priority": "P2",
                 "severity": "error",
@@ -91,7 +91,7 @@ def test_api_urls_are_every_member_of_the_cluster() -> None:
         (
             evaluation(FLEET),
             {
-                "alertname": "Jobs queueing too long",
+                "alertname": "JobsQueueingTooLong",
                 "team": "pytorch-dev-infra",
                 "priority": "P2",
                 "severity": "error",
@@ -101,7 +101,7 @@ def test_api_urls_are_every_member_of_the_cluster() -> None:
         (
             evaluation(rule="Runner pool provisioning failing", priority="P1", labels={}),
             {
-                "alertname": "Runner pool provisioning failing",
+                "alertname": "RunnerPoolProvisioningFailing",
                 "team": "pytorch-dev-infra",
                 "priority": "P1",
                 "severity": "critical",

@@ -250,17 +250,28 @@ def test_example_config_is_valid() -> None:
     "inline",
     [pytest.param({}, id="no-rules-key"), pytest.param({"rules": []}, id="empty-rules")],
 )
-def test_rule_files_alone_bring_their_rules(inline: dict[str, Any]) -> None:
-    """The README's minimal config names `rule_files` and no `rules`. The rule files' rules
-    join `rules` in its validator, which pydantic skipped for a key left out: the shipped
-    queue rule vanished, silently, from every config without a `rules:` line."""
+def test_rule_files_alone_bring_their_rules(inline: dict[str, Any], tmp_path: Path) -> None:
+    """A config may name `rule_files` and no `rules`. The rule files' rules join `rules`
+    in its validator, which pydantic skipped for a key left out: the rule files' rules
+    vanished, silently, from every config without a `rules:` line."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "gpu.yaml").write_text(
+        "rules:\n"
+        "  - name: GPU jobs queueing\n"
+        "    team: infra\n"
+        "    description: GPU jobs wait too long\n"
+        "    max_queue_time: 30m\n"
+        "    receivers: [oncall]\n",
+        encoding="utf-8",
+    )
     alerts = {
-        "rule_files": ["alerts/rules/*.yaml"],
+        "rule_files": ["rules/*.yaml"],
         "receivers": {"oncall": {"type": "webhook", "url": "https://hooks.example/x"}},
+        "builtin": {"shipped_rules": False},
         **inline,
     }
-    config = parse_config(config_doc(alerts=alerts), env={}, base_dir=REPO)
-    assert [r.name for r in config.alerts.rules] == ["Jobs queueing too long"]
+    config = parse_config(config_doc(alerts=alerts), env={}, base_dir=tmp_path)
+    assert [r.name for r in config.alerts.rules] == ["GPU jobs queueing"]
 
 
 def test_hosted_labels_default_and_override() -> None:

@@ -117,7 +117,7 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Top-level keys of other programs' configs the docs show: Alertmanager's, Prometheus's.
-NOT_OURS = ("route", "scrape_configs")
+NOT_OURS = ("route", "scrape_configs", "global")
 FRAGMENTS = [
     (name, block)
     for name, block in _yaml_blocks()

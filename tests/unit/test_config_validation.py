@@ -228,7 +228,7 @@ def test_durations_accepted_everywhere(
         "aws.retry.max_backoff": config.aws.retry.max_backoff,
         "runner_types.cpu.idle_timeout": config.runner_types[0].idle_timeout,
         "scaling.capacity_backoff_max": config.scaling.capacity_backoff_max,
-        "alerts.rules[0].repeat_interval": config.alerts.rules[0].repeat_interval,
+        "alerts.rules[0].repeat_interval": config.alerts.rules[-1].repeat_interval,
         "alerts.builtin.github_unreachable_after": config.alerts.builtin.github_unreachable_after,
     }[path]
     assert value == seconds

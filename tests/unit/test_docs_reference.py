@@ -147,8 +147,8 @@ ENV = {
     "GITHUB_WEBHOOK_SECRET": "x",
     "INTERRUPTION_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/interruptions",
 }
-#: YAML blocks of other programs' configs: Alertmanager's, Prometheus's scrape config.
-NOT_OURS = ("route", "scrape_configs")
+#: YAML blocks of other programs' configs: Alertmanager's, Prometheus's (global, scrape).
+NOT_OURS = ("route", "scrape_configs", "global")
 
 
 def _merge(into: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -158,7 +158,7 @@ def test_alertmanager_webhook_has_what_the_pytorch_alert_normaliser_reads(
     assert {"alerts", "status", "receiver"} <= set(body)  # detected as a webhook source
     alert = body["alerts"][0]
     assert alert["status"] == n.status.lower()
-    assert alert["labels"]["alertname"] == "Jobs queueing too long"
+    assert alert["labels"]["alertname"] == "JobsQueueingTooLong"
     assert alert["labels"]["team"] == "pytorch-dev-infra"
     assert alert["labels"]["priority"] == "P2"
     assert alert["annotations"]["description"] == "Jobs wait too long for a runner"

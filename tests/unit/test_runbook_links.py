@@ -1,6 +1,7 @@
-"""Every alert links its runbook section: the built-in alerts and the shipped rule files
-through ``alerts.runbook_base_url`` (the project's docs site by default), the shipped
-Prometheus rules in their ``runbook_url`` annotation. Anchors come from the alert's name.
+"""Every alert links its runbook section: the built-in alerts and the shipped rule through
+``alerts.runbook_base_url`` (the project's docs site by default), the shipped Prometheus
+rules in their ``runbook_url`` annotation (from the ``runbook_base_url`` external label).
+Anchors come from the alert's name.
 
 The story: the shipped Prometheus rules linked ``https://example.com/runbooks/ci-queue``,
 and only 3 of 14 alerts had a runbook link at all; the built-in alerts had none unless
@@ -22,17 +23,18 @@ from autoscaler.alerting import builtin_rules, job_retry_alerts
 from autoscaler.alerting.evaluation import Evaluation
 from autoscaler.alerting.runbook import BUILTIN_RULES, anchor, runbook_url, with_runbook
 from autoscaler.config import AlertsConfig, BuiltinAlertsConfig, QueueObjective
-from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL
-from autoscaler.config.load import parse_config
+from autoscaler.config.alerts import DEFAULT_RUNBOOK_BASE_URL, shipped_rule_bodies
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.job_retry.ledger import Exhausted
 from autoscaler.observe.starts import ObjectiveStatus
-from tests.factories import alert_engine, config_doc, load_config
+from tests.factories import alert_engine, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 30, 3, 12, tzinfo=UTC)
 BASE = DEFAULT_RUNBOOK_BASE_URL
+#: The shipped Prometheus rules name no URL: Prometheus's external labels give the base.
+PROMETHEUS_BASE = "{{ $externalLabels.runbook_base_url }}"
 
 
 @pytest.mark.parametrize(
@@ -102,7 +104,8 @@ def test_every_builtin_alert_links_its_own_section() -> None:
         retries=RetryReport(exhausted=(exhausted,), denied={"o/r": "forbidden"}),
         unlisted=["o/r"],
     )
-    assert {e.rule for e in evaluations} == set(BUILTIN_RULES)
+    shipped = {body["name"] for body in shipped_rule_bodies()}  # on by default
+    assert {e.rule for e in evaluations} == set(BUILTIN_RULES) | shipped
     for e in evaluations:
         assert e.runbook_url == f"{BASE}#{anchor(e.rule)}", e.rule
 
@@ -122,21 +125,18 @@ def test_alerts_builtin_runbook_url_still_overrides_every_builtin() -> None:
     assert evaluations and {e.runbook_url for e in evaluations} == {"https://rb.example/ours"}
 
 
-def test_the_shipped_rule_files_link_their_sections() -> None:
-    doc = config_doc(
-        alerts={
-            "rule_files": ["alerts/rules/*.yaml"],
-            "receivers": {"oncall": {"type": "webhook", "url": "https://hooks.example/x"}},
-        }
-    )
-    config = parse_config(doc, {}, base_dir=REPO).alerts
-    assert config.rules
+def test_the_shipped_rule_links_its_section() -> None:
+    config = load_config(
+        alerts={"receivers": {"oncall": {"type": "webhook", "url": "https://hooks.example/x"}}}
+    ).alerts
+    shipped = {body["name"] for body in shipped_rule_bodies()}
+    assert shipped and shipped <= {r.name for r in config.rules}
     snapshot = QueueSnapshot(T0, {}, unmatched_jobs=0, ghost_jobs=0)
     evaluations, _ = alert_engine(config).evaluate(snapshot, T0, T0)
-    shipped = [e for e in evaluations if e.rule in {r.name for r in config.rules}]
-    assert {e.rule for e in shipped} == {r.name for r in config.rules}
-    for e in shipped:
-        assert e.runbook_url == f"{BASE}#{anchor(e.rule)}"
+    assert {e.rule for e in evaluations} >= shipped
+    for e in evaluations:
+        if e.rule in shipped:
+            assert e.runbook_url == f"{BASE}#{anchor(e.rule)}"
 
 
 def _prometheus_alerts() -> list[dict[str, object]]:
@@ -150,7 +150,7 @@ def _prometheus_alerts() -> list[dict[str, object]]:
 def test_every_prometheus_alert_links_its_section(rule: dict[str, object]) -> None:
     annotations = rule["annotations"]
     assert isinstance(annotations, dict)
-    assert annotations.get("runbook_url") == runbook_url(BASE, str(rule["alert"]))
+    assert annotations.get("runbook_url") == runbook_url(PROMETHEUS_BASE, str(rule["alert"]))
 
 
 def _runbook_sections() -> list[tuple[str, str]]:

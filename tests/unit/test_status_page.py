@@ -132,12 +132,62 @@ def test_html_page_shows_types_causes_pools_and_the_firing_alert() -> None:
     assert "capacity_backoff" in text and "AWS: InsufficientInstanceCapacity" in text
     assert "Jobs ask for labels no runner type serves" in text
     assert "[P2] Jobs queueing too long (linux.g5.4xlarge.nvidia.gpu)" in text
-    assert "Reason: max_queue_size=2, max_queue_time_mins=20" in text
+    assert "Reason: max queue size 2, max queue time 20m; tripped: queue time" in text
+    assert "firing for 5s" in text
     assert "Cause: capacity_backoff (gpu-spot since 03:00:00 UTC" in text
     assert "last successful poll 5s ago" in text
     assert '<meta http-equiv="refresh" content="30">' in html
     assert 'name="viewport"' in html
     assert "scale_up" in text  # the recent decisions: gpu-od took the need
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        pytest.param(
+            {
+                "max_queue_size": 7,
+                "max_queue_time_mins": 62,
+                "queue_size_threshold": 0,
+                "queue_time_threshold": 1,
+                "threshold_breached": 1,
+            },
+            "max queue size 7, max queue time 62m; tripped: queue time",
+            id="the-seed-alert",
+        ),
+        pytest.param(
+            {"max_queue_size": 1, "queue_size_threshold": 1, "threshold_breached": 1},
+            "max queue size 1; tripped: queue size",
+            id="a-flag-of-1-is-not-a-threshold-of-1",
+        ),
+        pytest.param(
+            {"unmatched_jobs": 3, "threshold_breached": 1}, "unmatched jobs 3", id="no-flags"
+        ),
+    ],
+)
+def test_reason_flags_read_as_words(values: dict[str, int], words: str) -> None:
+    """Story: the page showed ``queue_size_threshold=1``, which reads as "the threshold
+    is 1"; it is a flag saying the queue size check tripped."""
+    assert status_page.reason_words(values) == words
+
+
+@pytest.mark.parametrize(
+    ("history", "line"),
+    [
+        pytest.param([], "·" * 24, id="no-polls"),
+        pytest.param([(0, 0), (200, 0)], "·" * 22 + "▁▁", id="empty-queue"),
+        pytest.param(
+            [(3500, 2), (1800, 8), (10, 4)],
+            "▂" + "·" * 10 + "█" + "·" * 11 + "▄",
+            id="rose-then-fell",
+        ),
+        pytest.param([(4000, 9), (10, 1)], "·" * 23 + "█", id="older-than-an-hour-dropped"),
+    ],
+)
+def test_spark_line_of_the_last_hour(history: list[tuple[int, int]], line: str) -> None:
+    now = T0 + timedelta(hours=2)
+    polls = [(now - timedelta(seconds=age), {GPU: size}) for age, size in history]
+    assert status_page.spark(polls, GPU, now) == line
 
 
 def test_every_dynamic_string_is_escaped() -> None:
