@@ -27,8 +27,10 @@ PROMISES = (
 
 
 def test_demo_shows_every_promise_of_the_readme_and_sums_it_up() -> None:
+    """60 s: the shortest run whose checklist the docs promise. At 45 s the queues had not
+    drained yet when the demo shared the machine with the rest of the suite."""
     result = subprocess.run(
-        [sys.executable, "-m", "autoscaler", "demo", "--duration", "45", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "autoscaler", "demo", "--duration", "60", "--listen", "127.0.0.1:0"],
         capture_output=True,
         text=True,
         timeout=240,
