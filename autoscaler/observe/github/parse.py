@@ -8,22 +8,26 @@ carries ``id``, ``run_id``, ``status``, ``labels`` (list of str), ``created_at``
 ``name``); a repository ``name`` and ``archived``. The same :class:`JobItem` reads a jobs
 listing's items and a webhook's ``workflow_job``.
 
-Strict where it matters: an ``id`` is an integer (not a string, not a bool), a timestamp
-is an ISO-8601 string (not a number) within years 2000-2999 (year 1 is bad data, not a
-job 2,000 years in the queue; a time without a zone is UTC). Fields we do not read are
-ignored. Tolerance, and why: GitHub's own examples of the jobs listing and of the
-``in_progress`` webhook predate ``created_at`` and ``run_attempt``: a missing
-``created_at`` takes ``started_at`` (the queue time then reads 0), a missing
-``run_attempt`` reads 1; a ``created_at`` that is present but null is malformed.
+Strict where it matters: an ``id`` is an integer (not a string, a float or a bool), a
+timestamp is an RFC 3339 string (not a number) within years 2000-2999 (year 1 is bad
+data, not a job 2,000 years in the queue; a time without a zone is UTC). Fields we do not
+read are ignored; ``null`` is accepted where GitHub documents it (a job's ``name``,
+``started_at``, ``runner_name``, ``conclusion``...). Tolerance, and why: GitHub's own
+examples of the jobs listing and of the ``in_progress`` webhook predate ``created_at``
+and ``run_attempt``: a missing ``created_at`` takes ``started_at`` (the queue time then
+reads 0), a missing ``run_attempt`` reads 1; a ``created_at`` that is present but null is
+malformed.
 
-The models are pydantic's, picked by ``bench/github_payloads.py`` (items per second and
-CPU against msgspec and hand-written checks, side by side). A page is validated whole;
-when that fails, item by item, so one bad item is skipped (:class:`BadItem`, counted by
-:class:`Skips`) and never costs the page. A body that is not the documented page raises
-:class:`BadPage` (the caller skips the page or fails the poll).
+The models are ``msgspec.Struct``\\ s decoded straight from the body's bytes by reused
+typed decoders, picked by ``bench/github_payloads.py`` (CPU per item against the
+hand-written checks they replaced; pydantic was measured and rejected there). A page is
+decoded whole; when that fails, item by item, so one bad item is skipped
+(:class:`BadItem`, counted by :class:`Skips`) and never costs the page. A body that is not
+the documented page raises :class:`BadPage` (the caller skips the page or fails the poll).
 
 Errors are one tree (:class:`PayloadError`), typed by what went wrong, never by message;
-messages name fields, never quote the body.
+msgspec's errors are translated here, at the edge. Messages name fields, never quote the
+body.
 """
 
 from __future__ import annotations
@@ -34,19 +38,11 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from functools import cache
 from typing import Annotated, Any, Protocol, TypeVar
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    Field,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    TypeAdapter,
-    ValidationError,
-)
+import msgspec
+from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from autoscaler.domain import Job, JobStatus, Runner, normalize_labels
 from autoscaler.observe.github.records import Interner, PageRecord, RunRef
@@ -82,70 +78,78 @@ class UnknownAction(PayloadError):
     kind = "unknown_action"
 
 
-def _text(value: Any) -> Any:
-    if not isinstance(value, str):
-        raise ValueError("expected an ISO-8601 timestamp")
-    return value
-
-
-def _plausible(value: datetime) -> datetime:
-    value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+def _utc(value: datetime, field: str) -> datetime:
+    """``value`` in UTC (a time without a zone is UTC). Raises ValueError on an
+    implausible year (msgspec reports it as the item's validation error)."""
+    if value.tzinfo is not UTC:
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     if not _YEARS[0] <= value.year <= _YEARS[1]:
-        raise ValueError(f"year {value.year} is not plausible")
+        raise ValueError(f"{field}: year {value.year} is not plausible")
     return value
 
 
-#: A timestamp: an ISO-8601 string, UTC, within years 2000-2999.
-Timestamp = Annotated[datetime, BeforeValidator(_text), AfterValidator(_plausible)]
+# gc=False: items hold only strings, numbers, times and other items (no cycles), so the
+# collector need not track the tens of thousands a cold tick decodes.
 
 
-class RepoItem(BaseModel):
-    name: StrictStr
-    archived: StrictBool | None = None
+class RepoItem(Struct, gc=False):
+    name: str
+    archived: bool | None = None
 
 
-class RunItem(BaseModel):
-    id: StrictInt
-    status: StrictStr
-    created_at: Timestamp
+class RunItem(Struct, gc=False):
+    id: int
+    status: str
+    created_at: datetime
+
+    def __post_init__(self) -> None:
+        self.created_at = _utc(self.created_at, "created_at")
 
 
-class LabelItem(BaseModel):
-    name: StrictStr
+class LabelItem(Struct, gc=False):
+    name: str
 
 
-class RunnerItem(BaseModel):
-    id: StrictInt
-    name: StrictStr
-    status: StrictStr
-    busy: StrictBool
+class RunnerItem(Struct, gc=False):
+    id: int
+    name: str
+    status: str
+    busy: bool
     labels: list[LabelItem]
 
 
-class StepItem(BaseModel):
-    conclusion: StrictStr | None = None
+class StepItem(Struct, gc=False):
+    conclusion: str | None = None
 
 
-class JobItem(BaseModel):
+class JobItem(Struct, gc=False):
     """A job, from a jobs listing or a ``workflow_job`` webhook."""
 
-    id: StrictInt
-    run_id: StrictInt | None = None
-    status: StrictStr
-    labels: list[StrictStr]
-    name: StrictStr | None = None
-    created_at: Timestamp | None = None
-    started_at: Timestamp | None = None
-    completed_at: Timestamp | None = None
+    id: int
+    status: str
+    labels: list[str]
+    run_id: int | None = None
+    name: str | None = None
+    created_at: datetime | UnsetType | None = UNSET
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
     steps: list[StepItem] | None = None
-    runner_name: StrictStr | None = None
-    conclusion: StrictStr | None = None
-    run_attempt: Annotated[StrictInt, Field(ge=1)] | None = None
+    runner_name: str | None = None
+    conclusion: str | None = None
+    run_attempt: Annotated[int, Meta(ge=1)] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.created_at, datetime):
+            self.created_at = _utc(self.created_at, "created_at")
+        if self.started_at is not None:
+            self.started_at = _utc(self.started_at, "started_at")
+        if self.completed_at is not None:
+            self.completed_at = _utc(self.completed_at, "completed_at")
 
     @property
     def created(self) -> datetime:
         """``created_at``, or ``started_at`` when the answer predates the field."""
-        if "created_at" not in self.model_fields_set:
+        if self.created_at is UNSET:
             if self.started_at is None:
                 raise BadItem("created_at: missing, and no started_at")
             return self.started_at
@@ -161,123 +165,134 @@ class JobItem(BaseModel):
         return any(step.conclusion == "failure" for step in self.steps)
 
 
-class Repository(BaseModel):
-    name: StrictStr
+class Repository(Struct, gc=False):
+    name: str
 
 
-class WorkflowJobBody(BaseModel):
+class WorkflowJobBody(Struct, gc=False):
     """A ``workflow_job`` webhook delivery (the fields we read)."""
 
-    action: StrictStr
+    action: str
     workflow_job: JobItem
     repository: Repository
 
 
-class _JitRunner(BaseModel):
-    id: StrictInt
+class _JitRunner(Struct, gc=False):
+    id: int
 
 
-class JitConfigAnswer(BaseModel):
+class JitConfigAnswer(Struct, gc=False):
     """``generate-jitconfig``'s 201: the runner it created and its single-use config."""
 
     runner: _JitRunner
-    encoded_jit_config: Annotated[StrictStr, Field(min_length=1)]
+    encoded_jit_config: Annotated[str, Meta(min_length=1)]
 
 
-class RegistrationTokenAnswer(BaseModel):
+class RegistrationTokenAnswer(Struct, gc=False):
     """``registration-token``'s 201: a token that can only register runners, and its end."""
 
-    token: Annotated[StrictStr, Field(min_length=1)]
-    expires_at: Timestamp
+    token: Annotated[str, Meta(min_length=1)]
+    expires_at: datetime
+
+    def __post_init__(self) -> None:
+        self.expires_at = _utc(self.expires_at, "expires_at")
 
 
-class _Page(BaseModel):
-    total_count: StrictInt | None = None
+S = TypeVar("S", bound=Struct)
 
 
-class _Repositories(_Page):
-    repositories: list[RepoItem]
+def _pages(key: str | None, item: type[Struct]) -> tuple[msgspec.json.Decoder[Any], ...]:
+    """A listing's two decoders: the whole page typed (the fast path when every item is
+    good), and the page with its items left raw (to decode them one by one)."""
+    if key is None:
+        return msgspec.json.Decoder(list[item]), msgspec.json.Decoder(list[Raw])  # type: ignore[valid-type]
+    return tuple(
+        msgspec.json.Decoder(
+            msgspec.defstruct(
+                f"{key}_page",
+                [(key, list[of]), ("total_count", int | None, None)],  # type: ignore[valid-type]
+                gc=False,
+            )
+        )
+        for of in (item, Raw)
+    )
 
 
-class _Runs(_Page):
-    workflow_runs: list[RunItem]
-
-
-class _Jobs(_Page):
-    jobs: list[JobItem]
-
-
-class _Runners(_Page):
-    runners: list[RunnerItem]
-
-
-M = TypeVar("M", bound=BaseModel)
-
-#: Per listing: the wrapper key (``None``: a bare JSON array), the item model, and the
-#: whole page's validator (the fast path when every item is good).
-_LISTINGS: dict[str, tuple[str | None, type[BaseModel], TypeAdapter[Any]]] = {
-    "repos": (None, RepoItem, TypeAdapter(list[RepoItem])),
-    "repositories": ("repositories", RepoItem, TypeAdapter(_Repositories)),
-    "runs": ("workflow_runs", RunItem, TypeAdapter(_Runs)),
-    "jobs": ("jobs", JobItem, TypeAdapter(_Jobs)),
-    "runners": ("runners", RunnerItem, TypeAdapter(_Runners)),
+#: Per listing: the wrapper key (``None``: a bare JSON array), the item model, and its
+#: page decoders (typed, raw).
+_LISTINGS: dict[str, tuple[str | None, type[Struct], tuple[msgspec.json.Decoder[Any], ...]]] = {
+    "repos": (None, RepoItem, _pages(None, RepoItem)),
+    "repositories": ("repositories", RepoItem, _pages("repositories", RepoItem)),
+    "runs": ("workflow_runs", RunItem, _pages("workflow_runs", RunItem)),
+    "jobs": ("jobs", JobItem, _pages("jobs", JobItem)),
+    "runners": ("runners", RunnerItem, _pages("runners", RunnerItem)),
 }
 #: ``/installation/repositories`` wraps repositories; the owner listings do not.
 INSTALLATION_KEY = "repositories"
 
 
-def why(error: ValidationError) -> str:
-    """The first problem of a validation error: where and what, never the value."""
-    first = error.errors(include_url=False, include_input=False)[0]
-    where = ".".join(str(part) for part in first["loc"])
-    return f"{where}: {first['msg']}" if where else first["msg"]
-
-
 def decode(content: bytes) -> Any:
-    """The body as JSON. Raises BadPage (truncated, too deep, not UTF-8)."""
+    """The body as plain JSON values. Raises BadPage (truncated, too deep, not UTF-8)."""
     try:
         return json.loads(content)
     except (ValueError, RecursionError):
         raise BadPage("the body is not JSON (truncated?)") from None
 
 
-def items(content: bytes, listing: str) -> tuple[list[BaseModel | BadItem], int | None]:
+@cache
+def _decoder(kind: type[S]) -> msgspec.json.Decoder[S]:
+    return msgspec.json.Decoder(kind)
+
+
+def read(kind: type[S], content: bytes) -> S:
+    """A body decoded as ``kind``. Raises BadPage (not JSON), BadItem (not the shape)."""
+    decoder: msgspec.json.Decoder[S] = _decoder(kind)
+    try:
+        return decoder.decode(content)
+    except msgspec.ValidationError as exc:
+        raise BadItem(str(exc)) from None
+    except (msgspec.DecodeError, RecursionError):
+        raise BadPage("the body is not JSON (truncated?)") from None
+
+
+def items(content: bytes, listing: str) -> tuple[list[Struct | BadItem], int | None]:
     """One page's items as models (a bad one as its BadItem), and its ``total_count``.
     ``listing`` is a key of the listing table (``repos``, ``repositories``, ``runs``,
     ``jobs``, ``runners``). Raises BadPage when the page is not the documented shape."""
-    key, model, page = _LISTINGS[listing]
+    key, model_type, (typed, raw) = _LISTINGS[listing]
     try:
-        valid = page.validate_json(content)
-    except ValidationError:
+        valid = typed.decode(content)
+    except msgspec.ValidationError:
         pass  # a bad item, or a bad page: told apart below
+    except (msgspec.DecodeError, RecursionError):
+        raise BadPage("the body is not JSON (truncated?)") from None
     else:
         if key is None:
-            return list(valid), None
-        return list(getattr(valid, key)), valid.total_count
-    body = decode(content)
-    chunk = body if key is None else (body.get(key) if isinstance(body, dict) else None)
-    if not isinstance(chunk, list):
-        raise BadPage("expected a list" + (f" under {key!r}" if key else ""))
-    total = body.get("total_count") if isinstance(body, dict) else None
-    if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
-        raise BadPage("total_count is not an integer")
-    out: list[BaseModel | BadItem] = []
+            return valid, None
+        return getattr(valid, key), valid.total_count
+    try:
+        page = raw.decode(content)
+    except msgspec.ValidationError as exc:
+        raise BadPage(f"not the documented page ({exc})") from None
+    chunk, total = (page, None) if key is None else (getattr(page, key), page.total_count)
+    decoder = _decoder(model_type)
+    out: list[Struct | BadItem] = []
     for item in chunk:
         try:
-            out.append(model.model_validate(item))
-        except ValidationError as exc:
-            out.append(BadItem(why(exc)))
+            out.append(decoder.decode(item))
+        except msgspec.ValidationError as exc:
+            out.append(BadItem(str(exc)))
     return out, total
 
 
-def model(kind: type[M], item: Any) -> M:
-    """``item`` (a model already, or decoded JSON) as ``kind``. Raises BadItem."""
+def model(kind: type[S], item: Any) -> S:
+    """``item`` (a model already, or plain JSON values) as ``kind``. Raises BadItem."""
     if isinstance(item, kind):
         return item
     try:
-        return kind.model_validate(item)
-    except ValidationError as exc:
-        raise BadItem(why(exc)) from None
+        return msgspec.convert(item, kind)
+    except msgspec.ValidationError as exc:
+        raise BadItem(str(exc)) from None
 
 
 def parse_repo(item: Any) -> str | None:

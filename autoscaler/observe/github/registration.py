@@ -33,8 +33,7 @@ from autoscaler.observe.github.parse import (
     JitConfigAnswer,
     PayloadError,
     RegistrationTokenAnswer,
-    decode,
-    model,
+    read,
 )
 from autoscaler.ports import JitRunner, RegistrationToken
 from autoscaler.secrets import Secret
@@ -59,7 +58,7 @@ def generate_jit_config(  # noqa: PLR0917 (GitHub's request, field by field)
     ).encode()
     answer = http.send("POST", path, "runner_jitconfig", body=body)
     try:
-        data = model(JitConfigAnswer, decode(answer.content))
+        data = read(JitConfigAnswer, answer.content)
     except PayloadError:
         # The runner may exist now: a transient error keeps the controller's intent, and
         # its next tick resolves the name (409) instead of asking blindly.
@@ -71,7 +70,7 @@ def create_registration_token(http: GitHubHttp, path: str) -> RegistrationToken:
     """POST ``path`` (the org's or a repository's registration-token URL)."""
     answer = http.send("POST", path, "runner_registration_token", body=b"")
     try:
-        data = model(RegistrationTokenAnswer, decode(answer.content))
+        data = read(RegistrationTokenAnswer, answer.content)
     except PayloadError:
         raise TransientError(f"GitHub POST {path}: the answer has no token or expiry") from None
     return RegistrationToken(Secret(data.token), data.expires_at)

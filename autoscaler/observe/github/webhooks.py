@@ -7,8 +7,9 @@ reachable without the secret. :func:`parse_workflow_job` then turns the signed b
 a :class:`WorkflowJobEvent` whose ``job`` is the same :class:`~autoscaler.domain.Job` the
 poll builds, so the index feeds the queue math unchanged.
 
-The body is read by the same declared models as the poll's listings
-(:mod:`autoscaler.observe.github.parse`, with their tolerance of GitHub's older examples);
+The body is decoded straight from its bytes by the same declared models as the poll's
+listings (:mod:`autoscaler.observe.github.parse`, with their tolerance of GitHub's older
+examples);
 errors are typed (:class:`~autoscaler.observe.github.parse.PayloadError` and its kinds),
 never told apart by message. No I/O.
 """
@@ -20,8 +21,6 @@ import hmac
 from dataclasses import dataclass
 from datetime import datetime
 
-from pydantic import ValidationError
-
 from autoscaler.domain import Job, JobStatus
 from autoscaler.observe.github.parse import (
     BadItem,
@@ -30,8 +29,8 @@ from autoscaler.observe.github.parse import (
     UnknownAction,
     WorkflowJobBody,
     decode,
+    read,
     to_job,
-    why,
 )
 
 #: The header GitHub signs deliveries in: ``sha256=<hex HMAC-SHA256 of the raw body>``.
@@ -99,8 +98,8 @@ def parse_workflow_job(body: bytes, delivery: str) -> WorkflowJobEvent:
     :class:`~autoscaler.observe.github.parse.PayloadError`: BadPage (not a JSON object),
     UnknownAction, BadItem (a field missing or of the wrong type)."""
     try:
-        payload = WorkflowJobBody.model_validate_json(body)
-    except ValidationError as exc:
+        payload = read(WorkflowJobBody, body)
+    except BadItem as exc:
         raise _what_failed(body, exc) from None
     action = payload.action
     if action not in RANK:
@@ -124,12 +123,13 @@ def parse_workflow_job(body: bytes, delivery: str) -> WorkflowJobEvent:
     )
 
 
-def _what_failed(body: bytes, error: ValidationError) -> PayloadError:
-    """The typed error of a body the model refused: malformed, unknown action, wrong type."""
+def _what_failed(body: bytes, error: BadItem) -> PayloadError:
+    """The typed error of a JSON body the model refused: not an object, an unknown action,
+    or a wrong type in the job."""
     payload = decode(body)
     if not isinstance(payload, dict):
         return BadPage("the body is not a JSON object")
     action = payload.get("action")
     if not isinstance(action, str) or action not in RANK:
         return UnknownAction("workflow_job: the action is missing or not documented")
-    return BadItem(why(error))
+    return error
