@@ -40,6 +40,7 @@ RUNTIME_ONLY = (
     "boto3",
     "botocore",
     "httpx",
+    "msgspec",
     "uvicorn",
     "starlette",
     "prometheus_client",

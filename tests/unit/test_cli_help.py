@@ -90,6 +90,7 @@ def test_a_command_imports_only_what_it_uses(argv: list[str], allowed: tuple[str
         "boto3",
         "botocore",
         "httpx",
+        "msgspec",
         "uvicorn",
         "starlette",
         "prometheus_client",

@@ -18,7 +18,7 @@ and ``run_attempt``: a missing ``created_at`` takes ``started_at`` (the queue ti
 reads 0), a missing ``run_attempt`` reads 1; a ``created_at`` that is present but null is
 malformed.
 
-The models are ``msgspec.Struct``\\ s decoded straight from the body's bytes by reused
+The models are ``msgspec.Struct`` models decoded straight from the body's bytes by reused
 typed decoders, picked by ``bench/github_payloads.py`` (CPU per item against the
 hand-written checks they replaced; pydantic was measured and rejected there). A page is
 decoded whole; when that fails, item by item, so one bad item is skipped
