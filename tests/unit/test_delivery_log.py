@@ -8,13 +8,13 @@ import pytest
 
 from autoscaler.observe.github.delivery_log import (
     Attempt,
-    BadAttempt,
     Result,
     classify,
     parse_attempt,
     read_enough,
     review,
 )
+from autoscaler.observe.github.parse import BadItem
 
 CLASSES = [
     ("ok-200", 200, Result.OK),
@@ -142,12 +142,25 @@ BAD_ITEMS = [
     ("delivered-at-without-zone", {**ITEM, "delivered_at": "2019-06-03T00:57:16"}),
     ("redelivery-a-string", {**ITEM, "redelivery": "false"}),
     ("action-a-number", {**ITEM, "action": 3}),
+    ("delivered-at-null", {**ITEM, "delivered_at": None}),
+    ("delivered-at-a-number", {**ITEM, "delivered_at": 1559523436}),
+    ("status-code-a-float", {**ITEM, "status_code": 200.0}),
 ]
+
+
+@pytest.mark.parametrize(
+    "item",
+    [{**ITEM, "action": None}, {k: v for k, v in ITEM.items() if k != "action"}],
+    ids=["action-null", "no-action"],
+)
+def test_an_item_without_an_action_parses(item: Any) -> None:
+    """A ping delivery has no action; GitHub sends null or leaves it out."""
+    assert parse_attempt(item).action is None
 
 
 @pytest.mark.parametrize("item", [b[1] for b in BAD_ITEMS], ids=[b[0] for b in BAD_ITEMS])
 def test_a_malformed_item_is_refused(item: Any) -> None:
-    with pytest.raises(BadAttempt):
+    with pytest.raises(BadItem):
         parse_attempt(item)
 
 

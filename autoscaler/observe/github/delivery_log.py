@@ -31,8 +31,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
+
+from autoscaler.observe.github.parse import HookDeliveryItem, model
 
 #: The log is read back to the newest attempt the previous read saw minus this (seconds):
 #: an attempt GitHub was still making then shows up late, with its start as
@@ -54,10 +55,6 @@ class Result(enum.Enum):
     PERMANENT = "permanent"
 
 
-class BadAttempt(ValueError):
-    """A log item without the documented fields (skipped and counted)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One ``hook-delivery-item`` of the log (the fields the decisions read)."""
@@ -73,27 +70,18 @@ class Attempt:
 
 
 def parse_attempt(item: Any) -> Attempt:
-    """A ``hook-delivery-item`` (GitHub's OpenAPI description) as an :class:`Attempt`."""
-    if not isinstance(item, dict):
-        raise BadAttempt(f"a delivery item is a {type(item).__name__}, not an object")
-    try:
-        ident, guid, code = item["id"], item["guid"], item["status_code"]
-        event, when, again = item["event"], item["delivered_at"], item["redelivery"]
-        action = item.get("action")
-        if not (isinstance(ident, int) and isinstance(code, int)) or isinstance(ident, bool):
-            raise BadAttempt("id and status_code must be integers")
-        if not (isinstance(guid, str) and isinstance(event, str) and isinstance(when, str)):
-            raise BadAttempt("guid, event and delivered_at must be strings")
-        if not isinstance(again, bool) or not (action is None or isinstance(action, str)):
-            raise BadAttempt("redelivery must be a boolean, action a string or null")
-        at = datetime.fromisoformat(when.replace("Z", "+00:00"))
-    except KeyError as exc:
-        raise BadAttempt(f"a delivery item lacks {exc.args[0]!r}") from None
-    except ValueError as exc:
-        raise BadAttempt(f"a delivery item's delivered_at is not a date-time ({exc})") from None
-    if at.tzinfo is None:
-        raise BadAttempt("a delivery item's delivered_at has no time zone")
-    return Attempt(ident, guid, at.timestamp(), again, code, event, action)
+    """A ``hook-delivery-item`` (GitHub's OpenAPI description; the model already, or plain
+    JSON values) as an :class:`Attempt`. Raises BadItem."""
+    got = model(HookDeliveryItem, item)
+    return Attempt(
+        got.id,
+        got.guid,
+        got.delivered_at.timestamp(),
+        got.redelivery,
+        got.status_code,
+        got.event,
+        got.action,
+    )
 
 
 def classify(status_code: int) -> Result:

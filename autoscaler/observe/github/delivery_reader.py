@@ -20,7 +20,6 @@ helper's typed ones (:class:`~autoscaler.errors.AuthenticationError` for 401/403
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -28,13 +27,12 @@ from urllib.parse import quote
 from autoscaler.observe.github.delivery_log import (
     MAX_PAGES,
     Attempt,
-    BadAttempt,
     parse_attempt,
     read_enough,
 )
 from autoscaler.observe.github.http import GitHubHttp
 from autoscaler.observe.github.listing import page_key
-from autoscaler.observe.github.parse import Skips
+from autoscaler.observe.github.parse import BadItem, BadPage, Skips, items
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger("autoscaler.observe.github.deliveries")
@@ -103,19 +101,19 @@ class DeliveryLog:
             answer = self.http.send("GET", url, LIST_ENDPOINT, deadline=deadline)
             out.pages += 1
             try:
-                body = json.loads(answer.content)
-            except (ValueError, RecursionError):
-                body = None
-            if not isinstance(body, list):
+                found, _ = items(answer.content, "hook_deliveries")
+            except BadPage:
                 out.skipped += 1
                 out.cut = "bad_page"
                 self.skips.skip("hook_deliveries_page", "not a JSON array")
                 return out
             page: list[Attempt] = []
-            for item in body:
+            for item in found:
                 try:
+                    if isinstance(item, BadItem):
+                        raise item
                     page.append(parse_attempt(item))
-                except BadAttempt as exc:
+                except BadItem as exc:
                     out.skipped += 1
                     self.skips.skip("hook_delivery", str(exc))
             out.attempts += page

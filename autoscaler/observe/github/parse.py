@@ -5,8 +5,9 @@ carries ``id``, ``run_id``, ``status``, ``labels`` (list of str), ``created_at``
 ``started_at``, ``steps``, ``runner_name`` (and, once completed, ``conclusion``,
 ``completed_at``, ``run_attempt``); a run ``id``, ``status``, ``created_at``; a runner
 ``id``, ``name``, ``status`` (online/offline), ``busy`` and ``labels`` (objects with a
-``name``); a repository ``name`` and ``archived``. The same :class:`JobItem` reads a jobs
-listing's items and a webhook's ``workflow_job``.
+``name``); a repository ``name`` and ``archived``; a webhook delivery log's attempt
+(``hook-delivery-item``); the runner registration answers. The same :class:`JobItem`
+reads a jobs listing's items and a webhook's ``workflow_job``.
 
 Strict where it matters: an ``id`` is an integer (not a string, a float or a bool), a
 timestamp is an RFC 3339 string (not a number) within years 2000-2999 (year 1 is bad
@@ -198,6 +199,23 @@ class RegistrationTokenAnswer(Struct, gc=False):
         self.expires_at = _utc(self.expires_at, "expires_at")
 
 
+class HookDeliveryItem(Struct, gc=False):
+    """One attempt in a webhook's delivery log (``hook-delivery-item``): the fields the
+    redelivery decisions read. ``delivered_at`` must carry its zone."""
+
+    id: int
+    guid: str
+    delivered_at: datetime
+    redelivery: bool
+    status_code: int
+    event: str
+    action: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.delivered_at.tzinfo is None:
+            raise ValueError("delivered_at: no time zone")
+
+
 S = TypeVar("S", bound=Struct)
 
 
@@ -226,6 +244,7 @@ _LISTINGS: dict[str, tuple[str | None, type[Struct], tuple[msgspec.json.Decoder[
     "runs": ("workflow_runs", RunItem, _pages("workflow_runs", RunItem)),
     "jobs": ("jobs", JobItem, _pages("jobs", JobItem)),
     "runners": ("runners", RunnerItem, _pages("runners", RunnerItem)),
+    "hook_deliveries": (None, HookDeliveryItem, _pages(None, HookDeliveryItem)),
 }
 #: ``/installation/repositories`` wraps repositories; the owner listings do not.
 INSTALLATION_KEY = "repositories"
@@ -258,7 +277,8 @@ def read(kind: type[S], content: bytes) -> S:
 def items(content: bytes, listing: str) -> tuple[list[Struct | BadItem], int | None]:
     """One page's items as models (a bad one as its BadItem), and its ``total_count``.
     ``listing`` is a key of the listing table (``repos``, ``repositories``, ``runs``,
-    ``jobs``, ``runners``). Raises BadPage when the page is not the documented shape."""
+    ``jobs``, ``runners``, ``hook_deliveries``). Raises BadPage when the page is not the
+    documented shape."""
     key, model_type, (typed, raw) = _LISTINGS[listing]
     try:
         valid = typed.decode(content)
