@@ -130,7 +130,7 @@ def test_a_duplicate_changes_nothing_at_all() -> None:
 
 
 def test_completions_carry_what_job_retry_needs() -> None:
-    """Issue 14 re-runs failed jobs: it reads conclusion, runner name and run attempt."""
+    """Job retry reads conclusion, runner name and run attempt."""
     index = JobIndex()
     index.apply(event("completed", 5, "c", conclusion="failure", run_attempt=2), NOW)
     done = index.completion(5)
