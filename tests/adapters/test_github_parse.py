@@ -17,6 +17,7 @@ from autoscaler.observe.github.parse import (
     JobItem,
     PayloadError,
     RegistrationTokenAnswer,
+    RunProgressAnswer,
     Skips,
     compact_page,
     model,
@@ -246,6 +247,16 @@ ANSWERS = [
         b'{"token": "t", "expires_at": null}',
         BadItem,
         id="token-expiry-null",
+    ),
+    pytest.param(RunProgressAnswer, b'{"status": "queued"}', BadItem, id="run-no-attempt"),
+    pytest.param(
+        RunProgressAnswer, b'{"status": "queued", "run_attempt": 0}', BadItem, id="run-attempt-0"
+    ),
+    pytest.param(
+        RunProgressAnswer,
+        b'{"status": "queued", "run_attempt": true}',
+        BadItem,
+        id="run-attempt-a-bool",
     ),
     pytest.param(
         RegistrationTokenAnswer,

@@ -107,6 +107,13 @@ class RunItem(Struct, gc=False):
         self.created_at = _utc(self.created_at, "created_at")
 
 
+class RunProgressAnswer(Struct, gc=False):
+    """One run (``GET .../actions/runs/{id}``): where it is, and which attempt."""
+
+    status: str
+    run_attempt: Annotated[int, Meta(ge=1)]
+
+
 class LabelItem(Struct, gc=False):
     name: str
 

@@ -58,7 +58,7 @@ from autoscaler.observe.github.delivery_reader import DeliveryLog
 from autoscaler.observe.github.failures import CompletedRuns, newer_attempt_running
 from autoscaler.observe.github.fetch import Settings
 from autoscaler.observe.github.http import GitHubHttp
-from autoscaler.observe.github.parse import Skips
+from autoscaler.observe.github.parse import PayloadError, RunProgressAnswer, Skips, read
 from autoscaler.observe.github.poll import Lean, ListedScope, Poll
 from autoscaler.observe.github.records import skip_counts
 from autoscaler.observe.github.registration import create_registration_token, generate_jit_config
@@ -310,14 +310,10 @@ class GitHubSource:
         path = f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runs/{int(run_id)}"
         answer = self._http.send("GET", path, "run")
         try:
-            body = json_object(answer.content)
-        except ValueError:
-            body = None
-        status = body.get("status") if body is not None else None
-        attempt = body.get("run_attempt") if body is not None else None
-        if not isinstance(status, str) or not isinstance(attempt, int) or attempt < 1:
-            raise TransientError(f"GitHub GET {path}: the body is not a workflow run")
-        return RunProgress(status, attempt)
+            run = read(RunProgressAnswer, answer.content)
+        except PayloadError:
+            raise TransientError(f"GitHub GET {path}: the body is not a workflow run") from None
+        return RunProgress(run.status, run.run_attempt)
 
     # --- the calls
     def _exchange(self, installation_id: int, authorization: str) -> Mapping[str, Any]:
