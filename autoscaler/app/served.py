@@ -5,9 +5,11 @@ uvloop's loop) in a thread of its own.
 
 Why these: uvicorn takes the HTTP protocol as a class (``Config(http=...)``), so the
 deadlines below are a subclass of its own protocol, on its parser's callbacks; httptools
-(llhttp, in C) parses; Starlette routes the status listener and answers its 404/405. aiohttp's server documents no way to
-replace its protocol, and the pure-Python parser (h11, hypercorn's) costs more CPU a request
-(``bench/listener.py`` measures the listener).
+(llhttp, in C) parses; Starlette routes the status listener and answers its 404/405.
+aiohttp's server documents no way to replace its protocol, and the pure-Python parser
+(h11, hypercorn's) costs more CPU a request (``bench/listener.py`` measures the
+listener). The webhook route is one path and one method: a router, a request and a
+response object a delivery would cost more than they give (``bench/ingest.py``).
 
 The webhook has a listener of its own so that the one port exposed to GitHub (through a
 load balancer) serves no /metrics, page or readiness, and a flood of deliveries never
@@ -39,9 +41,9 @@ The webhook listener checks what needs no body first: a ``Content-Length`` is re
 (413); the rest is :meth:`WebhookReceiver.accept`'s, on the event loop (a body over
 :data:`INLINE_BODY` on a worker thread). A delivery the store must take first is answered
 when the committer thread has made its batch durable; the batch's answers reach the loop
-in one wake-up. With two
-controllers (``state.backend: dynamodb``) both serve deliveries: the job index lives in
-the state table and the leader's next tick (woken by its watch) reads it. A ``GET`` of
+in one wake-up. With two controllers (``state.backend: dynamodb``) both serve
+deliveries: the job index lives in the state table and the leader's next tick (woken by
+its watch) reads it. A ``GET`` of
 the path answers 405 (POST only): the terraform module's ALB health check expects it.
 """
 
