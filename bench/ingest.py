@@ -1,34 +1,36 @@
-"""Benchmark: webhook ingestion at a busy org's rate, and the tick beside it. Today's path
-(``bench/ingest_before.py``: a transaction and three fsyncs a delivery on two worker
-threads, the whole index read at every tick) against group commit and the index kept in
-memory, side by side in one run.
+"""Benchmark: webhook ingestion at a busy org's rate, and the tick beside it, side by side
+with the paths before in one run.
 
 1. **Commit modes** (the SQLite file alone, 32 writers, a ~600-byte row each): rows a
    second and CPU a row, for a transaction a row with the rollback journal (before), with
    the write-ahead log synced at every commit (``synchronous=FULL``) and unsynced
    (``NORMAL``), and one transaction a batch of what waits (group commit) with each.
-2. **Deliveries** (real time): the webhook listener, the receiver and a state file as
-   ``run`` has them, the tick running beside them (a controller over the webhook source,
-   ``poll_interval`` 30 s), loaded from a process of its own with signed ~7 KB
-   ``workflow_job`` deliveries, a connection each (a third ``queued``, a third
-   ``in_progress``, a third ``completed``, as a busy org sends them): first 3,000 with 32
-   in flight (closed loop: the most it takes and its CPU a delivery), then 250 and 500 a
-   second for 5 s and 1,000 a second for 30 s offered (open loop), before and after in
-   turn. From when each was due to its answer: p50, p99, failed; the process's CPU a
-   delivery and its share of a CPU; the ticks meanwhile (how many, the longest wait
-   between two, their CPU). After: the file reopened, every job with an acknowledged
-   delivery has its row.
+2. **Deliveries** (real time): the webhook listener, the receiver, group commit and a
+   state file as ``run`` has them, the tick running beside them (a controller over the
+   webhook source, ``poll_interval`` 30 s), loaded from a process of its own
+   (:mod:`bench.load`) with signed ~7 KB ``workflow_job`` deliveries (a third
+   ``queued``, a third ``in_progress``, a third ``completed``, as a busy org sends them).
+   Two routes: the Starlette route it was (``route``, :mod:`bench.ingest_route`) and the
+   plain ASGI endpoint (``after``); two ways to connect: a connection a delivery
+   (``fresh``, as GitHub sends them) and kept alive (``kept``). Each: 3,000 deliveries
+   with 32 in flight (closed loop: the most it takes and its CPU a delivery), then 1,000
+   a second offered for 30 s (open loop). From when each was due to its answer: p50,
+   p99, failed; the server process's CPU a delivery and its share of a CPU, the client's
+   CPU a delivery; the ticks meanwhile (how many, the longest wait between two, their
+   CPU). After: the file reopened, every job with an acknowledged delivery has its row.
 3. **Tick CPU against the index's size** (a virtual clock, no listener): a controller
    over the webhook source and a state file holding 100 live jobs and 0, 1,000, 5,000 or
-   20,000 completed ones (a busy org keeps ~20,000: six hours of tombstones); 30
-   deliveries written between two ticks; the median thread CPU of 40 ticks.
+   20,000 completed ones (a busy org keeps ~20,000: six hours of tombstones), today's
+   store against the one before group commit (``bench/ingest_before.py``: the index
+   read whole at every tick); 30 deliveries written between two ticks; the median
+   thread CPU of 40 ticks.
 
 Aims (:mod:`bench.aims`): counted, judged anywhere: every acknowledged delivery is in the
 file; the index is read whole once over the 40 ticks. Timed, judged on a quiet machine
-only: at 1,000 a second for 30 s every delivery answered 2xx with p99 < 50 ms; no wait
-between two ticks longer than the poll interval meanwhile; tick CPU at 20,000 rows within
-10% of that at none. The rate needs the CPU the machine gives this process: the lines say
-how much of a CPU it had and what its CPU a delivery allows.
+only: at 1,000 a second for 30 s, a connection each, every delivery answered 2xx with p99
+< 50 ms; no wait between two ticks longer than the poll interval meanwhile; tick CPU at
+20,000 rows within 10% of that at none. The rate needs the CPU the machine gives this
+process: the lines say how much of a CPU it had and what its CPU a delivery allows.
 """
 
 from __future__ import annotations
