@@ -209,9 +209,9 @@ class RunnerTypeConfig(Section):
     priority: Annotated[int, Integer()] = 0
     """Higher gets capacity first under a shared budget."""
     idle_timeout: Annotated[float, Duration()] = 120.0
-    """No runner stays idle longer than this; sooner when the arrivals expected before the
-    next poll will not take it (`autoscaler.scale.forecast.idle_to_keep`, which takes
-    this as the cost of a boot until it has measured one). Two minutes, about one boot."""
+    """The longest an idle runner is kept before it is scaled in. It goes sooner when the
+    jobs expected before the next poll will not take it. Until a boot was measured, this
+    is also taken as the cost of one."""
     boot_timeout: Annotated[float, Duration(), AfterValidator(_boots)] = 900.0
     """An instance with no registered runner after this long is an orphan (at least
     `10s`)."""
@@ -303,8 +303,7 @@ class ScalingConfig(Section):
     enabled: Annotated[bool, Flag()] = True
     """False: observe and alert only, never touch a pool."""
     max_scale_in_per_tick: Annotated[int, Integer()] = 20
-    """Idle runners removed per tick at most (5 left runners idle for half an hour after a
-    300-job matrix push in the replays)."""
+    """Idle runners removed per tick at most."""
     max_cleanup_per_tick: Annotated[int, Integer()] = 5
     """Orphan instances and stale runners cleaned up per tick at most."""
     capacity_backoff_initial: Annotated[float, Duration()] = 300.0
