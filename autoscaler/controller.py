@@ -44,7 +44,12 @@ from autoscaler.health import Health
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.queue import compute_queue
 from autoscaler.observe.starts import ObjectiveStatus, StartTracker
-from autoscaler.observe.waits import RecentWaits, StageSummary
+from autoscaler.observe.waits import (
+    RecentWaits,
+    StageRegression,
+    StageSummary,
+    stage_regressions,
+)
 from autoscaler.ports import JobSource
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView
@@ -99,6 +104,7 @@ class AlertStep(Protocol):
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
         unlisted: Sequence[str] | None = None,
+        stages: Sequence[StageRegression] | None = None,
     ) -> Sequence[Any]: ...
 
 
@@ -230,7 +236,8 @@ class Controller:
         #: The jobs the last poll saw start (their waits are split after scaling).
         self.last_starts: Sequence[JobStart] = ()
         #: Where recent jobs' waits went, per runner type (``explain``, the page).
-        self.waits = RecentWaits()
+        rule = config.alerts.builtin.stage_regression
+        self.waits = RecentWaits(window=rule.recent + rule.baseline)
         self.objectives: Mapping[str, ObjectiveStatus] = {}
         #: (when, decision) for decisions that changed something, newest last.
         self.recent_decisions: deque[tuple[datetime, Any]] = deque(maxlen=RECENT_DECISIONS)
@@ -247,6 +254,7 @@ class Controller:
             observation_fresh = fresh and self.observation_is_fresh(now)
             alerts, scaler = self.alerts, self.scaler
             problems: Sequence[ScalingProblem] | None = None
+            stages: Sequence[StageRegression] | None = None
             skew: ClockSkew | None = None
             if self.last_observation is not None:
                 skew = ClockSkew(github=self.last_observation.clock_skew_seconds)
@@ -276,6 +284,10 @@ class Controller:
                 waits = self._guarded("waits", lambda: scaler.job_waits(starts, observation))
                 self.waits.add(waits)
                 self.reporter.job_waits(waits)
+                rule = self.config.alerts.builtin.stage_regression
+                stages = self._guarded(
+                    "waits", lambda: stage_regressions(self.waits.all(), now, rule)
+                )
             result.waits = self.waits.summary()
             try:
                 result.causes = diagnose(
@@ -321,6 +333,7 @@ class Controller:
                         objectives=self.objectives,
                         retries=retry_report,
                         unlisted=unlisted,
+                        stages=stages,
                     ),
                 )
         finally:

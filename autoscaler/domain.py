@@ -339,6 +339,10 @@ class JobStart:
     """When we first saw it queued (a poll or a webhook); None: first seen started."""
     runner_name: str | None = None
     """The runner that took it (GitHub's ``runner_name``), when GitHub said."""
+    repository: str = ""
+    """``owner/name`` of the job's repository."""
+    job_id: int | None = None
+    """GitHub's id of the job."""
 
 
 #: The stages of a job's wait, in the order it goes through them
@@ -352,6 +356,13 @@ class JobWait:
 
     runner_type: str
     stages: tuple[float, ...]
+    started_at: datetime | None = None
+    """When the job started: the windows of the stage regression alert count from it."""
+    created_at: datetime | None = None
+    pool: str = ""
+    """The pool whose instance ran it."""
+    repository: str = ""
+    job_id: int | None = None
 
     @property
     def total(self) -> float:

@@ -271,12 +271,23 @@ class Scaler:
                 continue  # not a runner we asked for (warm before we watched, or not ours)
             asked, online = answer
             iid = instance_id_of(runner.name)
-            pool = pools.get(pool_of_runner(runner, list(self._type_of)) or "")
+            pool_name = pool_of_runner(runner, list(self._type_of)) or ""
+            pool = pools.get(pool_name)
             running = next(
                 (i.launched_at for i in (pool.instances if pool else ()) if i.id == iid), None
             )
             stages = wait_stages(created, start.first_seen, asked, running, online, started)
-            out.append(JobWait(start.runner_type, stages))
+            out.append(
+                JobWait(
+                    start.runner_type,
+                    stages,
+                    started_at=started,
+                    created_at=created,
+                    pool=pool_name,
+                    repository=start.repository,
+                    job_id=start.job_id,
+                )
+            )
         return out
 
     def _measure_skew(self, observation: Observation | None) -> ClockSkew:

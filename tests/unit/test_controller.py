@@ -29,6 +29,7 @@ from autoscaler.domain import (
 from autoscaler.errors import AutoscalerError, TransientError
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.observe.waits import StageRegression
 from autoscaler.scale.view import ScalingView
 from autoscaler.telemetry import Metrics
 from tests.factories import alert_engine, load_config
@@ -198,6 +199,7 @@ class RecordingAlerts:
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
         unlisted: Sequence[str] | None = None,
+        stages: Sequence[StageRegression] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)
