@@ -272,6 +272,9 @@ class WarmPoolState:
     spec: WarmPoolSpec
     #: One entry per warm instance, its state (one of :data:`WARM_INSTANCE_STATES`).
     instances: tuple[str, ...] = ()
+    #: The warm instances' ids, in the order of :attr:`instances`: they are the pool's
+    #: (not orphans, not idle runners), whatever their state.
+    instance_ids: tuple[str, ...] = ()
 
     def count(self, state: str) -> int:
         return sum(1 for s in self.instances if s == state)
