@@ -87,6 +87,12 @@ class Reporter(Protocol):
     def tick_finished(self, seconds: float) -> None: ...
 
 
+class WaitTracing(Protocol):
+    """Where each job's wait goes as a trace (autoscaler.tracing.WaitTracer)."""
+
+    def job_waits(self, waits: Sequence[JobWait]) -> None: ...
+
+
 class AlertStep(Protocol):
     """The alerting stage (autoscaler.alerting.engine.AlertEngine)."""
 
@@ -213,8 +219,11 @@ class Controller:
         retries: RetryStep | None = None,
         interruptions: InterruptionStep | None = None,
         leadership: Leadership | None = None,
+        tracer: WaitTracing | None = None,
     ) -> None:
         self.config = config
+        #: Each job's wait as a trace (``telemetry.otlp_endpoint``); None: no traces.
+        self.tracer = tracer
         #: Jobs lost to infrastructure: re-run after scaling, before alerting.
         self.retries = retries
         #: EC2 interruption warnings: read before scaling, so a warned pool is backed off.
@@ -284,6 +293,8 @@ class Controller:
                 waits = self._guarded("waits", lambda: scaler.job_waits(starts, observation))
                 self.waits.add(waits)
                 self.reporter.job_waits(waits)
+                if self.tracer is not None:
+                    self._trace(self.tracer, waits)
                 rule = self.config.alerts.builtin.stage_regression
                 stages = self._guarded(
                     "waits", lambda: stage_regressions(self.waits.all(), now, rule)
@@ -396,6 +407,14 @@ class Controller:
         self.reporter.jobs_started(starts, self.objectives)
         result.snapshot = snapshot
         return True
+
+    def _trace(self, tracer: WaitTracing, waits: Sequence[JobWait]) -> None:
+        """Hand the waits to the tracer; a bug there never ends the loop."""
+        try:
+            tracer.job_waits(waits)
+        except Exception:
+            log.exception("tracing the job waits failed; the loop goes on")
+            self.reporter.stage_failed("tracing")
 
     def _guarded(self, stage: str, run: Callable[[], Sequence[Any]]) -> Sequence[Any]:
         """Run a stage; a bug or outage in one stage never ends the loop or skips the others."""

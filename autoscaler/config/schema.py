@@ -12,6 +12,7 @@ The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``, ``p
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -421,6 +422,23 @@ class WebhookConfig(Section):
         return self.listen.port
 
 
+class TelemetryConfig(Section):
+    """OpenTelemetry traces of each job's wait: one span for the wait, one child per
+    stage. Off unless `otlp_endpoint` is set; needs the `otel` extra
+    (`pip install 'ci-autoscaler[otel]'`)."""
+
+    otlp_endpoint: Annotated[SecretUrl, Url()] | None = Field(default=None, repr=False)
+    """The collector's OTLP/HTTP traces URL (`http://collector:4318/v1/traces`); absent:
+    no traces."""
+    service_name: Annotated[str, Text()] = "ci-autoscaler"
+    """The traces' `service.name`."""
+    headers: Mapping[str, Annotated[Secret, SecretText()]] = Field(default_factory=dict, repr=False)
+    """HTTP headers sent with every export (a collector's `Authorization`), by name;
+    their values are secrets (`${ENV}` works)."""
+    timeout: Annotated[float, Duration(positive=True, maximum=60.0)] = 10.0
+    """How long one export may take (exports run beside the loop, never in a tick)."""
+
+
 class Config(Section):
     """The ci-autoscaler configuration file."""
 
@@ -458,6 +476,8 @@ class Config(Section):
     """Where ephemeral runners' JIT configs are handed over (SSM parameter path)."""
     job_retry: JobRetryConfig = Field(default_factory=JobRetryConfig)
     """Re-run jobs lost to infrastructure (off by default: it writes to repositories)."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """OpenTelemetry traces of where each job's wait went (off by default)."""
 
     @field_validator("pools", mode="wrap")
     @classmethod
