@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from autoscaler import __version__
 from autoscaler.domain import STAGES, JobWait
-from autoscaler.errors import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -92,25 +91,18 @@ class WaitTracer:
 
 
 def build_tracer(config: TelemetryConfig) -> WaitTracer | None:
-    """The tracer ``config`` asks for (None: no endpoint). Raises ConfigError when an
-    endpoint is set but the ``otel`` extra is not installed."""
+    """The tracer ``config`` asks for (None: no endpoint). The configuration refused an
+    endpoint without the ``otel`` extra at load, so the imports below are there."""
     if config.otlp_endpoint is None:
         return None
-    try:
-        from opentelemetry.exporter.otlp.proto.http import Compression  # noqa: PLC0415
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
-            OTLPSpanExporter,
-        )
-        from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
-        from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
-    except ImportError:
-        raise ConfigError(
-            [
-                "telemetry.otlp_endpoint: traces need the OpenTelemetry SDK: install "
-                "ci-autoscaler with its otel extra (pip install 'ci-autoscaler[otel]')"
-            ]
-        ) from None
+    from opentelemetry.exporter.otlp.proto.http import Compression  # noqa: PLC0415
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
+        OTLPSpanExporter,
+    )
+    from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
+
     # Every setting given here, so no OTEL_* variable of the environment changes them.
     resource = Resource({"service.name": config.service_name, "service.version": __version__})
     provider = TracerProvider(resource=resource)

@@ -11,6 +11,7 @@ The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``, ``p
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -437,6 +438,31 @@ class TelemetryConfig(Section):
     their values are secrets (`${ENV}` works)."""
     timeout: Annotated[float, Duration(positive=True, maximum=60.0)] = 10.0
     """How long one export may take (exports run beside the loop, never in a tick)."""
+
+    @model_validator(mode="after")
+    def _exporter_installed(self) -> Self:
+        """An endpoint needs the exporter: said at load (and by `check-config`), not when
+        the first trace goes out. Looked up, not imported."""
+        if self.otlp_endpoint is not None and not _installed(OTLP_EXPORTER):
+            fail(
+                (
+                    ("otlp_endpoint",),
+                    "traces need the OpenTelemetry SDK and exporter: install ci-autoscaler"
+                    " with its otel extra (pip install 'ci-autoscaler[otel]')",
+                )
+            )
+        return self
+
+
+#: The module the ``otel`` extra brings (:mod:`autoscaler.tracing` imports it).
+OTLP_EXPORTER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
 class Config(Section):

@@ -5,11 +5,14 @@ attributes runner type, repository, job id and pool, and never a secret."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +37,7 @@ from autoscaler.tracing import (
 )
 from tests.factories import load_config
 
+ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 POLL = 30.0
 GITHUB_TOKEN = "ghp_notarealtoken0123456789abcdefghijkl"
@@ -234,3 +238,20 @@ def test_the_controller_hands_each_tick_s_waits_to_the_tracer() -> None:
         assert isinstance(runtime.controller.tracer, WaitTracer)
     finally:
         runtime.close()
+
+
+def test_an_endpoint_without_the_otel_extra_is_refused_at_load() -> None:
+    """A Python without the SDK (a subprocess where importing ``opentelemetry`` fails):
+    the configuration names the extra to install, as check-config reports it."""
+    code = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "from tests.factories import config_doc, config_problems\n"
+        "doc = config_doc(telemetry={'otlp_endpoint': 'http://127.0.0.1:4318/v1/traces'})\n"
+        "print(config_problems(doc))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert "telemetry.otlp_endpoint: traces need the OpenTelemetry SDK" in done.stdout
+    assert "pip install 'ci-autoscaler[otel]'" in done.stdout
