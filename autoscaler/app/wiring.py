@@ -29,6 +29,7 @@ from autoscaler.scale.scaler import Scaler
 from autoscaler.state.fence import Fence, FencedPool, FencedSource, FencedWarmPools
 from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.telemetry import Metrics
+from autoscaler.tracing import build_tracer
 
 if TYPE_CHECKING:
     import boto3
@@ -193,6 +194,9 @@ def build_runtime(
             events=events,
             observed=lambda: observed[0].last_observation,
         )
+    tracer = build_tracer(config.telemetry)
+    if tracer is not None:
+        closers.append(tracer.close)  # exports what is queued first
     controller = Controller(
         config,
         source,
@@ -203,6 +207,7 @@ def build_runtime(
         leadership=backend.lease,
         retries=retries,
         interruptions=interruptions,
+        tracer=tracer,
     )
     observed.append(controller)
     return Runtime(controller, closers, keeper=backend.keeper, webhooks=hooks)
