@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from autoscaler.domain import WarmPoolSpec
+
 if TYPE_CHECKING:
     from autoscaler.config import ScalingConfig
 
@@ -294,6 +296,33 @@ class ScalingState:
 
 
 @dataclass(frozen=True)
+class WarmSizing:
+    """One runner type's decided hot and warm capacity, and why."""
+
+    runner_type: str
+    pool: str
+    """The group whose warm pool holds the warm capacity."""
+    hot: int
+    """Idle running runners kept (joins the demand beside ``min_idle``)."""
+    warm: int
+    """Stopped instances asked of the warm pool (before ``min_size``/``max_prepared``)."""
+    reason: str
+    """``hot 2, warm 12: p90 arrivals in the next boot = 14; ...``"""
+    spec: WarmPoolSpec
+    """What the pool's warm pool is put to: ``warm`` within ``min_size`` and
+    ``max_prepared`` beside the group's desired capacity."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "pool": self.pool,
+            "hot": self.hot,
+            "warm": self.warm,
+            "warm_pool_size": self.spec.min_size,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class Plan:
     decisions: tuple[Decision, ...]
     scale_ups: tuple[ScaleUp, ...]
@@ -316,3 +345,5 @@ class Plan:
     (:data:`SKEW_FRACTION`)."""
     refused: tuple[LaunchRefused, ...] = ()
     """Pools of configured types whose launches a person must fix (paged every tick)."""
+    warm_sizes: tuple[WarmSizing, ...] = ()
+    """Hot and warm capacity decided from each type's objective (``size: slo`` pools)."""

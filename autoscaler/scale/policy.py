@@ -75,8 +75,10 @@ from autoscaler.scale.plan import (
     ScaleUp,
     ScalingState,
     TerminateOrphan,
+    WarmSizing,
     slot_target,
 )
+from autoscaler.scale.sizing import size_warm
 
 if TYPE_CHECKING:
     from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
@@ -124,6 +126,7 @@ class _Type:
     demand: int
     desired: int
     oldest: datetime | None
+    sizing: WarmSizing | None = None
     grant: int = 0
 
 
@@ -189,13 +192,17 @@ def _types(
         stats = snapshot.per_type.get(rt.name)
         queued = stats.queue_size if stats is not None else 0
         busy = sum(1 for r, _ in mine if r.online and r.busy)
-        demand = queued + busy + warm_runners(rt, state, now)
+        sizing = size_warm(config, rt, state, now)
+        hot = 0 if sizing is None else sizing.hot
+        demand = queued + busy + max(warm_runners(rt, state, now), hot)
         cap = sum(p.max_size for p in present)
         if rt.max is not None:
             cap = min(cap, rt.max)
         live = sum(p.live_instances for p in present)
         oldest = stats.oldest_queued_at if stats is not None else None
-        out.append(_Type(rt, present, mine, queued, busy, live, demand, min(demand, cap), oldest))
+        out.append(
+            _Type(rt, present, mine, queued, busy, live, demand, min(demand, cap), oldest, sizing)
+        )
     return out
 
 
@@ -454,11 +461,14 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     for t in types:
         summary = (
             f"demand {t.demand} (queued {t.queued} + busy {t.busy}"
-            f" + min_idle {t.demand - t.queued - t.busy}),"
+            f" + {'min_idle' if t.sizing is None else 'min_idle/hot'}"
+            f" {t.demand - t.queued - t.busy}),"
             f" supply {t.live}"
         )
         for p in t.pools:
             out.note(t.rt.name, p.name, summary)
+            if t.sizing is not None and t.sizing.pool == p.name:
+                out.note(t.rt.name, p.name, t.sizing.reason)
         for r in releases:
             if r.runner_type == t.rt.name:
                 _note_release(r, state, out)
@@ -510,7 +520,25 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         pending_terminations=tuple(pending),
         orphans_held=tuple(out.held),
         refused=refused,
+        warm_sizes=_warm_sizes(types, pools, config, out),
     )
+
+
+def _warm_sizes(
+    types: Sequence[_Type], pools: Mapping[str, PoolState], config: Config, out: _Builder
+) -> tuple[WarmSizing, ...]:
+    """Each decided warm size, put within its pool's bounds beside the desired capacity
+    this plan leaves the group at."""
+    sized = []
+    for t in types:
+        s = t.sizing
+        warm_pool = None if s is None else config.pool(s.pool).warm_pool
+        if s is None or warm_pool is None:
+            continue
+        found = pools.get(s.pool)
+        desired = out.targets.get((t.rt.name, s.pool), found.desired_capacity if found else 0)
+        sized.append(replace(s, spec=warm_pool.spec_for(s.warm, desired)))
+    return tuple(sized)
 
 
 def _note_release(r: Release, state: ScalingState, out: _Builder) -> None:

@@ -172,11 +172,6 @@ class Scaler:
                 self.last_problems.append(
                     ScalingProblem("missing", self._type_of[name], name, "NotFound", msg)
                 )
-        warm = (
-            ()
-            if self.warm is None
-            else self.warm.step(list(pools), self.last_problems, dry_run=dry_run)
-        )
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
         if dry_run:
@@ -206,6 +201,17 @@ class Scaler:
             runners_seen_at=observation.runners_seen_at if observation is not None else None,
         )
         self.last_plan = plan
+        # After the decision: a ``size: slo`` warm pool is put to the size it decided.
+        warm = (
+            ()
+            if self.warm is None
+            else self.warm.step(
+                list(pools),
+                self.last_problems,
+                dry_run=dry_run,
+                sized={w.pool: w.spec for w in plan.warm_sizes},
+            )
+        )
         for lr in plan.refused:  # a pool a person must fix is paged every tick until it works
             msg = f"{lr.pool} cannot launch instances ({lr.code}): {lr.message}"
             self.last_problems.append(

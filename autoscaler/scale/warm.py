@@ -2,7 +2,8 @@
 
 A group listed under ``pools`` is one whose warm pool the controller owns.
 :func:`plan_warm_pools` compares the warm pools described this tick with the
-configuration and says, per group, keep, put or delete; the keeper
+configuration and says, per group, keep, put or delete (a ``size: slo`` warm pool is
+put to the size the policy decided this tick, :mod:`autoscaler.scale.sizing`); the keeper
 (:mod:`autoscaler.scale.warm_keeper`) acts on it. A group not listed is never touched
 (terraform may own its warm pool). Pure.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from autoscaler.config import Config
+from autoscaler.config import Config, WarmPoolConfig
 from autoscaler.domain import WarmPoolSpec, WarmPoolState
 
 #: What a tick does to a group's warm pool.
@@ -38,16 +39,22 @@ class WarmPoolChange:
 
 
 def plan_warm_pools(
-    config: Config, found: Mapping[str, WarmPoolState | None]
+    config: Config,
+    found: Mapping[str, WarmPoolState | None],
+    sized: Mapping[str, WarmPoolSpec] | None = None,
 ) -> tuple[WarmPoolChange, ...]:
-    """One change per listed group that was described (``found`` has its key)."""
+    """One change per listed group that was described (``found`` has its key).
+    ``sized``: the settings decided this tick for the ``size: slo`` groups; one with no
+    decision (a tick that could not decide) keeps what it has."""
     types = {p: rt.name for rt in config.runner_types for p in rt.pools}
+    decided = sized or {}
     out = []
     for pool in config.pools:
         if pool.name not in found:
             continue
         have, rt = found[pool.name], types.get(pool.name, "")
-        spec = None if pool.warm_pool is None else pool.warm_pool.spec
+        warm = pool.warm_pool
+        spec = warm_spec(pool.name, warm, decided, have)
         if spec is None:
             change = (
                 WarmPoolChange(pool.name, rt, KEEP, None, "no warm pool")
@@ -62,6 +69,23 @@ def plan_warm_pools(
             change = WarmPoolChange(pool.name, rt, PUT, spec, f"change {have.spec} to {spec}")
         out.append(change)
     return tuple(out)
+
+
+def warm_spec(
+    pool: str,
+    warm: WarmPoolConfig | None,
+    sized: Mapping[str, WarmPoolSpec],
+    have: WarmPoolState | None = None,
+) -> WarmPoolSpec | None:
+    """What a listed group's warm pool must be: as written, or as sized this tick (no
+    size decided: what it has, else ``min_size``)."""
+    if warm is None:
+        return None
+    if not warm.sized:
+        return warm.spec
+    if pool in sized:
+        return sized[pool]
+    return have.spec if have is not None else warm.spec_for(0, 0)
 
 
 @dataclass(frozen=True)

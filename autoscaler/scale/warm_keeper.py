@@ -9,11 +9,16 @@ the warm instances per group and state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from autoscaler.config import Config
-from autoscaler.domain import WARM_INSTANCE_STATES, ScalingProblem, WarmPoolState
+from autoscaler.domain import (
+    WARM_INSTANCE_STATES,
+    ScalingProblem,
+    WarmPoolSpec,
+    WarmPoolState,
+)
 from autoscaler.errors import AutoscalerError
 from autoscaler.ports import WarmPools
 from autoscaler.retrying import RetryPolicy
@@ -44,10 +49,16 @@ class WarmPoolKeeper:
         self.last: tuple[WarmPoolView, ...] = ()
 
     def step(
-        self, existing: Sequence[str], problems: list[ScalingProblem], *, dry_run: bool = False
+        self,
+        existing: Sequence[str],
+        problems: list[ScalingProblem],
+        *,
+        dry_run: bool = False,
+        sized: Mapping[str, WarmPoolSpec] | None = None,
     ) -> tuple[WarmPoolView, ...]:
         """Make the warm pools of the listed groups in ``existing`` (the groups described
-        this tick) what the configuration says; ``dry_run``: describe only."""
+        this tick) what the configuration says, and the ``size: slo`` ones what the
+        policy decided (``sized``, by group); ``dry_run``: describe only."""
         types = {p: rt.name for rt in self.config.runner_types for p in rt.pools}
         found: dict[str, WarmPoolState | None] = {}
         for pool in self.config.pools:
@@ -64,7 +75,7 @@ class WarmPoolKeeper:
                     problems, exc, types.get(pool.name, ""), pool.name, "describe_warm_pool"
                 )
         views = []
-        for change in plan_warm_pools(self.config, found):
+        for change in plan_warm_pools(self.config, found, sized):
             done = change.action == KEEP or (not dry_run and self._apply(change, problems))
             views.append(WarmPoolView(change, found[change.pool], done))
         self.last = tuple(views)

@@ -1,0 +1,77 @@
+"""Warm and hot capacity sized from a runner type's queue-time objective (pure).
+
+A job that finds an idle runner starts at once. One that does not waits for the
+controller to see it (a poll interval, or the webhook's debounce and delivery) and then
+for capacity: a warm instance (``warm_pool.start``) or, when the warm pool is empty, a
+cold launch (``warm_pool.refill``). Hot runners cost an instance each; warm ones cost
+their disks. So, per type with a ``size: slo`` warm pool, with ``objective`` as the
+quantile:
+
+- **hot** (running, idle): none when the reaction plus a warm start fits in
+  ``slo.queue_time``; else the objective's quantile of the jobs expected in that time,
+  so that many jobs find one idle before the warm pool's instances are up. The rate is
+  burst-proof (:func:`~autoscaler.scale.forecast.steady_rate`): a matrix is no reason to
+  keep machines running;
+- **warm** (stopped): the objective's quantile of the jobs expected while the group
+  refills its warm pool (a cold boot), less the hot runners, at the arrival rate the
+  predictor measures (:func:`~autoscaler.scale.forecast.arrival_rate`, bursts included:
+  a stopped instance is cheap).
+
+The hot count joins the type's demand beside ``min_idle``; the warm size goes to the
+type's ``size: slo`` pool (:meth:`WarmPoolConfig.spec_for`), which the keeper puts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from autoscaler.scale.forecast import arrival_rate, poisson_quantile, steady_rate
+from autoscaler.scale.plan import ScalingState, WarmSizing
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, PoolConfig, RunnerTypeConfig
+
+#: Seconds GitHub takes to deliver a webhook (added to its debounce).
+WEBHOOK_DELIVERY = 1.0
+
+
+def reaction_seconds(config: Config) -> float:
+    """How long a queued job waits before the controller decides for it, at worst: a
+    poll interval, or with a webhook its debounce and delivery."""
+    if config.webhook is not None:
+        return config.webhook.debounce + WEBHOOK_DELIVERY
+    return config.poll_interval
+
+
+def sized_pool(config: Config, rt: RunnerTypeConfig) -> PoolConfig | None:
+    """The type's pool whose warm pool is sized from its objective (one at most)."""
+    for name in rt.pools:
+        pool = config.pool(name)
+        if pool.warm_pool is not None and pool.warm_pool.sized:
+            return pool
+    return None
+
+
+def size_warm(
+    config: Config, rt: RunnerTypeConfig, state: ScalingState, now: datetime
+) -> WarmSizing | None:
+    """The type's hot and warm capacity (None: no ``size: slo`` pool, or no ``slo``)."""
+    pool = sized_pool(config, rt)
+    slo = rt.slo
+    if pool is None or pool.warm_pool is None or slo is None:
+        return None
+    warm_pool, q = pool.warm_pool, slo.objective
+    react = reaction_seconds(config)
+    label = f"p{q * 100:g}"
+    if react + warm_pool.start <= slo.queue_time:
+        hot = 0
+        why_hot = f"a warm start fits in {slo.queue_time:g}s"
+    else:
+        span = react + warm_pool.start
+        hot = poisson_quantile(steady_rate(rt, state, now) * span, q)
+        why_hot = f"{label} arrivals in a warm start = {hot}"
+    need = poisson_quantile(arrival_rate(rt, state, now) * (react + warm_pool.refill), q)
+    warm = max(0, need - hot)
+    reason = f"hot {hot}, warm {warm}: {label} arrivals in the next boot = {need}; {why_hot}"
+    return WarmSizing(rt.name, pool.name, hot, warm, reason, warm_pool.spec_for(warm, 0))
