@@ -220,6 +220,11 @@ class ScalingState:
     boots: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Runner type -> seconds from launch to a registered runner of its last new runners
     (at most :data:`~autoscaler.scale.forecast.BOOTS_KEPT`)."""
+    warm_held: Mapping[str, tuple[int, datetime]] = field(default_factory=dict)
+    """Runner type -> the warm size kept and when it was last needed that large: a warm
+    pool shrinks only once its size was not needed for
+    :data:`~autoscaler.scale.sizing.WARM_HOLD` (a stopped instance dropped and prepared
+    again costs a cold boot; kept, only its disks)."""
     removed_runners: Mapping[int, datetime] = field(default_factory=dict)
     """Runner id -> when this controller deleted it at GitHub (or GitHub answered 404:
     already gone). A webhook tick plans with the last poll's runner list
@@ -308,9 +313,15 @@ class WarmSizing:
     """Stopped instances asked of the warm pool (before ``min_size``/``max_prepared``)."""
     reason: str
     """``hot 2, warm 12: p90 arrivals in the next boot = 14; ...``"""
+    refill: float
+    """Seconds the group takes to prepare a new warm instance (compute a new runner
+    costs besides its warm start)."""
     spec: WarmPoolSpec
     """What the pool's warm pool is put to: ``warm`` within ``min_size`` and
     ``max_prepared`` beside the group's desired capacity."""
+    needed: int
+    """The warm size the arrivals call for now (``warm`` is larger while a size needed
+    within the last hour is held)."""
 
     def as_dict(self) -> dict[str, object]:
         return {

@@ -78,7 +78,7 @@ from autoscaler.scale.plan import (
     WarmSizing,
     slot_target,
 )
-from autoscaler.scale.sizing import size_warm
+from autoscaler.scale.sizing import size_types
 
 if TYPE_CHECKING:
     from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
@@ -181,6 +181,7 @@ def _types(
     now: datetime,
     *,
     state: ScalingState,
+    sizings: Mapping[str, WarmSizing],
 ) -> list[_Type]:
     out = []
     by_pool = runners_by_pool(runners)
@@ -192,7 +193,7 @@ def _types(
         stats = snapshot.per_type.get(rt.name)
         queued = stats.queue_size if stats is not None else 0
         busy = sum(1 for r, _ in mine if r.online and r.busy)
-        sizing = size_warm(config, rt, state, now)
+        sizing = sizings.get(rt.name)
         hot = 0 if sizing is None else sizing.hot
         demand = queued + busy + max(warm_runners(rt, state, now), hot)
         cap = sum(p.max_size for p in present)
@@ -283,7 +284,8 @@ def _scale_in(  # noqa: PLR0917 (the type, its state and the tick's budget)
         key=lambda x: (x[0], x[1].id),
     )
     past = sum(1 for since, _, _ in idle if since <= cutoff)
-    keep = idle_to_keep(t.rt, state, now, poll_interval)
+    refill = 0.0 if t.sizing is None else t.sizing.refill
+    keep = idle_to_keep(t.rt, state, now, poll_interval, refill)
     count = min(excess, past if keep is None else max(past, len(idle) - keep))
     for since, r, pool in idle[:count]:
         out.scale_ins.append(ScaleIn(t.rt.name, pool, r.id, r.name, instance_id_of(r.name) or ""))
@@ -445,7 +447,8 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         }
         state = replace(state, idle_since=idle_since)
     state = track_short(pools, state, now)
-    types = _types(snapshot, runners, pools, config, now, state=state)
+    sizings, state = size_types(config, state, now)
+    types = _types(snapshot, runners, pools, config, now, state=state, sizings=sizings)
     budget_use = _grant_budgets(types, config.budgets, now)
     out = _Builder(pools)
     releases: list[Release] = []

@@ -17,12 +17,17 @@ quantile:
   predictor measures (:func:`~autoscaler.scale.forecast.arrival_rate`, bursts included:
   a stopped instance is cheap).
 
+A warm pool grows at once and shrinks only once its size was not needed for
+:data:`WARM_HOLD`: a stopped instance dropped and prepared again costs a cold boot of
+compute, one kept costs its disks.
+
 The hot count joins the type's demand beside ``min_idle``; the warm size goes to the
 type's ``size: slo`` pool (:meth:`WarmPoolConfig.spec_for`), which the keeper puts.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -31,6 +36,9 @@ from autoscaler.scale.plan import ScalingState, WarmSizing
 
 if TYPE_CHECKING:
     from autoscaler.config import Config, PoolConfig, RunnerTypeConfig
+
+#: Seconds a warm size is kept after it was last needed.
+WARM_HOLD = 3600.0
 
 #: Seconds GitHub takes to deliver a webhook (added to its debounce).
 WEBHOOK_DELIVERY = 1.0
@@ -72,6 +80,30 @@ def size_warm(
         hot = poisson_quantile(steady_rate(rt, state, now) * span, q)
         why_hot = f"{label} arrivals in a warm start = {hot}"
     need = poisson_quantile(arrival_rate(rt, state, now) * (react + warm_pool.refill), q)
-    warm = max(0, need - hot)
+    warm = needed = max(0, need - hot)
     reason = f"hot {hot}, warm {warm}: {label} arrivals in the next boot = {need}; {why_hot}"
-    return WarmSizing(rt.name, pool.name, hot, warm, reason, warm_pool.spec_for(warm, 0))
+    held = state.warm_held.get(rt.name)
+    if held is not None and held[0] > warm and (now - held[1]).total_seconds() < WARM_HOLD:
+        reason += f"; {held[0]} warm held (needed {held[1]:%H:%M} UTC)"
+        warm = held[0]
+    spec = warm_pool.spec_for(warm, 0)
+    return WarmSizing(rt.name, pool.name, hot, warm, reason, warm_pool.refill, spec, needed)
+
+
+def size_types(
+    config: Config, state: ScalingState, now: datetime
+) -> tuple[dict[str, WarmSizing], ScalingState]:
+    """Every type's sizing (:func:`size_warm`), and the state with the warm sizes held."""
+    out: dict[str, WarmSizing] = {}
+    held = dict(state.warm_held)
+    for rt in config.runner_types:
+        sizing = size_warm(config, rt, state, now)
+        if sizing is None:
+            held.pop(rt.name, None)
+            continue
+        out[rt.name] = sizing
+        if sizing.warm == sizing.needed:  # needed now: held from now on
+            held[rt.name] = (sizing.warm, now)
+    if held == state.warm_held:
+        return out, state
+    return out, replace(state, warm_held=held)
