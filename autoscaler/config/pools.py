@@ -76,7 +76,7 @@ class WarmPoolConfig(Section):
     start: Annotated[float, Duration(positive=True)] = 40.0
     """With `size: slo`: how long a warm instance takes from the scale-out to an online
     runner, a slow one (a stopped instance's p95 is about 40 s)."""
-    refill: Annotated[float, Duration(positive=True)] = 240.0
+    refill: Annotated[float, Duration(positive=True)] = 120.0
     """With `size: slo`: how long the group takes to prepare a new warm instance (a cold
     launch and boot, a slow one)."""
     reuse: Annotated[bool, Flag()] = False

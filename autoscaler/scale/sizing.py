@@ -13,9 +13,10 @@ quantile:
   burst-proof (:func:`~autoscaler.scale.forecast.steady_rate`): a matrix is no reason to
   keep machines running;
 - **warm** (stopped): the objective's quantile of the jobs expected while the group
-  refills its warm pool (a cold boot), less the hot runners, at the arrival rate the
-  predictor measures (:func:`~autoscaler.scale.forecast.arrival_rate`, bursts included:
-  a stopped instance is cheap).
+  refills its warm pool (a cold boot), at the arrival rate the predictor measures
+  (:func:`~autoscaler.scale.forecast.arrival_rate`, bursts included: a stopped instance
+  is cheap), or the most jobs seen arriving within that long over the rate's window
+  when more (a matrix is not Poisson), less the hot runners.
 
 A warm pool grows at once and shrinks only once its size was not needed for
 :data:`WARM_HOLD`: a stopped instance dropped and prepared again costs a cold boot of
@@ -31,14 +32,14 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from autoscaler.scale.forecast import arrival_rate, poisson_quantile, steady_rate
+from autoscaler.scale.forecast import arrival_rate, poisson_quantile, steady_rate, window_of
 from autoscaler.scale.plan import ScalingState, WarmSizing
 
 if TYPE_CHECKING:
     from autoscaler.config import Config, PoolConfig, RunnerTypeConfig
 
 #: Seconds a warm size is kept after it was last needed.
-WARM_HOLD = 3600.0
+WARM_HOLD = 21600.0
 
 #: Seconds GitHub takes to deliver a webhook (added to its debounce).
 WEBHOOK_DELIVERY = 1.0
@@ -61,6 +62,23 @@ def sized_pool(config: Config, rt: RunnerTypeConfig) -> PoolConfig | None:
     return None
 
 
+def peak_arrivals(rt: RunnerTypeConfig, state: ScalingState, now: datetime, span: float) -> int:
+    """The most jobs that arrived within ``span`` seconds of each other over the type's
+    window: a matrix is not Poisson, and the warm pool should take the last one whole."""
+    window = window_of(rt)
+    seen = sorted(
+        (at, n) for at, n in state.arrivals.get(rt.name, ()) if (now - at).total_seconds() < window
+    )
+    peak = total = first = 0
+    for at, n in seen:
+        total += n
+        while (at - seen[first][0]).total_seconds() >= span:
+            total -= seen[first][1]
+            first += 1
+        peak = max(peak, total)
+    return peak
+
+
 def size_warm(
     config: Config, rt: RunnerTypeConfig, state: ScalingState, now: datetime
 ) -> WarmSizing | None:
@@ -76,12 +94,14 @@ def size_warm(
         hot = 0
         why_hot = f"a warm start fits in {slo.queue_time:g}s"
     else:
-        span = react + warm_pool.start
-        hot = poisson_quantile(steady_rate(rt, state, now) * span, q)
+        hot = poisson_quantile(steady_rate(rt, state, now) * (react + warm_pool.start), q)
         why_hot = f"{label} arrivals in a warm start = {hot}"
-    need = poisson_quantile(arrival_rate(rt, state, now) * (react + warm_pool.refill), q)
+    span = react + warm_pool.refill
+    expected = poisson_quantile(arrival_rate(rt, state, now) * span, q)
+    need = max(expected, peak_arrivals(rt, state, now, span))
     warm = needed = max(0, need - hot)
-    reason = f"hot {hot}, warm {warm}: {label} arrivals in the next boot = {need}; {why_hot}"
+    said = f"{label} arrivals" if need == expected else "most arrivals seen"
+    reason = f"hot {hot}, warm {warm}: {said} in the next boot = {need}; {why_hot}"
     held = state.warm_held.get(rt.name)
     if held is not None and held[0] > warm and (now - held[1]).total_seconds() < WARM_HOLD:
         reason += f"; {held[0]} warm held (needed {held[1]:%H:%M} UTC)"

@@ -20,7 +20,8 @@
   ones first: a runner ``simulation.warm_start`` later, billed from the start, not
   throttled by the launch limits. The pool refills at cold speed (launch + boot, the
   same token bucket), billed as compute while it initialises; a stopped instance is
-  billed for storage only (its own column).
+  billed for storage only (its own column). With ``reuse`` an idle instance scaled in
+  goes back to the warm pool stopped instead of terminating.
 - **GitHub** hands a queued job at once to an idle runner whose labels cover the job's (any
   of them: drawn with the seeded RNG), and a runner turning idle takes the oldest queued
   job it can run; one job per runner. With ``ephemeral`` a runner's instance terminates
@@ -320,6 +321,7 @@ class Emulator(EmulatorView):
         inst.launched_at = self.clock.datetime()
         pool.live[inst.id] = inst
         self.live_count[pool.type_index] += 1
+        inst.counted = True
         self.instances.append(inst)
         self.clock.at(inst.running, self._running, inst)
         self.clock.at(inst.running + boot, self._ready, inst)
@@ -365,7 +367,8 @@ class Emulator(EmulatorView):
         del pool.warming[inst.id]
         minimum = self.config.simulation.billing_minimum
         inst.prior_compute = max(minimum, self.now - inst.running)
-        inst.stopped_at = self.now
+        inst.prior_boot = self.now - inst.running
+        inst.stopped_at, inst.parked = self.now, True
         pool.stopped.append(inst)
         self._refill(pool)
 
@@ -373,7 +376,7 @@ class Emulator(EmulatorView):
         """The group moves a stopped instance into service: it starts again."""
         pool = inst.pool
         inst.stored = inst.stored_until(self.now)
-        inst.stopped_at = None
+        inst.stopped_at, inst.parked = None, False
         inst.warm_started = True
         inst.launched = inst.running = self.now
         inst.boot = pool.warm_draw()
@@ -382,7 +385,9 @@ class Emulator(EmulatorView):
         pool.launched += 1
         pool.live[inst.id] = inst
         self.live_count[pool.type_index] += 1
-        self.instances.append(inst)
+        if not inst.counted:
+            inst.counted = True
+            self.instances.append(inst)
         self.clock.at(self.now + inst.boot, self._ready, inst)
 
     def _running(self, inst: SimInstance) -> None:
@@ -396,11 +401,26 @@ class Emulator(EmulatorView):
         if inst.job is not None:
             raise RuntimeError(f"policy terminated busy instance {inst.id}")
         pool = inst.pool
-        inst.terminated = self.now
         if inst.idle_pos >= 0:
             self.idle[pool.type_index].remove(inst)
         del pool.live[inst.id]
         self.live_count[pool.type_index] -= 1
         pool.desired = max(0, pool.desired - 1)
-        if pool.warm_spec is not None:
+        spec = pool.warm_spec
+        if spec is not None and spec.reuse and inst.ready is not None:
+            self._stop(inst)
+        else:
+            inst.terminated = self.now
+        if spec is not None:
             self._refill(pool)
+
+    def _stop(self, inst: SimInstance) -> None:
+        """Reuse on scale-in: the instance goes back to the warm pool, stopped; its runner
+        registers again when it next starts."""
+        minimum = self.config.simulation.billing_minimum
+        inst.prior_compute += max(minimum, self.now - inst.running)
+        inst.prior_boot += min(inst.boot, self.now - inst.running)
+        inst.ready = inst.idle_since = inst.described = None
+        inst.runners = {}
+        inst.stopped_at, inst.parked = self.now, True
+        inst.pool.stopped.append(inst)

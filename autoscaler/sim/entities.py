@@ -96,14 +96,22 @@ class SimInstance:
     runners: dict[bool, Runner] = field(default_factory=dict)
     described: Instance | None = None
     prior_compute: float = 0.0
-    """Seconds billed as compute before its warm start: its initialisation in the warm
-    pool, at least the billing minimum."""
+    """Seconds billed as compute before its last warm start: its initialisation in the
+    warm pool and its earlier runs (reused on scale-in), each at least the billing
+    minimum."""
+    prior_boot: float = 0.0
+    """Seconds of those spent booting (its initialisation, its earlier starts)."""
     stopped_at: float | None = None
     """Since when it waits stopped in the warm pool (None: not stopped)."""
     stored: float = 0.0
     """Seconds it spent stopped (billed for storage only), up to its last warm start."""
     warm_started: bool = False
     """Taken from a warm pool."""
+    counted: bool = False
+    """In the emulator's instances (it went into service once)."""
+    parked: bool = False
+    """In a warm pool (initialised or reused): billed nothing beyond
+    :attr:`prior_compute` until it starts again."""
 
     def describe(self) -> Instance:
         """The instance as the Auto Scaling adapter reports it: pending until running."""
@@ -131,7 +139,7 @@ class SimInstance:
         """Seconds billed: from running to terminated (or ``end``), at least ``minimum``;
         nothing when it never ran."""
         stop = end if self.terminated is None else self.terminated
-        if stop <= self.running:
+        if self.parked or stop <= self.running:
             return self.prior_compute
         return self.prior_compute + max(minimum, stop - self.running)
 

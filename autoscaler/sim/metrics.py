@@ -139,15 +139,17 @@ def summarize(name: str, em: Emulator, end: float) -> PolicyResult:
         total += billed
         type_hours[inst.pool.type_index] += billed
         stop = end if inst.terminated is None else inst.terminated
-        boot += inst.prior_compute + max(0.0, min(inst.boot, stop - inst.running))
+        boot += inst.prior_boot
+        if not inst.parked:
+            boot += max(0.0, min(inst.boot, stop - inst.running))
         busy += inst.busy_seconds
-        if inst.job is not None and inst.job.started is not None:
+        if not inst.parked and inst.job is not None and inst.job.started is not None:
             busy += max(0.0, stop - inst.job.started)  # still running at the end
-    storage = 0.0
+    storage = sum(inst.stored_until(end) for inst in em.instances)
     for inst in em.warm_launched:
+        if inst.counted:
+            continue  # billed and stored above
         storage += inst.stored_until(end)
-        if inst.warm_started:
-            continue  # billed above
         # initialised (or initialising at the end) and never started: its boot is compute
         billed = inst.prior_compute or max(0.0, min(end, inst.running + inst.boot) - inst.running)
         total += billed
