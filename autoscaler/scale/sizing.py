@@ -101,11 +101,11 @@ def size_warm(
     need = max(expected, peak_arrivals(rt, state, now, span))
     warm = needed = max(0, need - hot)
     said = f"{label} arrivals" if need == expected else "most arrivals seen"
-    reason = f"hot {hot}, warm {warm}: {said} in the next boot = {need}; {why_hot}"
+    kept = ""
     held = state.warm_held.get(rt.name)
     if held is not None and held[0] > warm and (now - held[1]).total_seconds() < WARM_HOLD:
-        reason += f"; {held[0]} warm held (needed {held[1]:%H:%M} UTC)"
-        warm = held[0]
+        warm, kept = held[0], f"; {held[0]} warm held (needed {held[1]:%H:%M} UTC)"
+    reason = f"hot {hot}, warm {warm}: {said} in the next boot = {need}; {why_hot}{kept}"
     spec = warm_pool.spec_for(warm, 0)
     return WarmSizing(rt.name, pool.name, hot, warm, reason, warm_pool.refill, spec, needed)
 
