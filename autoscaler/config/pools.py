@@ -78,7 +78,8 @@ class WarmPoolConfig(Section):
     runner, a slow one (a stopped instance's p95 is about 40 s)."""
     refill: Annotated[float, Duration(positive=True)] = 120.0
     """With `size: slo`: how long the group takes to prepare a new warm instance (a cold
-    launch and boot, a slow one)."""
+    launch and boot, a typical one); also what a new runner costs besides its warm start,
+    when idle runners are weighed."""
     reuse: Annotated[bool, Flag()] = False
     """Put an instance the group scales in back into the warm pool instead of
     terminating it. Only for a runner type with `mode: persistent`: an ephemeral machine
