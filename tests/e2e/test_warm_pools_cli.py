@@ -134,13 +134,19 @@ def test_once_puts_a_warm_pool_sized_from_the_objective_at_the_decided_size(
             {"ci-cpu": {"warm_pool": {"size": "slo", "min_size": 2, "max_prepared": 4}}},
             slo={"queue_time": "45s", "objective": 0.95},
         )
-        result = cli("once", "--config", str(config), env=AWS_ENV)
+        result = cli("once", "--config", str(config), "--output", "json", env=AWS_ENV)
         explained = cli(
             "explain", "linux.4xlarge", "--config", str(config), "--output", "json", env=AWS_ENV
         )
     finally:
         fake.stop()
     assert result.returncode == 0, result.stderr
+    [decided] = json.loads(result.stdout)["warm_sizes"]
+    assert (decided["runner_type"], decided["pool"], decided["warm_pool_size"]) == (
+        "linux.4xlarge",
+        "ci-cpu",
+        2,
+    )
     found = warm_pool(moto_url, "ci-cpu")
     assert found is not None
     assert (found["PoolState"], found["MinSize"], found["MaxGroupPreparedCapacity"]) == (

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.app.explain import WarmRow
 from autoscaler.config import Config
 from autoscaler.domain import WarmPoolSpec
 from autoscaler.scale.plan import ScalingState
@@ -185,3 +186,21 @@ def test_hot_runners_join_the_demand_and_the_plan_carries_the_warm_size() -> Non
     assert "hot 12, warm 10: p95 arrivals in the next boot = 22" in d.reason
     [w] = plan.warm_sizes
     assert (w.pool, w.hot, w.warm, w.spec) == ("p", 12, 10, WarmPoolSpec("stopped", 10, 10, False))
+
+
+def test_explain_and_the_page_say_the_split_and_why() -> None:
+    cfg = config()
+    sizing = size_warm(cfg, cfg.runner_types[0], watched(STEADY), NOW)
+    assert sizing is not None
+    row = WarmRow(sizing.spec, None, "put", "create", done=True, sizing=sizing)
+    assert row.text() == (
+        "stopped, min 18, max prepared 18; warm: no instances (put: create); sized: hot 0,"
+        " warm 18: p95 arrivals in the next boot = 18; a warm start fits in 45s"
+    )
+    assert row.as_dict()["sized"] == {
+        "pool": "p",
+        "hot": 0,
+        "warm": 18,
+        "warm_pool_size": 18,
+        "reason": sizing.reason,
+    }
