@@ -189,7 +189,7 @@ def test_a_sized_warm_pool_is_put_as_an_absolute_size_within_its_bounds() -> Non
     )
     warm = config.pool("ci-gpu-od").warm_pool
     assert warm is not None
-    assert (warm.start, warm.refill) == (40.0, 240.0)
+    assert (warm.start, warm.refill) == (40.0, 120.0)
     sizes = [
         warm.spec_for(decided, desired).min_size
         for decided, desired in [(5, 0), (0, 0), (12, 0), (5, 7), (5, 12)]
