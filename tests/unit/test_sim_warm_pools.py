@@ -120,3 +120,22 @@ def test_only_this_projects_driver_puts_the_warm_pools(policy: str, warm_starts:
     r = simulate(sized, trace((400, 60), (800, 60)), policy)
     assert (r.warm_starts > 0) is warm_starts
     assert (r.storage_hours > 0) is warm_starts
+
+
+def test_reuse_on_scale_in_puts_the_instance_back_stopped() -> None:
+    """``max_prepared: 2``: two stopped at 110 s. One starts at 200 s (runner at 220 s,
+    a job until 250 s); scaled in at 400 s, it goes back stopped: no third launch, its
+    compute is its initialisation and its run, and it is stored again from 400 s."""
+    em = Emulator(config(), trace((200, 50)))
+    pool = em.pools["p1"]
+    em.clock.at(0.0, em.set_warm_pool, pool, WarmPoolSpec("stopped", 0, 2, reuse=True))
+    em.clock.at(200.0, em.set_desired, pool, 1)
+    em.clock.at(400.0, lambda: em.terminate(em.instances[0]))
+    em.clock.at(500.0, lambda: None)
+    em.run()
+    em.clock.run(until=lambda: em.now >= 500.0, limit=500.0)
+    [reused] = em.instances
+    assert len(em.warm_launched) == 2 and reused.terminated is None
+    assert reused in pool.stopped and reused.stopped_at == 400.0
+    assert reused.billed(500.0, 0.0) == pytest.approx(100.0 + 200.0)
+    assert reused.stored_until(500.0) == pytest.approx(90.0 + 100.0)
