@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config, WarmPoolConfig
 from autoscaler.domain import WarmPoolSpec, WarmPoolState
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, WarmPoolConfig
 
 #: What a tick does to a group's warm pool.
 KEEP, PUT, DELETE = "keep", "put", "delete"
