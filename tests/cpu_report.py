@@ -156,8 +156,11 @@ class Report:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         tr = terminalreporter
         in_tests = sum(self.tests.values())
-        here = cpu_seconds()  # this process: the controller, or the only process
-        total = here + sum(self.workers.values())
+        if self.workers:  # the controller: its own time (its children are the workers)
+            own = resource.getrusage(resource.RUSAGE_SELF)
+            total = own.ru_utime + own.ru_stime + sum(self.workers.values())
+        else:  # the only process: its own and its children's
+            total = cpu_seconds()
         outside = total - in_tests
         wall = time.monotonic() - self.started
         tr.section("CPU seconds (--cpu-report)")
