@@ -59,6 +59,14 @@ class WarmPoolKeeper:
         """Make the warm pools of the listed groups in ``existing`` (the groups described
         this tick) what the configuration says, and the ``size: slo`` ones what the
         policy decided (``sized``, by group); ``dry_run``: describe only."""
+        found = self.describe(existing, problems)
+        return self.apply(found, problems, dry_run=dry_run, sized=sized)
+
+    def describe(
+        self, existing: Sequence[str], problems: list[ScalingProblem]
+    ) -> dict[str, WarmPoolState | None]:
+        """The warm pools of the listed groups in ``existing``; a group whose describe
+        failed is left out (and told)."""
         types = {p: rt.name for rt in self.config.runner_types for p in rt.pools}
         found: dict[str, WarmPoolState | None] = {}
         for pool in self.config.pools:
@@ -74,6 +82,18 @@ class WarmPoolKeeper:
                 self.report(
                     problems, exc, types.get(pool.name, ""), pool.name, "describe_warm_pool"
                 )
+        return found
+
+    def apply(
+        self,
+        found: Mapping[str, WarmPoolState | None],
+        problems: list[ScalingProblem],
+        *,
+        dry_run: bool = False,
+        sized: Mapping[str, WarmPoolSpec] | None = None,
+    ) -> tuple[WarmPoolView, ...]:
+        """Put or delete what differs from the warm pools ``found`` (:meth:`describe`);
+        ``dry_run``: nothing."""
         views = []
         for change in plan_warm_pools(self.config, found, sized):
             done = change.action == KEEP or (not dry_run and self._apply(change, problems))
