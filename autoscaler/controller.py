@@ -81,6 +81,8 @@ class Reporter(Protocol):
 
     def tick_finished(self, seconds: float) -> None: ...
 
+    def tick_overran(self) -> None: ...
+
 
 class AlertStep(Protocol):
     """The alerting stage (autoscaler.alerting.engine.AlertEngine)."""

@@ -105,6 +105,18 @@ def _latency_sum(metrics: Metrics) -> float:
     return total
 
 
+def _listings(metrics: Metrics) -> dict[str, float]:
+    """Listings the poll asked for so far, by ``listing/reason``, from its own metric."""
+    out: dict[str, float] = {}
+    for family in metrics.registry.collect():
+        if family.name == "ci_autoscaler_github_listings":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    key = f"{sample.labels['listing']}/{sample.labels['reason']}"
+                    out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
 def _statuses(metrics: Metrics) -> dict[str, float]:
     """GitHub requests so far by HTTP status, from the controller's own metric."""
     out: dict[str, float] = {}
@@ -245,11 +257,13 @@ def run_controller(params: dict[str, Any]) -> None:
                 return {"ms": round_trip(params["url"], path, command["requests"])}
             clock["now"] = command["t"]
             before, latency = _statuses(metrics), _latency_sum(metrics)
+            asked = _listings(metrics)
             cpu, started = _cpu(), time.perf_counter()
             result = controller.tick(datetime.fromtimestamp(command["t"], UTC), dry_run=True)
             wall, cpu = time.perf_counter() - started, _cpu() - cpu
             after = _statuses(metrics)
             statuses = {k: int(v - before.get(k, 0.0)) for k, v in after.items()}
+            listings = {k: int(v - asked.get(k, 0.0)) for k, v in _listings(metrics).items()}
             observation = controller.last_observation
             budget = observation.budget if observation else None
             snapshot = result.snapshot
@@ -268,6 +282,7 @@ def run_controller(params: dict[str, Any]) -> None:
                 "wall": wall,
                 "cpu": cpu,
                 "statuses": {k: v for k, v in statuses.items() if v},
+                "listings": {k: v for k, v in listings.items() if v},
                 "latency_sum": _latency_sum(metrics) - latency,
                 "rss_mb": _peak_rss_mb(),
                 "poll_error": result.poll_error,

@@ -96,6 +96,9 @@ class RepoUnit:
     """Counted requests per listing of its newest runs (an average)."""
     recent_relisted: bool = False
     recent_urls: list[str] = field(default_factory=list)
+    ends: bool = False
+    """Its last listing of newest runs ended (every run it has fits in a few pages): read
+    to its end, that one listing stands for a whole listing (:mod:`.cadence`)."""
 
 
 @dataclass(slots=True)
