@@ -286,6 +286,7 @@ def run_controller(params: dict[str, Any]) -> None:
                 "latency_sum": _latency_sum(metrics) - latency,
                 "rss_mb": _peak_rss_mb(),
                 "poll_error": result.poll_error,
+                "partial": result.poll_partial,
                 "queued": queued,
                 "busy_interval": budget.busy_interval if budget else None,
                 "too_small": budget.too_small if budget else None,
