@@ -16,6 +16,7 @@ with ``dry_run``: everything is decided, nothing acted on (the pool is not real)
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import sys
 import tempfile
@@ -115,6 +116,19 @@ def _listings(metrics: Metrics) -> dict[str, float]:
                     key = f"{sample.labels['listing']}/{sample.labels['reason']}"
                     out[key] = out.get(key, 0.0) + sample.value
     return out
+
+
+class CutPolls(logging.Handler):
+    """Counts the poll's "cut short" warnings: the one sign of a poll that ran out of its
+    deadline that both code paths give (the baseline has no metric for it)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "cut short" in str(record.msg):
+            self.count += 1
 
 
 def _statuses(metrics: Metrics) -> dict[str, float]:
@@ -231,6 +245,8 @@ def run_controller(params: dict[str, Any]) -> None:
         },
     }
     config = parse_config(raw, env={})
+    cut_polls = CutPolls()
+    logging.getLogger("autoscaler.observe.github").addHandler(cut_polls)
     clock = {"now": T0.timestamp()}
     metrics = Metrics()
     with tempfile.TemporaryDirectory() as state_dir:
@@ -258,6 +274,7 @@ def run_controller(params: dict[str, Any]) -> None:
             clock["now"] = command["t"]
             before, latency = _statuses(metrics), _latency_sum(metrics)
             asked = _listings(metrics)
+            cuts = cut_polls.count
             cpu, started = _cpu(), time.perf_counter()
             result = controller.tick(datetime.fromtimestamp(command["t"], UTC), dry_run=True)
             wall, cpu = time.perf_counter() - started, _cpu() - cpu
@@ -287,6 +304,7 @@ def run_controller(params: dict[str, Any]) -> None:
                 "rss_mb": _peak_rss_mb(),
                 "poll_error": result.poll_error,
                 "partial": result.poll_partial,
+                "cut": cut_polls.count > cuts,
                 "queued": queued,
                 "busy_interval": budget.busy_interval if budget else None,
                 "too_small": budget.too_small if budget else None,

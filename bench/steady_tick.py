@@ -101,6 +101,8 @@ class Tick:
     error: str | None
     fake_cpu: float = 0.0
     partial: str | None = None
+    cut: bool = False
+    """The poll ran out of its deadline (its warning said so)."""
     latency_sum: float = 0.0
     """Seconds the controller's requests took, summed (client side)."""
 
@@ -197,6 +199,7 @@ def _tick(fake: Proc, controller: Proc, now: float) -> Tick:
         error=answer["poll_error"],
         fake_cpu=fake.ask(op="stats")["cpu"] - before,
         partial=answer.get("partial"),
+        cut=bool(answer.get("cut")),
         latency_sum=answer["latency_sum"],
     )
 
@@ -276,7 +279,7 @@ def report(results: list[tuple[Shape, Path_, Path_, str]], label: str) -> bool:
     )
     both("cold tick wall (s)", lambda p: f"{p.cold.wall:.1f}")
     both("cold tick requests", lambda p: f"{p.cold.requests:,}")
-    both("cold tick cut short", lambda p: "yes" if p.cold.partial else "no")
+    both("cold tick cut short", lambda p: "yes" if p.cold.cut or p.cold.partial else "no")
     both(
         "queued jobs at a steady tick, mean",
         lambda p: f"{statistics.mean(len(t.queued) for t in p.steady):,.0f}",
@@ -290,7 +293,10 @@ def report(results: list[tuple[Shape, Path_, Path_, str]], label: str) -> bool:
     both("  queued two ticks, seen by neither", lambda p: str(p.unseen_twice()), "ours 0")
     both("  counted queued but started (mean)", lambda p: f"{p.phantoms():.0f}")
     both("polls failed", lambda p: str(sum(1 for t in [p.cold, *p.steady] if t.error)))
-    both("steady polls cut short", lambda p: str(sum(1 for t in p.steady if t.partial)))
+    both(
+        "steady polls cut short",
+        lambda p: str(sum(1 for t in p.steady if t.cut or t.partial)),
+    )
     rows.append(["load average (1/5/15 min, before -> after)", *(load for *_, load in results), ""])
     print(f"  cells: {label} / ours")
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -73,8 +73,9 @@ class RunUnit:
 
 @dataclass(slots=True)
 class RepoUnit:
-    """A repository's runs: listed whole (one listing per status in RUN_STATUSES) or, while
-    it holds no live run, by its newest runs in every status (:mod:`.cadence`)."""
+    """A repository's runs: listed whole (one listing per status in RUN_STATUSES, or one
+    without a status read to its end when its runs fit a few pages) or, while it holds no
+    live run, by its newest runs in every status (:mod:`.cadence`)."""
 
     name: str
     last: float | None = None
