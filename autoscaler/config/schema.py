@@ -11,7 +11,9 @@ The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``, ``p
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -421,6 +423,48 @@ class WebhookConfig(Section):
         return self.listen.port
 
 
+class TelemetryConfig(Section):
+    """OpenTelemetry traces of each job's wait: one span for the wait, one child per
+    stage. Off unless `otlp_endpoint` is set; needs the `otel` extra
+    (`pip install 'ci-autoscaler[otel]'`)."""
+
+    otlp_endpoint: Annotated[SecretUrl, Url()] | None = Field(default=None, repr=False)
+    """The collector's OTLP/HTTP traces URL (`http://collector:4318/v1/traces`); absent:
+    no traces."""
+    service_name: Annotated[str, Text()] = "ci-autoscaler"
+    """The traces' `service.name`."""
+    headers: Mapping[str, Annotated[Secret, SecretText()]] = Field(default_factory=dict, repr=False)
+    """HTTP headers sent with every export (a collector's `Authorization`), by name;
+    their values are secrets (`${ENV}` works)."""
+    timeout: Annotated[float, Duration(positive=True, maximum=60.0)] = 10.0
+    """How long one export may take (exports run beside the loop, never in a tick)."""
+
+    @model_validator(mode="after")
+    def _exporter_installed(self) -> Self:
+        """An endpoint needs the exporter: said at load (and by `check-config`), not when
+        the first trace goes out. Looked up, not imported."""
+        if self.otlp_endpoint is not None and not _installed(OTLP_EXPORTER):
+            fail(
+                (
+                    ("otlp_endpoint",),
+                    "traces need the OpenTelemetry SDK and exporter: install ci-autoscaler"
+                    " with its otel extra (pip install 'ci-autoscaler[otel]')",
+                )
+            )
+        return self
+
+
+#: The module the ``otel`` extra brings (:mod:`autoscaler.tracing` imports it).
+OTLP_EXPORTER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 class Config(Section):
     """The ci-autoscaler configuration file."""
 
@@ -458,6 +502,8 @@ class Config(Section):
     """Where ephemeral runners' JIT configs are handed over (SSM parameter path)."""
     job_retry: JobRetryConfig = Field(default_factory=JobRetryConfig)
     """Re-run jobs lost to infrastructure (off by default: it writes to repositories)."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """OpenTelemetry traces of where each job's wait went (off by default)."""
 
     @field_validator("pools", mode="wrap")
     @classmethod

@@ -36,7 +36,7 @@ Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"`` (:func:`insta
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -405,6 +405,7 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     runners_complete: bool = True,
     clock_skew: ClockSkew | None = None,
     runners_seen_at: datetime | None = None,
+    warm: Collection[str] = (),
 ) -> Plan:
     """The plan for this tick. Pure: the same arguments give the same plan.
 
@@ -415,10 +416,15 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     is terminated while either skew exceeds :data:`SKEW_FRACTION` of ``boot_timeout``.
     ``runners_seen_at`` is when ``runners`` was read (a webhook tick's list is the last
     poll's; default: the snapshot's time): a runner this controller deleted since is
-    planned without (:func:`without_removed`).
+    planned without (:func:`without_removed`). ``warm`` are the ids of the instances in
+    a warm pool: the pool's, whatever their state. Their runners (a persistent runner
+    registered in an earlier stint) are planned without: no idle supply, no scale-in, no
+    stale runner to deregister.
     """
     skew = clock_skew or ClockSkew()
     scaling = config.scaling
+    if warm:
+        runners = [r for r in runners if instance_id_of(r.name) not in warm]
     state, runners = without_removed(
         state, runners, snapshot.observed_at if runners_seen_at is None else runners_seen_at
     )

@@ -10,15 +10,23 @@ An instance the group scales in is terminated, never put back in the warm pool
 (``InstanceReusePolicy.ReuseOnScaleIn`` false), unless ``warm_pool.reuse`` asks for it,
 which only a persistent runner type may: an ephemeral machine runs one job, and a used
 one never serves another.
+
+An instance in a warm pool is the pool's, whatever its state (``Warmed:Running`` too): not
+an orphan, and its runner (a persistent one, registered in an earlier stint) is no idle
+runner. :func:`warm_instances` says which they are; :func:`from_warm` restarts the boot
+clock of an instance that left a warm pool: EC2 keeps the launch time of an instance that
+waited running, so without it an instance put in service after hours warm would look
+unregistered past ``boot_timeout`` the moment it left.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from autoscaler.config import Config
-from autoscaler.domain import WarmPoolSpec, WarmPoolState
+from autoscaler.domain import PoolState, WarmPoolSpec, WarmPoolState
 
 #: What a tick does to a group's warm pool.
 KEEP, PUT, DELETE = "keep", "put", "delete"
@@ -72,3 +80,31 @@ class WarmPoolView:
     found: WarmPoolState | None
     done: bool
     """The change was made (a keep is always done; a dry run does nothing)."""
+
+
+def warm_instances(views: Sequence[WarmPoolView]) -> dict[str, frozenset[str]]:
+    """Pool -> the ids of the instances in its warm pool, for every pool whose warm pool
+    was described this tick (one without a warm pool holds none)."""
+    return {
+        v.change.pool: frozenset(v.found.instance_ids if v.found is not None else ()) for v in views
+    }
+
+
+def from_warm(
+    pools: Mapping[str, PoolState], warmed_at: Mapping[str, datetime], skew: float
+) -> dict[str, PoolState]:
+    """The pools with each instance that was in a warm pool launched no earlier than when
+    it was last seen there (``warmed_at``, our clock; ``skew``: the cloud's clock minus
+    ours, as launch times are the cloud's)."""
+    out: dict[str, PoolState] = {}
+    for name, p in pools.items():
+        instances = []
+        for i in p.instances:
+            seen = warmed_at.get(i.id)
+            if seen is not None and i.launched_at is not None:
+                left = seen + timedelta(seconds=skew)
+                if i.launched_at < left:
+                    i = replace(i, launched_at=left)  # noqa: PLW2901 (the instance, restarted)
+            instances.append(i)
+        out[name] = replace(p, instances=tuple(instances))
+    return out
