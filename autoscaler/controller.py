@@ -86,6 +86,8 @@ class Reporter(Protocol):
 
     def tick_finished(self, seconds: float) -> None: ...
 
+    def tick_overran(self) -> None: ...
+
 
 class WaitTracing(Protocol):
     """Where each job's wait goes as a trace (autoscaler.tracing.WaitTracer)."""

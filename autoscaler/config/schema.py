@@ -554,6 +554,7 @@ class Config(Section):
         on-demand group; only a persistent machine may go back to one."""
         types = {p: rt for rt in self.runner_types for p in rt.pools}
         problems: list[tuple[Where, str]] = []
+        sized: dict[str, str] = {}
         for pool in self.pools:
             rt, warm = types.get(pool.name), pool.warm_pool
             if rt is None:  # built in code (a file's names are checked as it is read)
@@ -561,6 +562,22 @@ class Config(Section):
                 continue
             if warm is None:
                 continue
+            if warm.sized and rt.slo is None:
+                problems.append(
+                    (
+                        ("pools", pool.name, "warm_pool", "size"),
+                        f"slo needs runner type {rt.name!r} to have an slo (queue_time and"
+                        " objective): the warm pool is sized to meet it",
+                    )
+                )
+            elif warm.sized and (first := sized.setdefault(rt.name, pool.name)) != pool.name:
+                problems.append(
+                    (
+                        ("pools", pool.name, "warm_pool", "size"),
+                        f"slo is already set on {first!r}: the warm capacity of runner type"
+                        f" {rt.name!r} is sized for one pool",
+                    )
+                )
             if pool.capacity != ON_DEMAND:
                 fallback = [p for p in rt.pools if p != pool.name and self.pool(p).warmable]
                 hint = (

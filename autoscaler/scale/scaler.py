@@ -176,12 +176,10 @@ class Scaler:
                 self.last_problems.append(
                     ScalingProblem("missing", self._type_of[name], name, "NotFound", msg)
                 )
-        warm = (
-            ()
-            if self.warm is None
-            else self.warm.step(list(pools), self.last_problems, dry_run=dry_run)
-        )
-        in_warm = warm_instances(warm)
+        # Described before the decision (its instances are the warm pool's, not orphans);
+        # put after it (a ``size: slo`` warm pool takes the size the policy decided).
+        found = {} if self.warm is None else self.warm.describe(list(pools), self.last_problems)
+        in_warm = warm_instances(found)
         self._remember_warm(in_warm, now)
         pools = from_warm(pools, self.warmed_at, self.pool.clock_skew() or 0.0)
         runners = observation.runners if observation is not None else ()
@@ -215,6 +213,16 @@ class Scaler:
             warm=frozenset().union(*in_warm.values()),
         )
         self.last_plan = plan
+        warm = (
+            ()
+            if self.warm is None
+            else self.warm.apply(
+                found,
+                self.last_problems,
+                dry_run=dry_run,
+                sized={w.pool: w.spec for w in plan.warm_sizes},
+            )
+        )
         for lr in plan.refused:  # a pool a person must fix is paged every tick until it works
             msg = f"{lr.pool} cannot launch instances ({lr.code}): {lr.message}"
             self.last_problems.append(

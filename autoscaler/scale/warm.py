@@ -2,7 +2,8 @@
 
 A group listed under ``pools`` is one whose warm pool the controller owns.
 :func:`plan_warm_pools` compares the warm pools described this tick with the
-configuration and says, per group, keep, put or delete; the keeper
+configuration and says, per group, keep, put or delete (a ``size: slo`` warm pool is
+put to the size the policy decided this tick, :mod:`autoscaler.scale.sizing`); the keeper
 (:mod:`autoscaler.scale.warm_keeper`) acts on it. A group not listed is never touched
 (terraform may own its warm pool). Pure.
 
@@ -21,12 +22,15 @@ unregistered past ``boot_timeout`` the moment it left.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from autoscaler.config import Config
 from autoscaler.domain import PoolState, WarmPoolSpec, WarmPoolState
+
+if TYPE_CHECKING:
+    from autoscaler.config import Config, WarmPoolConfig
 
 #: What a tick does to a group's warm pool.
 KEEP, PUT, DELETE = "keep", "put", "delete"
@@ -46,16 +50,22 @@ class WarmPoolChange:
 
 
 def plan_warm_pools(
-    config: Config, found: Mapping[str, WarmPoolState | None]
+    config: Config,
+    found: Mapping[str, WarmPoolState | None],
+    sized: Mapping[str, WarmPoolSpec] | None = None,
 ) -> tuple[WarmPoolChange, ...]:
-    """One change per listed group that was described (``found`` has its key)."""
+    """One change per listed group that was described (``found`` has its key).
+    ``sized``: the settings decided this tick for the ``size: slo`` groups; one with no
+    decision (a tick that could not decide) keeps what it has."""
     types = {p: rt.name for rt in config.runner_types for p in rt.pools}
+    decided = sized or {}
     out = []
     for pool in config.pools:
         if pool.name not in found:
             continue
         have, rt = found[pool.name], types.get(pool.name, "")
-        spec = None if pool.warm_pool is None else pool.warm_pool.spec
+        warm = pool.warm_pool
+        spec = warm_spec(pool.name, warm, decided, have)
         if spec is None:
             change = (
                 WarmPoolChange(pool.name, rt, KEEP, None, "no warm pool")
@@ -72,6 +82,23 @@ def plan_warm_pools(
     return tuple(out)
 
 
+def warm_spec(
+    pool: str,
+    warm: WarmPoolConfig | None,
+    sized: Mapping[str, WarmPoolSpec],
+    have: WarmPoolState | None = None,
+) -> WarmPoolSpec | None:
+    """What a listed group's warm pool must be: as written, or as sized this tick (no
+    size decided: what it has, else ``min_size``)."""
+    if warm is None:
+        return None
+    if not warm.sized:
+        return warm.spec
+    if pool in sized:
+        return sized[pool]
+    return have.spec if have is not None else warm.spec_for(0, 0)
+
+
 @dataclass(frozen=True)
 class WarmPoolView:
     """One group's warm pool as this tick left it (or, in a dry run, found it)."""
@@ -82,12 +109,10 @@ class WarmPoolView:
     """The change was made (a keep is always done; a dry run does nothing)."""
 
 
-def warm_instances(views: Sequence[WarmPoolView]) -> dict[str, frozenset[str]]:
+def warm_instances(found: Mapping[str, WarmPoolState | None]) -> dict[str, frozenset[str]]:
     """Pool -> the ids of the instances in its warm pool, for every pool whose warm pool
     was described this tick (one without a warm pool holds none)."""
-    return {
-        v.change.pool: frozenset(v.found.instance_ids if v.found is not None else ()) for v in views
-    }
+    return {pool: frozenset(s.instance_ids if s is not None else ()) for pool, s in found.items()}
 
 
 def from_warm(

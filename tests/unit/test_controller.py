@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from autoscaler.alerting.builtin_rules import UNREACHABLE_RULE
 from autoscaler.app.service import run_loop
@@ -405,6 +408,46 @@ def test_an_exception_escaping_the_source_is_a_failed_poll_and_alerting_still_ru
     assert value("ci_autoscaler_polls_total", {"result": "error"}) == 2.0
     assert value("ci_autoscaler_stage_failures_total", {"stage": "alerting"}) is None
     assert [(a.rule, a.state) for a in later.alerts] == [(UNREACHABLE_RULE, "firing")]
+
+
+def test_a_tick_longer_than_the_interval_is_logged_counted_and_the_next_starts_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A first poll of a large org can take longer than the interval. The loop waited
+    `interval - took` (nothing), said nothing and counted nothing: a controller ticking
+    back to back looked healthy. Ticks still never overlap; the overrun is logged and
+    counted, and the next tick starts at once rather than an interval later."""
+    clock = {"now": 0.0}
+    durations = iter([45.0, 10.0, 10.0])
+
+    class Slow(FakeSource):
+        def observe(self, now: datetime) -> Observation:
+            began.append(clock["now"])
+            clock["now"] += next(durations)
+            return super().observe(now)
+
+    began: list[float] = []
+    metrics = Metrics()
+    controller = Controller(config(), Slow([observation(1, T0)]), metrics)
+    waits: list[float] = []
+
+    class Stop(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout or 0.0)
+            clock["now"] += timeout or 0.0
+            return False
+
+    with caplog.at_level(logging.WARNING, logger="autoscaler.app.service"):
+        ticks = run_loop(
+            controller, 30.0, Stop(), clock=lambda: T0, max_ticks=3, monotonic=lambda: clock["now"]
+        )
+    assert ticks == 3
+    assert began == [0.0, 45.0, 75.0]  # one at a time; the second at once, the third on time
+    assert waits == [0.0, 20.0]
+    assert metrics.registry.get_sample_value("ci_autoscaler_tick_overruns_total") == 1.0
+    assert [r.getMessage() for r in caplog.records] == [
+        "tick took 45.0s, longer than the 30s poll interval; the next one starts now"
+    ]
 
 
 @dataclass
