@@ -27,6 +27,7 @@ wherever it has the same knob (``simulate --equal-knobs``): rule against rule.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 
@@ -52,8 +53,9 @@ class TypeView:
     """Jobs waiting for this type."""
     running: int
     """Jobs running on this type's runners."""
-    runners: tuple[RunnerView, ...]
-    """Live instances (launching, booting, idle or busy)."""
+    runners: Sequence[RunnerView]
+    """Live instances (launching, booting, idle or busy). The simulator passes a sequence
+    that knows its length at once and builds its items only when a rule reads them."""
     min_size: int
     max_size: int
     desired: int = -1
