@@ -515,7 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "file", nargs="?", default=None, help="the YAML config file (the same as --config)"
     )
-    p.add_argument("--config", dest="config_option", default=None, help=CONFIG_HELP)
+    p.add_argument(
+        "--config", dest="config_option", metavar="CONFIG", default=None, help=CONFIG_HELP
+    )
     p.add_argument(
         "--allow-unset-env",
         action="store_true",

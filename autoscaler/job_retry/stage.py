@@ -177,6 +177,8 @@ class RetryStage:
         self._stored: dict[str, str] = {}
         self._loaded = False
         self._denied_why: dict[str, str] = {}
+        #: (repo, run id, attempt, result) a dry run has logged (each said once).
+        self._said: set[tuple[str, int, int, str]] = set()
         self.last_report = RetryReport()
 
     # --- the tick
@@ -198,15 +200,18 @@ class RetryStage:
         choices = []
         for choice in decide(judged, self.ledger, self.retry, now):
             result = choice.result
-            if not dry_run:
+            if dry_run:
+                self._say_once(choice, result)
+            else:
                 result = self._act(choice, now)
-            self._count(choice, result)
+                self._count(choice, result)
             if result in WAITING or (dry_run and result in (RERUN, EXHAUSTED)):
                 # (a dry run acts on nothing: the run is still to be decided for real, by
                 # this controller or, for a follower, by the leader whose ledger says so)
                 waiting[_pending_key(choice.run)] = choice.run
             choices.append(replace(choice, result=result))
         self.pending = waiting
+        self._said = {k for k in self._said if (k[0], k[1]) in waiting}
         if not dry_run:
             self._save()
         self.last_report = RetryReport(
@@ -449,6 +454,26 @@ class RetryStage:
         self.ledger = record_denied(self.ledger, run.repo, now)
         self._denied_why[run.repo] = str(exc)
         return DENIED
+
+    def _say_once(self, choice: Choice, result: str) -> None:
+        """A dry run (a follower's tick, ``once --dry-run``) asks nothing, so it counts
+        nothing: the counters are what was done. It logs each run attempt's decision once,
+        so an operator can see on a follower what the leader will do."""
+        run = choice.run
+        key = (run.repo, run.run_id, run.attempt, result)
+        if key in self._said:
+            return
+        self._said.add(key)
+        log.info(
+            "job retry decided %s run %d attempt %d: verdict %s, result %s (%s); a dry run "
+            "or a follower: nothing asked",
+            run.repo,
+            run.run_id,
+            run.attempt,
+            choice.verdict.verdict,
+            result,
+            choice.why,
+        )
 
     def _count(self, choice: Choice, result: str) -> None:
         self.metrics.job_retry_runs.labels(choice.verdict.verdict, result).inc()

@@ -155,13 +155,6 @@ class Lease:
                 return None
             return mine.owner, mine.epoch
 
-    def remaining(self) -> float:
-        """Seconds this process may still act (0 when it may not)."""
-        with self._lock:
-            if self._mine is None:
-                return 0.0
-            return max(0.0, self._held_until - self.margin - self._monotonic())
-
     @property
     def holder(self) -> LeaseRecord | None:
         """The lease item as last seen (ours when leading)."""

@@ -416,7 +416,7 @@ def test_a_timeout_is_transient_retried_then_left_for_the_next_round(capture: Ca
 
 
 def test_a_hung_receiver_never_blocks_the_tick(capture: Capture) -> None:
-    """The story (issue 11, item 8): a receiver that accepted the connection and never
+    """The story: a receiver that accepted the connection and never
     answered held the tick for the deliverer's whole deadline every time a round started,
     and ``once`` could not exit before timeout x attempts (its worker threads were joined
     at exit), though the README promised delivery never blocks the tick.

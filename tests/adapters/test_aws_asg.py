@@ -115,7 +115,7 @@ def test_describe_reports_bounds_instances_and_launch_times(world: World) -> Non
 
 
 def test_launch_times_are_looked_up_once_per_instance(world: World) -> None:
-    """Story (issue 10): a webhook-woken tick spent most of its time in DescribeInstances,
+    """Story: a webhook-woken tick spent most of its time in DescribeInstances,
     asked every tick for every instance's launch time, which never changes."""
     lookups = "ci_autoscaler_aws_calls_total"
     world.pool.set_desired_capacity("gpu-od", 2)
@@ -132,7 +132,7 @@ def test_launch_times_are_looked_up_once_per_instance(world: World) -> None:
 
 
 def test_a_tick_right_after_a_scale_up_does_not_wait_for_launch_times(world: World) -> None:
-    """Story (issue 10, reaction at load 7 missed p95 < 1 s): every webhook-woken tick
+    """Story (reaction at load 7 missed p95 < 1 s): every webhook-woken tick
     right after a scale-up asked DescribeInstances for the launch times of the instances
     that scale-up had just started, before it could set the capacity again. New
     instances are looked up at most every LAUNCH_LOOKUP_SECONDS; until then their
@@ -486,7 +486,7 @@ def test_throttled_activities_stay_within_the_call_bound() -> None:
 def test_protecting_a_pending_instance_fails_the_whole_batch_so_only_in_service_is_asked(
     world: World,
 ) -> None:
-    """Regression (issue 11, item 3): SetInstanceProtection naming a Pending instance is a
+    """Regression: SetInstanceProtection naming a Pending instance is a
     ValidationError on real AWS (moto accepts it) and fails the whole batch: the booting
     instance's batch-mates stayed unprotected and on-call was paged every tick. The policy
     now asks only for InService instances; the booting one is protected once in service."""

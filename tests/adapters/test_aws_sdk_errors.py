@@ -1,4 +1,4 @@
-"""No exception of the AWS SDK leaves the adapter untranslated (issue 11, item 5).
+"""No exception of the AWS SDK leaves the adapter untranslated.
 
 The story: an egress proxy in front of the Auto Scaling endpoint answered one call with
 its HTML "502 Proxy Error" page. botocore could not parse it and raised

@@ -23,7 +23,7 @@ from autoscaler.fakes.github_reruns import (
     refuse_reruns,
     rerun_failed,
 )
-from autoscaler.job_retry.decide import ALREADY, RERUN
+from autoscaler.job_retry.decide import ALREADY, FAILED, RERUN
 from autoscaler.job_retry.stage import RetryStage
 from autoscaler.observe.github import failures
 from autoscaler.observe.github.source import GitHubSource
@@ -363,3 +363,33 @@ def test_three_lost_jobs_of_one_run_make_one_request_to_github(world: World) -> 
     assert world.fake.count(None, r"/rerun") == 1
     again = [j for j in world.fake.jobs() if j.run_id == run and j.run_attempt == 2]
     assert sorted(j.name for j in again) == [f"test ({i})" for i in (1, 2, 3)]
+
+
+def test_a_rerun_whose_answer_never_came_is_sent_once_and_confirmed_by_reading_the_run(
+    world: World,
+) -> None:
+    """The story: GitHub made the new attempt, then the connection dropped before its 201.
+    The client used to retry the POST inside the call, which asked GitHub for a second
+    attempt of a run already re-running (a 403 at best). Now the POST goes out once; the
+    stage keeps its unanswered record, and its next step reads the run (attempt 2) instead
+    of asking again."""
+    config = load_config(runner_types={"gpu": {"labels": GPU}}, job_retry={"enabled": True})
+    job = running_job(world)
+    run = world.fake.job(job).run_id
+    world.tick()
+    fail_job(world.fake, job, annotations=[annotation(LOST.format(runner=RUNNER))])
+    world.tick()
+
+    def lose_the_reruns_answer(method: str, path: str, status: int) -> bool:
+        return method == "POST" and path.endswith("/rerun-failed-jobs")
+
+    world.fake.before_reply = lose_the_reruns_answer
+    failed = world.source.completed_runs(world.now)
+    stage = RetryStage(config, Handed(failed), world.source, world.metrics)
+    assert [c.result for c in stage.step(world.now).choices] == [FAILED]
+    assert world.fake.count(None, r"/rerun-failed-jobs$") == 1
+
+    world.fake.before_reply = None
+    assert [c.result for c in stage.step(world.now).choices] == [ALREADY]
+    assert world.fake.count(None, r"/rerun-failed-jobs$") == 1
+    assert world.fake.run_reruns == [("pytorch", run)]

@@ -280,7 +280,7 @@ class ReadOnlyCache:
 def test_a_state_file_that_cannot_take_the_cache_is_said_once_by_the_alert_stage(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Regression (merge of issue 9 into issue 11's state errors): a read-only state file
+    """Regression (the GitHub budget merged with the state store's errors): a read-only state file
     was said twice a tick, once as the alert stage's ERROR (the file and what to do) and
     once more, at WARNING, with the same words by the poll's cache flush. The poll keeps its
     picture and names only the kind of the problem."""

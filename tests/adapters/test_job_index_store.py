@@ -1,10 +1,10 @@
-"""The webhook job index in the state store (issue 13's last point), both backends.
+"""The webhook job index in the state store, both backends.
 
 Before this the index lived in the memory of the process whose listener received the
 delivery: a follower's deliveries never counted (so the follower answered the load
 balancer's health check 503), and a follower that took over started with an empty index
 until its next reconcile. Now every replica writes what it receives to the store with a
-conditional write carrying issue 10's ordering rules, and the leader reads it back.
+conditional write carrying the webhook ordering rules, and the leader reads it back.
 
 The rules are checked as tables of event sequences against SQLite and DynamoDB (moto's
 server): the outcome of each write, and what the index holds after.

@@ -1,5 +1,5 @@
 """Receiver URLs are secrets: never in a log line (ours or httpx's, at DEBUG), an error, a
-metric or a repr (issue 11, item 9).
+metric or a repr.
 
 Story: with ``--log-level debug`` httpx logged ``HTTP Request: POST
 http://alice:s3cr3t@host/services/T0.../B0.../...``: a webhook's basic-auth password and

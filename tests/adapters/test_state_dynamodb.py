@@ -1,4 +1,4 @@
-"""The DynamoDB state store against moto's server (issue 13): the same contract as the
+"""The DynamoDB state store against moto's server: the same contract as the
 SQLite store, every write fenced by the lease's epoch, the table's schema, and its errors.
 
 Both backends run the contract tests (``store`` is parametrized); the fencing and error
@@ -156,7 +156,7 @@ def test_issue_numbers_cache_and_pools_round_trip(store: StateStore) -> None:
 
 
 def test_the_jit_ledger_round_trips(store: StateStore) -> None:
-    """Ephemeral runners' JIT records (issue 17), the same in both backends."""
+    """Ephemeral runners' JIT records, the same in both backends."""
     store.save_jit_records({"i-1": '{"a": 1}', "i-2": '{"b": 2}'}, ())
     store.save_jit_records({"i-1": '{"a": 3}'}, ["i-2"])
     assert store.load_jit_records() == {"i-1": '{"a": 3}'}

@@ -149,6 +149,21 @@ def test_a_slow_client_flood_costs_no_threads_and_the_scraper_still_gets_metrics
         sock.close()
 
 
+def trickle_a_head_until_closed(sock: socket.socket) -> None:
+    """Send a request head a byte every 50 ms until the server closes the connection
+    (each byte well within any per-read timeout; the whole head never in time)."""
+    for byte in b"GET /metrics HTTP/1.1\r\nX-Padding: " + b"a" * 200:
+        if closed_by_server(sock):
+            return
+        sock.setblocking(True)
+        try:
+            sock.send(bytes([byte]))
+        except OSError:
+            return
+        threading.Event().wait(0.05)
+    raise AssertionError("the trickling client was never closed")
+
+
 def test_a_byte_by_byte_client_is_closed_at_the_head_deadline_not_per_read(
     make_server: Callable[..., StatusServer], metrics: Metrics
 ) -> None:
@@ -157,17 +172,7 @@ def test_a_byte_by_byte_client_is_closed_at_the_head_deadline_not_per_read(
     sock = socket.create_connection(("127.0.0.1", server.port))
     started = time.monotonic()
     try:
-        for byte in b"GET /metrics HTTP/1.1\r\nX-Padding: " + b"a" * 200:
-            if closed_by_server(sock):
-                break
-            sock.setblocking(True)
-            try:
-                sock.send(bytes([byte]))
-            except OSError:
-                break
-            threading.Event().wait(0.05)
-        else:
-            raise AssertionError("the trickling client was never closed")
+        trickle_a_head_until_closed(sock)
     finally:
         sock.close()
     assert time.monotonic() - started < 3.0
@@ -193,7 +198,7 @@ def test_unknown_paths_and_other_methods_are_refused(
 def test_the_page_for_on_call_is_the_route_at_root_with_its_formats(
     make_server: Callable[..., StatusServer],
 ) -> None:
-    """The status page (issue 12) is served from the bounded server's route table: HTML
+    """The status page is served from the bounded server's route table: HTML
     under its CSP for a browser, text for curl or ``?format=text``, the explain JSON for
     ``?format=json``; HEAD gets the headers only."""
     server = make_server()
@@ -244,17 +249,7 @@ def test_a_kept_alive_connection_trickling_its_next_request_is_closed_at_the_hea
             answer += sock.recv(1024)
         assert answer.startswith(b"HTTP/1.1 200")
         started = time.monotonic()
-        for byte in b"GET /metrics HTTP/1.1\r\nX-Padding: " + b"a" * 200:
-            if closed_by_server(sock):
-                break
-            sock.setblocking(True)
-            try:
-                sock.send(bytes([byte]))
-            except OSError:
-                break
-            threading.Event().wait(0.05)
-        else:
-            raise AssertionError("the trickling client was never closed")
+        trickle_a_head_until_closed(sock)
     finally:
         sock.close()
     assert time.monotonic() - started < 3.0

@@ -1,4 +1,4 @@
-"""The webhook source and receiver with the job index in the state store (issue 13).
+"""The webhook source and receiver with the job index in the state store.
 
 Two "replicas" here are two receiver/source pairs on one store: what one receives, the
 other's tick sees, without a poll. The store is SQLite (one file, as one process would

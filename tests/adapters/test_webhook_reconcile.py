@@ -1,6 +1,6 @@
 """The lean webhook reconcile against the real fake GitHub: cheaper, and still right.
 
-Issue 10 aimed at 5x fewer rate-limited requests with webhooks than polling alone; the
+The aim was 5x fewer rate-limited requests with webhooks than polling alone; the
 reconcile was the full poll, and five minutes apart every running job's listing had
 changed (its steps moved on), so each reconcile cost about three 60 s polls. It now
 skips the jobs of runs whose jobs all run on runners GitHub lists busy, and of runs whose

@@ -1,6 +1,6 @@
 """The job-retry input reads GitHub's own ``workflow_job`` ``completed`` examples: the same
 :func:`parse_completed_job` that reads the jobs listing reads a webhook's ``workflow_job``
-object, so the webhook path (issue 10) can hand its jobs to the retry stage unchanged."""
+object, so the webhook path can hand its jobs to the retry stage unchanged."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """GitHub's own ``workflow_job`` examples through the webhook handler, and the fake's own
-deliveries against GitHub's webhook schemas (issue 16's webhook point).
+deliveries against GitHub's webhook schemas.
 
 Every example payload of ``@octokit/webhooks-examples`` is signed and posted to the
 receiver; each must be taken (202) and have its documented effect on the index:

@@ -395,7 +395,7 @@ def pair(
         assert done.returncode == 0, done.stderr
     github = FakeGitHub(owner="ha-org", token="ha-token")
     # Two or three controllers polling every 2 s spend far more than a 5,000/h token: the
-    # GitHub budget (issue 9) then re-listed busy repositories only every 8-22 s, so a burst
+    # GitHub budget then re-listed busy repositories only every 8-22 s, so a burst
     # was seen late and "two alerts fired and resolved" timed out at 90 s even on a quiet
     # machine. These tests are about the lease, not the budget.
     github.RATE_LIMIT = 1_000_000_000

@@ -1,6 +1,6 @@
 """The documented Alertmanager setup (docs/alerts.md) against a real Alertmanager (Debian).
 
-The story (issue 18): configured as the docs showed, every notification of the
+The story: configured as the docs showed, every notification of the
 `alertmanager` receiver was refused with HTTP 400 ("cannot unmarshal object into Go value
 of type models.PostableAlerts"): it posted the webhook payload Alertmanager sends to its
 own receivers, not the postable alerts its API takes, and the delivery tests passed

@@ -1,4 +1,4 @@
-"""`ci-autoscaler check-config` as a newcomer runs it (issue 11, items 15 and 16)."""
+"""`ci-autoscaler check-config` as a newcomer runs it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The real CLI killed mid-delivery, and `once` next to a receiver that never answers
-(issue 11, items 12 and 8).
+"""The real CLI killed mid-delivery, and `once` next to a receiver that never answers.
 
 A webhook receiver on 127.0.0.1 and the fake GitHub (for the ``github_issue`` receiver)
 each hold their first request until both have arrived; then the test kills

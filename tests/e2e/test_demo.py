@@ -1,11 +1,11 @@
 """`ci-autoscaler demo` end to end: the whole world on 127.0.0.1, as a newcomer runs it.
 
-Story (issue 11 item 18, issue 8): the demo promised queues rising and draining, pools
+Story: the demo promised queues rising and draining, pools
 growing, idle runners scaled in, alerts FIRING then RESOLVED, a GPU spot failover and no
 busy runner killed, but its test asserted neither a RESOLVED nor a scale-in, and in 60 s
 the demo never showed a scale-in at all. Piped (as here), the output must be plain text
-a person can read: no terminal escapes, no log lines or tracebacks on stderr. Issue 12:
-it also says why jobs wait, in a panel and on each queue alert's Cause line.
+a person can read: no terminal escapes, no log lines or tracebacks on stderr.
+It also says why jobs wait, in a panel and on each queue alert's Cause line.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_demo_shows_every_promise_of_the_readme_and_sums_it_up() -> None:
     assert numbers, summary
     jobs, _p95, ups, ins, failovers, fired, resolved = map(float, numbers.groups())
     assert jobs > 0 and ups > 0 and ins > 0 and failovers > 0 and fired > 0 and resolved > 0
-    # Issue 10: the fake GitHub sends signed webhooks; queued jobs are answered by scale-ups
+    # The fake GitHub sends signed webhooks; queued jobs are answered by scale-ups
     # at once (how fast is the benchmark's to say, not a timed test's).
     answered = re.search(r"  webhooks: (\d+) queued jobs answered by a scale-up; ", summary)
     assert answered and int(answered.group(1)) > 0, summary
@@ -92,7 +92,7 @@ def test_demo_shows_every_promise_of_the_readme_and_sums_it_up() -> None:
     assert fired_titles & resolved_titles, (fired_titles, resolved_titles)
     assert re.search(r"scaled in ci-\S+: runner \S+ deregistered, instance i-\S+ terminated", out)
 
-    # Why jobs wait, in the causes panel and on the alert (issue 12's "done when"): spot
+    # Why jobs wait, in the causes panel and on the alert: spot
     # out of capacity with the pool and AWS's message, CPU at its max, a label nobody
     # serves. The outage is AWS's real capacity StatusMessage: classified as capacity
     # (backed off, failed over), not as a launch a person must fix.

@@ -1,4 +1,4 @@
-"""The real CLI on a bad state file (issue 11, item 11).
+"""The real CLI on a bad state file.
 
 Before: a corrupt or truncated file ended the alert stage in a sqlite3 traceback every
 tick (``file is not a database``); a locked one in ``database is locked`` after 5 s,

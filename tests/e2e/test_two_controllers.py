@@ -1,4 +1,4 @@
-"""Two (and three) real controllers on one DynamoDB table and the same pools (issue 13).
+"""Two (and three) real controllers on one DynamoDB table and the same pools.
 
 Before this, two controllers on the same pools both scaled, both terminated the same
 instance and both paged (measured: FIRING, FIRING, RESOLVED, RESOLVED). Now one holds the

@@ -1,4 +1,4 @@
-"""Two real controllers with webhooks on one DynamoDB table (issue 13's last point).
+"""Two real controllers with webhooks on one DynamoDB table.
 
 Before this the webhook job index lived in the memory of the controller that received the
 delivery: the follower's listener answered the load balancer's health check 503 so that

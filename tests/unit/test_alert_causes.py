@@ -122,7 +122,7 @@ def test_without_causes_the_text_is_exactly_as_before() -> None:
 
 
 def test_every_receiver_payload_carries_the_causes() -> None:
-    """The causes ride beside the event id (issue 11: receivers drop a redelivery by it)
+    """The causes ride beside the event id (receivers drop a redelivery by it)
     on every payload: neither merge side's field displaces the other's."""
     [ev] = evaluate_rule(rule(per_runner_type=True), snapshot(cpu=(7, 62.5)), CAUSES)
     n = firing(ev)

@@ -34,7 +34,7 @@ NO_UNIT = "runner_types.cpu.boot_timeout: must be a duration like 30s, 5m or 4h,
     ],
 )
 def test_boot_timeout_below_the_floor_is_refused(value: Any, expected: str) -> None:
-    """Regression (issue 11, item 1): ``boot_timeout: 0s`` was accepted, and made every
+    """Regression: ``boot_timeout: 0s`` was accepted, and made every
     instance an orphan candidate the moment it launched, before it could register."""
     with pytest.raises(ConfigError) as info:
         parse_config(doc(value), env={})

@@ -1,4 +1,4 @@
-"""Config that must be refused, and how it is told (issue 11, items 10, 13, 14 and 16).
+"""Config that must be refused, and how it is told.
 
 Each table row is a value the controller accepted before: a zero timeout, a back-off
 that starts above its cap, a poll interval of eleven years, two runner types no job can

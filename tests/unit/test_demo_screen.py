@@ -1,4 +1,4 @@
-"""The demo's panels and summary, from plain data (issue 11, item 18)."""
+"""The demo's panels and summary, from plain data."""
 
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def test_the_workload_bursts_then_goes_quiet_every_cycle() -> None:
 
 
 def test_a_queue_alert_shows_its_cause_line_as_the_sink_received_it() -> None:
-    """Issue 12 on the demo: each queue alert says why, in the per-tick line and under
+    """On the demo: each queue alert says why, in the per-tick line and under
     the alert in the alerts panel (a FIRING seen only in a full screen keeps its cause)."""
     text = "State: FIRING\nReason: max_queue_size=7\nCause: at_max (cpu 8/8 instances)\nRunbook: "
     payload = {"state": "FIRING", "title": "[P2] Jobs (cpu)", "fingerprint": "fp", "text": text}

@@ -1,4 +1,4 @@
-"""The event_id every notification carries (issue 11, item 12).
+"""The event_id every notification carries.
 
 The story: the controller killed (kill -9) between a delivery and its outbox delete sends
 that notification again on restart (seen: 4 FIRING and 2 RESOLVED for one incident over

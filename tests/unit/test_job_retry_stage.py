@@ -5,6 +5,7 @@ and a second controller on the same ledger."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -503,16 +504,25 @@ def test_a_broken_store_keeps_the_ledger_in_memory_and_saves_later() -> None:
     assert json.loads(store.data["rerun:pytorch#101#1"])["asked"] is True
 
 
-def test_dry_run_decides_and_changes_nothing() -> None:
+def test_dry_run_decides_and_changes_nothing(caplog: pytest.LogCaptureFixture) -> None:
     """A dry run (``once --dry-run``, a follower's tick) acts on nothing and keeps the run
-    to be decided for real by the next real tick."""
+    to be decided for real by the next real tick. It counts nothing either: a follower
+    used to count ``result="rerun"`` every tick for re-runs only the leader asked. It
+    says its decision once per run attempt."""
     rerunner, store = Rerunner(), Store()
-    s, _ = stage(Source(matrix()), rerunner, store)
-    assert [c.result for c in s.step(NOW, dry_run=True).choices] == [RERUN]
+    s, metrics = stage(Source(matrix()), rerunner, store)
+    caplog.set_level(logging.INFO, logger="autoscaler.job_retry.stage")
+    for tick in range(3):
+        at = NOW + timedelta(seconds=30 * tick)
+        assert [c.result for c in s.step(at, dry_run=True).choices] == [RERUN]
     assert rerunner.calls == []
     assert store.data == {}
-    assert [c.result for c in s.step(NOW + timedelta(seconds=30)).choices] == [RERUN]
+    assert runs_counted(metrics, "lost", "rerun") == 0
+    said = [r.getMessage() for r in caplog.records if "nothing asked" in r.getMessage()]
+    assert len(said) == 1 and "pytorch run 200 attempt 1: verdict lost, result rerun" in said[0]
+    assert [c.result for c in s.step(NOW + timedelta(seconds=90)).choices] == [RERUN]
     assert rerunner.calls == [("pytorch", 200)]
+    assert runs_counted(metrics, "lost", "rerun") == 1
 
 
 def test_disabled_looks_at_nothing() -> None:

@@ -309,7 +309,7 @@ def test_refusal_is_reported_every_tick_until_the_pool_delivers() -> None:
 
 
 def test_refused_launch_pages_at_once_with_awss_words_and_fails_over() -> None:
-    """Regression (issue 11, item 4): every Failed scaling activity was taken for "out of
+    """Regression: every Failed scaling activity was taken for "out of
     capacity". A vCPU quota of 0 (or a deleted AMI, a broken launch template, a missing
     instance profile) failed over and backed off quietly, again and again, and nobody was
     told what to fix. Classified by AWS's error code, it now pages at once with AWS's

@@ -1,4 +1,4 @@
-"""Who acts (issue 13): the ``state`` section, the controller's gate (a follower's tick is a
+"""Who acts: the ``state`` section, the controller's gate (a follower's tick is a
 dry run), and the fence every leader-only action passes right before it happens."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The leader lease as pure logic over a hand-written table (issue 13): taken, renewed,
+"""The leader lease as pure logic over a hand-written table: taken, renewed,
 watched, taken over only after a whole unchanged lease, lost when it lapses, released.
 
 Time is one shared fake monotonic clock (every process measures with the same rate); the

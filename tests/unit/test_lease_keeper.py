@@ -1,4 +1,4 @@
-"""The lease keeper's reports (issue 13): ``ci_autoscaler_leader`` at scrape time, a
+"""The lease keeper's reports: ``ci_autoscaler_leader`` at scrape time, a
 ``lease`` problem in readiness while the table cannot be used, one log line per problem
 (not one per step), transitions counted, and the loop woken when this one takes over."""
 

@@ -61,7 +61,7 @@ def test_the_loop_wakes_when_the_reconcile_is_due() -> None:
 
 
 def test_a_notify_during_a_long_tick_needs_no_debounce_after_it() -> None:
-    """Reaction time at load 7 (issue 10) missed p95 < 1 s: a queued event that arrived
+    """Reaction time at load 7 missed p95 < 1 s: a queued event that arrived
     while a tick ran waited for the tick, then a whole debounce (200 ms) more, though
     the burst it debounces had long come in. The debounce now counts from the first
     notify: after a tick longer than it, the next tick starts at once."""

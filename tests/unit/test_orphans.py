@@ -112,7 +112,7 @@ def terminated(fake: FakePool) -> list[object]:
 
 
 def test_runner_registered_after_the_poll_and_busy_is_not_terminated_as_orphan() -> None:
-    """Regression (issue 11, item 1): an instance just past boot_timeout registered its
+    """Regression: an instance just past boot_timeout registered its
     runner after the tick's GitHub poll, and the runner took a job before the scaler acted.
     The scaler judged the instance from the poll's stale runner list ("never registered")
     and terminated it mid-job. It now asks GitHub for the runner by name right before it

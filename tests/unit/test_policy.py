@@ -520,7 +520,7 @@ def test_demand_follows_the_min_idle_schedule() -> None:
 
 
 def test_only_in_service_instances_are_protected() -> None:
-    """Regression (issue 11, item 3): AWS refuses SetInstanceProtection for a Pending
+    """Regression: AWS refuses SetInstanceProtection for a Pending
     instance with ValidationError and fails the whole call, so one booting instance in a
     batch of 50 left all 50 unprotected and paged on-call every tick. Only InService
     instances are asked for (the group's NewInstancesProtectedFromScaleIn covers the rest

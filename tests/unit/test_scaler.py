@@ -206,7 +206,7 @@ def test_runner_that_turned_busy_is_left_alone() -> None:
 
 
 def test_runner_github_no_longer_knows_is_gone_and_its_instance_an_orphan_candidate() -> None:
-    """Decided (issue 8's test hygiene): a runner GitHub answers 404 for on delete no
+    """Decided: a runner GitHub answers 404 for on delete no
     longer exists, so there is nothing to deregister and nothing to page about; it is not
     proof that nothing runs on the instance (a runner can re-register under a new id).
     The instance becomes an orphan candidate: the orphan sweep terminates it on a later
@@ -338,7 +338,7 @@ def pending_gauge(s: Scaler) -> float:
 
 
 def test_throttled_terminate_after_deregistration_is_retried_first_next_tick() -> None:
-    """Regression (issue 11, item 2): the runner was deregistered, then AWS throttled the
+    """Regression: the runner was deregistered, then AWS throttled the
     termination past every retry. The instance, with no runner left to give it work, ran
     on until the orphan sweep found it (boot_timeout later, here a day, and counted as a
     provisioning failure). The scaler now remembers the termination, counts it, and

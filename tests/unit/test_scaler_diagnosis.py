@@ -113,7 +113,7 @@ def test_a_failed_launch_is_remembered_with_aws_message_until_the_pool_delivers(
 
 
 def test_a_launch_a_person_must_fix_is_a_permanent_error_with_awss_words() -> None:
-    """Since launches are classified by AWS's code (issue 11): a quota refusal is not
+    """Since launches are classified by AWS's code: a quota refusal is not
     capacity coming back by itself. The type says permanent_error with AWS's message (the
     scaler pages it every tick), and the back-off says the launch was refused instead of
     repeating the message; the need still fails over to on-demand."""

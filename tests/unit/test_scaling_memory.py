@@ -1,4 +1,4 @@
-"""The scaler's memory across restarts and failovers (issue 13): capacity back-off, the
+"""The scaler's memory across restarts and failovers: capacity back-off, the
 last scale-up, refused launches and pending terminations are kept in the state store.
 
 Before, they lived in the process (README "Known limitations"): after a restart a pool out

@@ -110,7 +110,7 @@ ROUNDS = st.lists(
     min_size=2,
     max_size=25,
 )
-# Issue 11, item 1, pinned: GPU jobs arrive and two instances launch; 601 s later (past
+# Pinned: GPU jobs arrive and two instances launch; 601 s later (past
 # boot_timeout) the poll sees no runner for them, then both register and take the jobs;
 # the scaler then judged them orphans from the poll's list and terminated them mid-job.
 REGISTERED_AFTER_THE_POLL: list[Round] = [

@@ -1,4 +1,4 @@
-"""What counts as a credential, and how a receiver URL shows itself (issue 11, items 9-10)."""
+"""What counts as a credential, and how a receiver URL shows itself."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A bad state file is one clear message, a metric and unreadiness (issue 11, item 11).
+"""A bad state file is one clear message, a metric and unreadiness.
 
 The story: a state file left truncated by a full disk, or overwritten by something that is
 not a database, ended every tick of the alerting stage in a raw sqlite3 traceback

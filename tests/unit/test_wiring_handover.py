@@ -54,7 +54,7 @@ def test_a_source_that_cannot_register_runners_is_refused_at_start(mode: str) ->
 
 
 def test_with_webhooks_an_ephemeral_type_still_registers_through_the_poll() -> None:
-    """Regression (issues 10 and 17 merged): with a webhook section the source is the
+    """Regression (webhooks merged with ephemeral runners): with a webhook section the source is the
     webhook wrapper, which only observes; the wiring asked it for generate-jitconfig and
     refused to start ("needs a source that can register runners"), so `make demo`
     crashed. Registration goes through the poll's source, as job retry does."""

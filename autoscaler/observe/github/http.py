@@ -187,13 +187,16 @@ class GitHubHttp:
         deadline: float | None = None,
         exempt: bool = False,
         body: bytes | None = None,
+        once: bool = False,
     ) -> Answer:
         """One call with retries; returns a 2xx or 304 answer, else raises our errors.
 
         ``deadline``: ``time.monotonic()`` after which no wait may end (default
         :data:`CALL_WAIT` from now); ``exempt``: the call does not count against the rate
         limit (``GET /rate_limit``), so it goes out even while the gate is closed; ``body``:
-        a JSON request body (sent with ``Content-Type: application/json``).
+        a JSON request body (sent with ``Content-Type: application/json``); ``once``: the
+        request must not be sent twice (a timed-out one may have taken effect), so a
+        TransientError goes to the caller, who reads the world before asking again.
         """
         url = self.url(url)
         where = f"{method} {path_of(url)}"
@@ -221,7 +224,7 @@ class GitHubHttp:
         return self.retry.call(
             attempt,
             deadline_at=time.monotonic() + CALL_WAIT if deadline is None else deadline,
-            attempts=self.max_attempts,
+            attempts=1 if once else self.max_attempts,
         )
 
     def _exchange(  # noqa: PLR0917

@@ -295,12 +295,14 @@ class GitHubSource:
     def rerun_failed_jobs(self, repo: str, run_id: int) -> None:
         """``POST /repos/{o}/{r}/actions/runs/{run_id}/rerun-failed-jobs`` (201): the run's
         failed and cancelled jobs, and their dependents, in one new attempt.
-        AuthenticationError on 403, RejectedError on 422, NotFoundError on 404."""
+        AuthenticationError on 403, RejectedError on 422, NotFoundError on 404.
+        Sent once: a TransientError (no answer, a 5xx) may hide a re-run that went
+        through, and the stage reads the run before it asks again."""
         path = (
             f"/repos/{self._owner}/{quote(repo, safe='')}/actions/runs/{int(run_id)}"
             "/rerun-failed-jobs"
         )
-        self._http.send("POST", path, "run_rerun_failed_jobs")
+        self._http.send("POST", path, "run_rerun_failed_jobs", once=True)
 
     def run_progress(self, repo: str, run_id: int) -> RunProgress:
         """``GET /repos/{o}/{r}/actions/runs/{run_id}``: its ``status`` and ``run_attempt``

@@ -89,6 +89,7 @@ class WebhookCompletedRuns:
         self.index = index
         self.polled = polled
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._cursor = 0  # the index's completions already looked at
         self._handed: OrderedDict[str, None] = OrderedDict()
         self.waiting: OrderedDict[tuple[str, int], _Waiting] = OrderedDict()
 
@@ -101,7 +102,8 @@ class WebhookCompletedRuns:
         return out
 
     def _take_events(self, now: datetime) -> None:
-        for completion in self.index.completions():
+        new, self._cursor = self.index.completions_since(self._cursor)
+        for completion in new:
             job = completed_job(completion)
             if job.key in self._seen:
                 continue

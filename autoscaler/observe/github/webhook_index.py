@@ -92,6 +92,10 @@ class JobIndex:
         self.max_remembered = max_remembered
         self._live: dict[int, _Entry] = {}
         self._done: OrderedDict[int, Completion] = OrderedDict()
+        #: job id -> when its completion was (re)written, in a count that only grows: the
+        #: order of ``_done``, so what came after a cursor is a suffix of it.
+        self._done_seq: dict[int, int] = {}
+        self._seq = 0
         self._deliveries: OrderedDict[str, datetime] = OrderedDict()
         #: run id -> the last accepted event that can change what its job listing holds
         #: besides running jobs' steps: a job appeared (``queued``, ``waiting``) or one
@@ -138,7 +142,8 @@ class JobIndex:
                 started_at=job.started_at,
                 failed_step=event.failed_step,
             )
-            self._trim(self._done)
+            self._stamp(job.id)
+            self._trim_done()
             return Outcome.ACCEPTED
         current = self._live.get(job.id)
         if current is not None:
@@ -199,6 +204,18 @@ class JobIndex:
     def completions(self) -> tuple[Completion, ...]:
         """Every remembered ``completed`` event, oldest first."""
         return tuple(self._done.values())
+
+    def completions_since(self, cursor: int) -> tuple[list[Completion], int]:
+        """The completions written after ``cursor`` (0: all), oldest first, and the
+        cursor to pass next time. As cheap as what is new, however many are remembered.
+        A :meth:`restore` writes every completion anew: the next call returns them all."""
+        new: list[Completion] = []
+        for job_id in reversed(self._done):
+            if self._done_seq[job_id] <= cursor:
+                break
+            new.append(self._done[job_id])
+        new.reverse()
+        return new, self._seq
 
     def run_event_at(self, run_id: int) -> datetime | None:
         """When the last accepted ``queued``, ``waiting`` or ``completed`` event about a
@@ -276,6 +293,9 @@ class JobIndex:
         self._note_run_events(rows_seen, live, done)
         self._live = live
         self._done = OrderedDict((c.job_id, c) for c in sorted(done, key=lambda c: c.received_at))
+        self._done_seq = {}
+        for job_id in self._done:
+            self._stamp(job_id)
         if last is not None:
             when = datetime.fromtimestamp(last, UTC)
             if self.last_event_at is None or when > self.last_event_at:
@@ -296,7 +316,8 @@ class JobIndex:
             self._live.pop(row.job_id, None)
             self._done[row.job_id] = completion
             self._done.move_to_end(row.job_id)
-            self._trim(self._done)
+            self._stamp(row.job_id)
+            self._trim_done()
             run_id = completion.run_id
         else:
             job = _job(data)
@@ -348,20 +369,28 @@ class JobIndex:
         self._trim(self._run_events)
 
     # --- memory
+    def _stamp(self, job_id: int) -> None:
+        self._seq += 1
+        self._done_seq[job_id] = self._seq
+
     def _forget(self, now: datetime) -> None:
         horizon = now - self.memory
         while self._deliveries and next(iter(self._deliveries.values())) < horizon:
             self._deliveries.popitem(last=False)
         while self._done and next(iter(self._done.values())).received_at < horizon:
-            self._done.popitem(last=False)
+            job_id, _ = self._done.popitem(last=False)
+            del self._done_seq[job_id]
         while self._run_events and next(iter(self._run_events.values())) < horizon:
             self._run_events.popitem(last=False)
 
+    def _trim_done(self) -> None:
+        while len(self._done) > self.max_remembered:
+            job_id, _ = self._done.popitem(last=False)
+            del self._done_seq[job_id]
+
     def _trim(
         self,
-        remembered: OrderedDict[int, Completion]
-        | OrderedDict[str, datetime]
-        | OrderedDict[int, datetime],
+        remembered: OrderedDict[str, datetime] | OrderedDict[int, datetime],
     ) -> None:
         while len(remembered) > self.max_remembered:
             remembered.popitem(last=False)

@@ -1,10 +1,9 @@
 """A fixed pool of worker threads fed by a queue: the poll's cost per request stays flat.
 
-The first engine waited on ``concurrent.futures.wait(pending, FIRST_COMPLETED)`` over a
-set that grew to thousands of futures; every call locked and scanned all of them, so the
-CPU per request grew with the org. Here a worker takes a task from one queue and puts its
-outcome on its batch's queue; the coordinator takes outcomes one at a time. Every step
-is O(1), whatever the number of outstanding requests.
+A worker takes a task from one queue and puts its outcome on its batch's queue; the
+coordinator takes outcomes one at a time. Every step is O(1), whatever the number of
+outstanding requests (waiting on a set of thousands of futures is not: each wait scans
+them all).
 
 Tasks have a priority (:data:`FIRST`, :data:`BUSY`, :data:`QUIET`): one FIFO per level,
 a worker takes from the most urgent non-empty one, so a run discovered late in a poll
