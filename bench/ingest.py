@@ -1,34 +1,36 @@
-"""Benchmark: webhook ingestion at a busy org's rate, and the tick beside it. Today's path
-(``bench/ingest_before.py``: a transaction and three fsyncs a delivery on two worker
-threads, the whole index read at every tick) against group commit and the index kept in
-memory, side by side in one run.
+"""Benchmark: webhook ingestion at a busy org's rate, and the tick beside it, side by side
+with the paths before in one run.
 
 1. **Commit modes** (the SQLite file alone, 32 writers, a ~600-byte row each): rows a
    second and CPU a row, for a transaction a row with the rollback journal (before), with
    the write-ahead log synced at every commit (``synchronous=FULL``) and unsynced
    (``NORMAL``), and one transaction a batch of what waits (group commit) with each.
-2. **Deliveries** (real time): the webhook listener, the receiver and a state file as
-   ``run`` has them, the tick running beside them (a controller over the webhook source,
-   ``poll_interval`` 30 s), loaded from a process of its own with signed ~7 KB
-   ``workflow_job`` deliveries, a connection each (a third ``queued``, a third
-   ``in_progress``, a third ``completed``, as a busy org sends them): first 3,000 with 32
-   in flight (closed loop: the most it takes and its CPU a delivery), then 250 and 500 a
-   second for 5 s and 1,000 a second for 30 s offered (open loop), before and after in
-   turn. From when each was due to its answer: p50, p99, failed; the process's CPU a
-   delivery and its share of a CPU; the ticks meanwhile (how many, the longest wait
-   between two, their CPU). After: the file reopened, every job with an acknowledged
-   delivery has its row.
+2. **Deliveries** (real time): the webhook listener, the receiver, group commit and a
+   state file as ``run`` has them, the tick running beside them (a controller over the
+   webhook source, ``poll_interval`` 30 s), loaded from a process of its own
+   (:mod:`bench.load`) with signed ~7 KB ``workflow_job`` deliveries (a third
+   ``queued``, a third ``in_progress``, a third ``completed``, as a busy org sends them).
+   Two routes: the Starlette route it was (``route``, :mod:`bench.ingest_route`) and the
+   plain ASGI endpoint (``after``); two ways to connect: a connection a delivery
+   (``fresh``, as GitHub sends them) and kept alive (``kept``). Each: 3,000 deliveries
+   with 32 in flight (closed loop: the most it takes and its CPU a delivery), then 1,000
+   a second offered for 30 s (open loop). From when each was due to its answer: p50,
+   p99, failed; the server process's CPU a delivery and its share of a CPU, the client's
+   CPU a delivery; the ticks meanwhile (how many, the longest wait between two, their
+   CPU). After: the file reopened, every job with an acknowledged delivery has its row.
 3. **Tick CPU against the index's size** (a virtual clock, no listener): a controller
    over the webhook source and a state file holding 100 live jobs and 0, 1,000, 5,000 or
-   20,000 completed ones (a busy org keeps ~20,000: six hours of tombstones); 30
-   deliveries written between two ticks; the median thread CPU of 40 ticks.
+   20,000 completed ones (a busy org keeps ~20,000: six hours of tombstones), today's
+   store against the one before group commit (``bench/ingest_before.py``: the index
+   read whole at every tick); 30 deliveries written between two ticks; the median
+   thread CPU of 40 ticks.
 
 Aims (:mod:`bench.aims`): counted, judged anywhere: every acknowledged delivery is in the
 file; the index is read whole once over the 40 ticks. Timed, judged on a quiet machine
-only: at 1,000 a second for 30 s every delivery answered 2xx with p99 < 50 ms; no wait
-between two ticks longer than the poll interval meanwhile; tick CPU at 20,000 rows within
-10% of that at none. The rate needs the CPU the machine gives this process: the lines say
-how much of a CPU it had and what its CPU a delivery allows.
+only: at 1,000 a second for 30 s, a connection each, every delivery answered 2xx with p99
+< 50 ms; no wait between two ticks longer than the poll interval meanwhile; tick CPU at
+20,000 rows within 10% of that at none. The rate needs the CPU the machine gives this
+process: the lines say how much of a CPU it had and what its CPU a delivery allows.
 """
 
 from __future__ import annotations
@@ -58,18 +60,19 @@ from autoscaler.domain import Job, JobStatus, Observation, Runner
 from autoscaler.fakes.github_state import GitHubState
 from autoscaler.fakes.github_webhooks import workflow_job_payload
 from autoscaler.observe.github.webhook_receiver import WebhookReceiver
-from autoscaler.observe.github.webhook_rows import DONE, EVENT, IndexRow, JobIndexStore
+from autoscaler.observe.github.webhook_rows import DONE, EVENT, IndexRow
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.observe.github.webhooks import sign
 from autoscaler.state.sqlite import SqliteStore
 from autoscaler.telemetry import Metrics
 from bench import aims
-from bench.ingest_before import BeforeReceiver, BeforeStore, BeforeWakeup, before_loop
+from bench.ingest_before import BeforeStore
+from bench.ingest_route import RoutedWebhookServer
 from bench.load import Result, offer, saturate
 
 SECRET = "bench-ingest-secret"
 LABELS = ("self-hosted", "linux.4xlarge")
-RATES = ((250, 5.0), (500, 5.0), (1000, 30.0))
+RATES = ((1000, 30.0),)
 #: The closed-loop round before them: this many deliveries, this many in flight (the
 #: most the listener takes, and its CPU a delivery, without an overload's retries).
 CLOSED, IN_FLIGHT = 3000, 32
@@ -79,6 +82,10 @@ SIZES = (0, 1_000, 5_000, 20_000)
 LIVE = 100
 TICKS = 40
 SIDES = ("before", "after")
+#: The webhook route: the Starlette route it was (``bench/ingest_route.py``) and now.
+LISTENERS = ("route", "after")
+#: A connection a delivery (GitHub's way) and kept-alive connections.
+MODES = ("fresh", "kept")
 PER_TICK = 30
 ROOT = Path(__file__).resolve().parent.parent / ".bench"
 
@@ -220,14 +227,16 @@ def requests(count: int, first_job: int) -> list[bytes]:
     return out
 
 
-def offer_planned(port: int, count: int, first_job: int, rate: float) -> Result:
+def offer_planned(port: int, count: int, first_job: int, rate: float, keep_alive: bool) -> Result:
     """In the load process: build the requests, then offer them."""
-    return offer(port, requests(count, first_job), rate)
+    return offer(port, requests(count, first_job), rate, keep_alive=keep_alive)
 
 
-def saturate_planned(port: int, count: int, first_job: int, in_flight: int) -> Result:
+def saturate_planned(
+    port: int, count: int, first_job: int, in_flight: int, keep_alive: bool
+) -> Result:
     """In the load process: build the requests, then send them ``in_flight`` at a time."""
-    return saturate(port, requests(count, first_job), in_flight)
+    return saturate(port, requests(count, first_job), in_flight, keep_alive=keep_alive)
 
 
 class Empty:
@@ -308,6 +317,8 @@ class Timed:
 @dataclass
 class Run:
     name: str
+    mode: str
+    """``fresh`` (a connection a delivery, as GitHub sends them) or ``kept`` (kept alive)."""
     rate: float
     result: Result
     cpu: float
@@ -318,6 +329,10 @@ class Run:
     lost: int = 0
     """Jobs with an acknowledged delivery and no row after reopening the file."""
 
+    def cpu_each(self) -> float:
+        """The server process's CPU seconds a delivery answered."""
+        return self.cpu / max(1, self.result.answered)
+
     def offered(self) -> str:
         return f"{IN_FLIGHT} in flight " if self.rate == 0 else f"offered {self.rate:5.0f}/s"
 
@@ -325,88 +340,71 @@ class Run:
         r = self.result
         count, gap, tick_cpu = self.ticks
         return (
-            f"     {self.name:<7} {self.offered()}: answered {r.rate:6.0f}/s, "
+            f"     {self.name:<5} {self.mode:<5} {self.offered()}: answered {r.rate:6.0f}/s, "
             f"p50 {pct(r.latencies, 0.5) * 1e3:6.1f} ms, p99 {pct(r.latencies, 0.99) * 1e3:7.1f} "
-            f"ms, {r.failed} failed; CPU {self.cpu / max(1, r.answered) * 1e3:.2f} ms a "
-            f"delivery, {self.cpu / self.wall:.0%} of a CPU; {count} ticks, longest wait "
-            f"{gap:.1f} s, tick CPU {tick_cpu * 1e3:.1f} ms; load average {self.load}"
+            f"ms, {r.failed} failed; CPU {self.cpu_each() * 1e3:.2f} ms a delivery, "
+            f"{self.cpu / self.wall:.0%} of a CPU (client {r.cpu / max(1, r.sent) * 1e3:.2f} ms, "
+            f"{r.connections} connections); {count} ticks, longest wait {gap:.1f} s, tick CPU "
+            f"{tick_cpu * 1e3:.1f} ms; load average {self.load}"
         )
 
 
-def _deliveries(name: str, directory: Path, client: multiprocessing.pool.Pool) -> list[Run]:
-    """One side's runs at every rate: a fresh state file, listener, receiver and loop."""
-    path = directory / f"{name}.db"
+def _deliveries(
+    name: str, mode: str, directory: Path, client: multiprocessing.pool.Pool
+) -> list[Run]:
+    """One side's runs in one connection mode: a fresh state file, listener, receiver and
+    loop as ``run`` has them; ``route`` serves the Starlette route (the baseline)."""
+    path = directory / f"{name}-{mode}.db"
     metrics = Metrics()
     cfg = config()
     assert cfg.webhook is not None
     ticks = Ticks()
-    store: JobIndexStore
     stop = threading.Event()
-    if name == "before":
-        before_store = BeforeStore(str(path))
-        store = before_store
-        wake_before = BeforeWakeup(cfg.webhook.debounce)
-        receiver = WebhookReceiver(cfg.webhook, metrics, store=store, on_event=wake_before.notify)
-        listened: BeforeReceiver | WebhookReceiver = BeforeReceiver(receiver)
-    else:
-        store = SqliteStore(path)
-        wake = Wakeup(cfg.webhook.debounce)
-        receiver = WebhookReceiver(cfg.webhook, metrics, store=store, on_event=wake.notify)
-        listened = receiver
+    store = SqliteStore(path)
+    wake = Wakeup(cfg.webhook.debounce)
+    receiver = WebhookReceiver(cfg.webhook, metrics, store=store, on_event=wake.notify)
     source = WebhookSource(Empty(), receiver, cfg.webhook, metrics, poll_interval=POLL, store=store)
     controller = Controller(cfg, Timed(source, ticks), metrics)
-    if name == "before":
-        loop = threading.Thread(
-            target=before_loop,
-            args=(
-                controller,
-                POLL,
-                stop,
-                wake_before,
-                lambda: datetime.now(UTC),
-                lambda *_: ticks.ended(),
-            ),
-            daemon=True,
-        )
+    loop = threading.Thread(
+        target=run_loop,
+        args=(controller, POLL, stop),
+        kwargs={"wake": wake, "on_tick": ticks.ended, "due_in": source.due_in},
+        daemon=True,
+    )
+    server: RoutedWebhookServer | WebhookServer
+    if name == "route":
+        server = RoutedWebhookServer(receiver, metrics, "127.0.0.1", 0, max_connections=1024)
     else:
-        loop = threading.Thread(
-            target=run_loop,
-            args=(controller, POLL, stop),
-            kwargs={"wake": wake, "on_tick": ticks.ended, "due_in": source.due_in},
-            daemon=True,
-        )
-    server = WebhookServer(listened, metrics, "127.0.0.1", 0, max_connections=1024)
+        server = WebhookServer(receiver, metrics, "127.0.0.1", 0, max_connections=1024)
     server.start()
     loop.start()
     runs: list[Run] = []
     first = 1_000_000
     acked: set[int] = set()
+    kept = mode == "kept"
     try:
         for rate, seconds in ((0, 0.0), *RATES):
             count = CLOSED if rate == 0 else int(rate * seconds)
             load = load_average()
             cpu, began = time.process_time(), time.monotonic()
             if rate == 0:
-                result = client.apply(saturate_planned, (server.port, count, first, IN_FLIGHT))
+                args = (server.port, count, first, IN_FLIGHT, kept)
+                result = client.apply(saturate_planned, args)
             else:
-                result = client.apply(offer_planned, (server.port, count, first, rate))
+                result = client.apply(offer_planned, (server.port, count, first, rate, kept))
             cpu, ended = time.process_time() - cpu, time.monotonic()
             ids = [job for job, _ in plan(count, first)]
             acked |= {job for job, ok in zip(ids, result.ok, strict=True) if ok}
-            runs.append(
-                Run(name, rate, result, cpu, ended - began, ticks.between(began, ended), load)
-            )
+            between = ticks.between(began, ended)
+            runs.append(Run(name, mode, rate, result, cpu, ended - began, between, load))
             first += count
             time.sleep(1.0)
     finally:
         server.stop()
         stop.set()
-        if isinstance(listened, BeforeReceiver):
-            listened.close()
         receiver.close()
         loop.join(30)
-        if isinstance(store, BeforeStore | SqliteStore):
-            store.close()
+        store.close()
     reopened = sqlite3.connect(path)
     stored = {int(i) for (i,) in reopened.execute("SELECT job_id FROM job_index")}
     reopened.close()
@@ -423,14 +421,16 @@ def deliveries(directory: Path) -> list[Run]:
     runs: list[Run] = []
     with context.Pool(1) as client:
         client.apply(requests, (10, 1))  # the load process warm
-        for name in ("before", "after"):
-            side = _deliveries(name, directory, client)
-            for run in side:
-                print(run.line(), flush=True)
-            print(
-                f"     {name:<7} acknowledged but not in the file after reopening: {side[-1].lost}"
-            )
-            runs += side
+        for mode in MODES:
+            for name in LISTENERS:
+                side = _deliveries(name, mode, directory, client)
+                for run in side:
+                    print(run.line(), flush=True)
+                print(
+                    f"     {name:<5} {mode:<5} acknowledged but not in the file after "
+                    f"reopening: {side[-1].lost}"
+                )
+                runs += side
     return runs
 
 
@@ -556,45 +556,47 @@ def run() -> bool:
         commit_modes(directory)
         runs = deliveries(directory)
         cpu, whole_reads = ticks(directory)
-    aim = next(r for r in runs if r.name == "after" and r.rate == AIM_RATE)
-    before = next(r for r in runs if r.name == "before" and r.rate == AIM_RATE)
+
+    def pick(name: str, mode: str, rate: float) -> Run:
+        return next(r for r in runs if (r.name, r.mode, r.rate) == (name, mode, rate))
+
+    for mode in MODES:
+        aim_m, route_m = pick("after", mode, AIM_RATE), pick("route", mode, AIM_RATE)
+        closed_a, closed_r = pick("after", mode, 0), pick("route", mode, 0)
+        print(
+            f"  {mode}: at {AIM_RATE:,}/s for {RATES[-1][1]:.0f} s after answered "
+            f"{aim_m.result.rate:.0f}/s, p50 {pct(aim_m.result.latencies, 0.5) * 1e3:.1f} ms, "
+            f"p99 {pct(aim_m.result.latencies, 0.99) * 1e3:.1f} ms, {aim_m.result.failed} failed "
+            f"(route: {route_m.result.rate:.0f}/s, p99 "
+            f"{pct(route_m.result.latencies, 0.99) * 1e3:.1f} ms, {route_m.result.failed} failed); "
+            f"CPU a delivery after/route x{aim_m.cpu_each() / route_m.cpu_each():.2f} at the "
+            f"rate, x{closed_a.cpu_each() / closed_r.cpu_each():.2f} with {IN_FLIGHT} in flight "
+            f"({closed_a.cpu_each() * 1e3:.2f} ms: one core's worth is "
+            f"{1 / closed_a.cpu_each():,.0f} deliveries a second)"
+        )
+    aim = pick("after", "fresh", AIM_RATE)
+    p99 = pct(aim.result.latencies, 0.99)
     _, gap, _ = aim.ticks
-    p99, p99_before = pct(aim.result.latencies, 0.99), pct(before.result.latencies, 0.99)
+    lost = sum(r.lost for r in runs)
+    print(
+        f"  the listener's process had {aim.cpu / aim.wall:.0%} of a CPU at {AIM_RATE:,}/s, a "
+        f"connection each (load average {aim.load})"
+    )
     growth = cpu[("after", SIZES[-1])] / cpu[("after", 0)]
-    print(
-        f"  at {AIM_RATE:,}/s for {RATES[-1][1]:.0f} s: after answered {aim.result.rate:.0f}/s, "
-        f"p99 {p99 * 1e3:.1f} ms, {aim.result.failed} failed, longest wait between ticks "
-        f"{gap:.1f} s, {aim.lost} acknowledged lost; before answered "
-        f"{before.result.rate:.0f}/s, p99 {p99_before * 1e3:.1f} ms, "
-        f"{before.result.failed} failed; after/before rate x"
-        f"{aim.result.rate / max(1.0, before.result.rate):.1f}"
-    )
-    closed = {r.name: r for r in runs if r.rate == 0}
-    cpu_a, cpu_b = (closed[n].cpu / max(1, closed[n].result.answered) for n in ("after", "before"))
-    print(
-        f"  {IN_FLIGHT} in flight: after/before deliveries a second x"
-        f"{closed['after'].result.rate / max(1.0, closed['before'].result.rate):.1f}, CPU a "
-        f"delivery x{cpu_a / cpu_b:.2f}; after's CPU a delivery ({cpu_a * 1e3:.2f} ms) caps one "
-        f"core at {1 / cpu_a:,.0f} deliveries a second"
-    )
-    print(
-        f"  the listener's process had {aim.cpu / aim.wall:.0%} of a CPU at "
-        f"{aim.cpu / max(1, aim.result.answered) * 1e3:.2f} ms of CPU a delivery "
-        f"(load average {aim.load})"
-    )
     print(
         f"  tick CPU at {SIZES[-1]:,} rows / at none: after x{growth:.2f}, before "
         f"x{cpu[('before', SIZES[-1])] / cpu[('before', 0)]:.1f}"
     )
     kept = aims.count(
-        "after: every delivery answered 2xx is in the state file reopened", aim.lost == 0
+        "every delivery answered 2xx is in the state file reopened (every side and mode)",
+        lost == 0,
     )
     read_once = aims.count(
         f"after: the stored index read whole once over {TICKS} ticks", whole_reads == 1
     )
     rate_met = aims.timed(
-        f"after: {AIM_RATE:,} deliveries a second for {RATES[-1][1]:.0f} s, every one answered"
-        " 2xx, p99 < 50 ms",
+        f"after: {AIM_RATE:,} deliveries a second for {RATES[-1][1]:.0f} s, a connection each, "
+        "every one answered 2xx, p99 < 50 ms",
         aim.result.failed == 0 and aim.result.rate >= 0.97 * AIM_RATE and p99 < AIM_P99,
     )
     on_time = aims.timed(

@@ -1,28 +1,19 @@
-"""The webhook ingestion path as it was before group commit and the index kept in memory,
-kept as the baseline of ``bench/ingest.py`` (nothing in ``autoscaler`` uses it):
-
-- :class:`BeforeStore`: the SQLite job index as it was: a rollback journal, each delivery's
-  row decided and written in a transaction of its own (one fsync each, three with the
-  journal), and a read of the index that deletes the expired rows (a scan: no index on the
-  expiry) and selects every row, at every tick (its ``job_index_changes`` always says "read
-  whole", so the webhook source reads it whole every tick as it did);
-- :class:`BeforeReceiver`: each delivery handled whole on one of two worker threads that
-  wait for its write, as the listener handed deliveries over;
-- :func:`before_loop`: the loop's wait as it was: a queued event wakes the tick
-  ``debounce`` after it, whatever the last tick cost.
+"""The SQLite job index as it was before group commit and the index kept in memory, kept
+as the baseline of ``bench/ingest.py`` (nothing in ``autoscaler`` uses it):
+:class:`BeforeStore` has a rollback journal, decides and writes each delivery's row in a
+transaction of its own (one fsync each, three with the journal), and reads the index by
+deleting the expired rows (a scan: no index on the expiry) and selecting every row, at
+every tick (its ``job_index_changes`` always says "read whole", so the webhook source
+reads it whole every tick as it did).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
 
-from autoscaler.controller import Controller
 from autoscaler.errors import StateError
-from autoscaler.observe.github.webhook_receiver import Answer, WebhookReceiver
 from autoscaler.observe.github.webhook_rows import (
     Changes,
     IndexRow,
@@ -108,72 +99,3 @@ class BeforeStore:
 
     def job_index_version(self) -> str | None:
         return None
-
-
-class BeforeReceiver:
-    """A delivery handled whole on one of two worker threads, which waits for the write."""
-
-    def __init__(self, receiver: WebhookReceiver, workers: int = 2) -> None:
-        self.receiver = receiver
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="before-worker")
-
-    @property
-    def max_body(self) -> int:
-        return self.receiver.max_body
-
-    def too_large(self, headers: Mapping[str, str]) -> Answer:
-        return self.receiver.too_large(headers)
-
-    def accept(self, headers: Mapping[str, str], body: bytes) -> Future[Answer]:
-        return self.pool.submit(self.receiver.handle, dict(headers), body)
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-
-
-class BeforeWakeup:
-    """The loop's wake-up as it was: ``debounce`` after the first queued event, whatever
-    the last tick cost."""
-
-    def __init__(self, debounce: float) -> None:
-        self.debounce = debounce
-        self._event = threading.Event()
-        self._first: float | None = None
-        self._lock = threading.Lock()
-
-    def notify(self) -> None:
-        with self._lock:
-            if self._first is None:
-                self._first = time.monotonic()
-        self._event.set()
-
-    def wait(self, timeout: float, stop: threading.Event) -> None:
-        deadline = time.monotonic() + timeout
-        while not stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            if self._event.wait(min(left, 0.1)):
-                with self._lock:
-                    first = time.monotonic() if self._first is None else self._first
-                stop.wait(max(0.0, first + self.debounce - time.monotonic()))
-                with self._lock:
-                    self._first = None
-                    self._event.clear()
-                return
-
-
-def before_loop(
-    controller: Controller,
-    interval: float,
-    stop: threading.Event,
-    wake: BeforeWakeup,
-    clock: Callable[[], object],
-    on_tick: Callable[[float, float], None],
-) -> None:
-    """The loop as it ran: tick, then wait the rest of the interval or until woken."""
-    while not stop.is_set():
-        started = time.monotonic()
-        controller.tick(clock())  # type: ignore[arg-type]
-        on_tick(started, time.monotonic())
-        wake.wait(max(0.0, interval - (time.monotonic() - started)), stop)

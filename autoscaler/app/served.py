@@ -1,12 +1,15 @@
 """The served application: the status listener (the on-call page at ``/``, ``/metrics``,
-``/healthz``, ``/readyz``) and the webhook listener (``POST /github/webhook``), each a
-Starlette app on uvicorn (httptools' parser, uvloop's loop) in a thread of its own.
+``/healthz``, ``/readyz``), a Starlette app, and the webhook listener (``POST
+/github/webhook``), a plain ASGI app of one route; each on uvicorn (httptools' parser,
+uvloop's loop) in a thread of its own.
 
 Why these: uvicorn takes the HTTP protocol as a class (``Config(http=...)``), so the
 deadlines below are a subclass of its own protocol, on its parser's callbacks; httptools
-(llhttp, in C) parses; Starlette routes and answers 404/405. aiohttp's server documents no way to
-replace its protocol, and the pure-Python parser (h11, hypercorn's) costs more CPU a request
-(``bench/listener.py`` measures the listener).
+(llhttp, in C) parses; Starlette routes the status listener and answers its 404/405.
+aiohttp's server documents no way to replace its protocol, and the pure-Python parser
+(h11, hypercorn's) costs more CPU a request (``bench/listener.py`` measures the
+listener). The webhook route is one path and one method: a router, a request and a
+response object a delivery would cost more than they give (``bench/ingest.py``).
 
 The webhook has a listener of its own so that the one port exposed to GitHub (through a
 load balancer) serves no /metrics, page or readiness, and a flood of deliveries never
@@ -35,9 +38,12 @@ start with ``webhook_``) and logged (a summary warning at most once a minute).
 
 The webhook listener checks what needs no body first: a ``Content-Length`` is required
 (411 without, or with ``Transfer-Encoding``) and a body over the limit is refused unread
-(413); the rest is :meth:`WebhookReceiver.handle`'s, on a worker thread. With two
-controllers (``state.backend: dynamodb``) both serve deliveries: the job index lives in
-the state table and the leader's next tick (woken by its watch) reads it. A ``GET`` of
+(413); the rest is :meth:`WebhookReceiver.accept`'s, on the event loop (a body over
+:data:`INLINE_BODY` on a worker thread). A delivery the store must take first is answered
+when the committer thread has made its batch durable; the batch's answers reach the loop
+in one wake-up. With two controllers (``state.backend: dynamodb``) both serve
+deliveries: the job index lives in the state table and the leader's next tick (woken by
+its watch) reads it. A ``GET`` of
 the path answers 405 (POST only): the terraform module's ALB health check expects it.
 """
 
@@ -48,7 +54,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,9 +64,10 @@ import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from autoscaler.app import status_page
@@ -308,7 +315,7 @@ class Listener:
 
     def __init__(
         self,
-        app: Starlette,
+        app: ASGIApp,
         metrics: Metrics,
         host: str,
         port: int,
@@ -499,10 +506,55 @@ class Receiver(Protocol):
 #: microseconds, less than the hop to a worker thread would cost. A larger one (a
 #: signed body of up to ``max_body_bytes``) is checked on a worker.
 INLINE_BODY = 64 * 1024
+_TEXT = TEXT.encode()
+#: Connections the webhook listener holds open. GitHub sends each delivery on a connection
+#: of its own, answered once durable: at 1,000 deliveries a second and a commit stalled
+#: 50 ms by a busy disk, 100 wait at once, and 64 would refuse a burst.
+WEBHOOK_CONNECTIONS = 512
+
+
+class _Landing:
+    """Answers the committer thread completes, brought onto the event loop one wake-up a
+    batch: the committer completes a batch's futures in a row, the first schedules
+    :meth:`_land` and the rest join its list (a wake-up a delivery would cost the loop a
+    self-pipe write and read each)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._done: list[tuple[Future[Answer], asyncio.Future[Answer]]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def wait(self, step: Future[Answer]) -> asyncio.Future[Answer]:
+        waiter: asyncio.Future[Answer] = self._loop.create_future()
+        step.add_done_callback(lambda done: self._arrived(done, waiter))
+        return waiter
+
+    def _arrived(self, done: Future[Answer], waiter: asyncio.Future[Answer]) -> None:
+        with self._lock:
+            self._done.append((done, waiter))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._land)
+
+    def _land(self) -> None:
+        with self._lock:
+            landed, self._done, self._scheduled = self._done, [], False
+        for done, waiter in landed:
+            if waiter.done():
+                continue  # its connection went away
+            error = done.exception()
+            if error is None:
+                waiter.set_result(done.result())
+            else:
+                waiter.set_exception(error)
 
 
 class WebhookServer:
-    """``POST /github/webhook`` and nothing else."""
+    """``POST /github/webhook`` and nothing else, as a plain ASGI app (:meth:`__call__`):
+    the one route needs no router, request or response objects, so none is built per
+    delivery (``bench/ingest.py`` measures it against the Starlette route it replaced)."""
 
     def __init__(
         self,
@@ -511,7 +563,7 @@ class WebhookServer:
         host: str,
         port: int,
         *,
-        max_connections: int = 64,
+        max_connections: int = WEBHOOK_CONNECTIONS,
         header_timeout: float = 10.0,
         body_timeout: float = 10.0,
         workers: int = 2,
@@ -524,9 +576,9 @@ class WebhookServer:
             write_timeout=body_timeout,
             workers=workers,
         )
-        app = _app([Route(PATH, self._deliver, methods=["POST"])])
+        self._landing: _Landing | None = None
         self.listener = Listener(
-            app, metrics, host, port, name="webhook-http", limits=limits, prefix="webhook_"
+            self, metrics, host, port, name="webhook-http", limits=limits, prefix="webhook_"
         )
 
     @property
@@ -540,20 +592,37 @@ class WebhookServer:
     def stop(self) -> None:
         self.listener.stop()
 
-    async def _deliver(self, request: Request) -> Response:
-        headers = request.headers
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no lifespan (off), no websocket (none)
+        if scope["path"] != PATH:
+            await _answer(send, 404, b"not found\n")
+            return
+        if scope["method"] != "POST":
+            await _answer(send, 405, b"method not allowed\n", [(b"allow", b"POST")])
+            return
+        headers: dict[str, str] = {}
+        for name, value in scope["headers"]:  # lower-cased by the parser; the first counts
+            headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        status, body = await self._deliver(headers, receive)
+        await _answer(send, status, body, _CLOSE if status in (411, 413) else ())
+
+    async def _deliver(self, headers: dict[str, str], receive: Receive) -> tuple[int, bytes]:
         length = headers.get("content-length", "")
-        close = {"Connection": "close"}  # the body is not read: nothing more on this one
         if not length.isdigit() or "transfer-encoding" in headers:
-            return text(411, "Content-Length required\n", close)
+            return 411, b"Content-Length required\n"  # the body is not read: closed after
         if int(length) > self.receiver.max_body:
             answer = self.receiver.too_large(headers)
-            return Response(answer.body, answer.status, close, TEXT)
-        try:
-            body = await request.body()
-        except ClientDisconnect:
-            return text(400, "bad request\n")  # never sent: the client is gone
-
+            return answer.status, answer.body
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return 400, b"bad request\n"  # never sent: the client is gone
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         try:
             if len(body) <= INLINE_BODY:
                 step = self.receiver.accept(headers, body)
@@ -561,8 +630,21 @@ class WebhookServer:
                 step = await self.listener.off_loop_value(self.receiver.accept, headers, body)
             if not isinstance(step, Answer):
                 # The store takes the delivery first: wait for it here, holding no thread.
-                step = await asyncio.wrap_future(step)
+                if self._landing is None:
+                    self._landing = _Landing(asyncio.get_running_loop())
+                step = await self._landing.wait(step)
         except Exception:
             log.exception("%s: a delivery failed", self.listener.name)
-            return text(500, "internal error\n")
-        return Response(step.body, step.status, media_type=TEXT)
+            return 500, b"internal error\n"
+        return step.status, step.body
+
+
+_CLOSE = ((b"connection", b"close"),)
+
+
+async def _answer(
+    send: Send, status: int, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    headers = [(b"content-type", _TEXT), (b"content-length", b"%d" % len(body)), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

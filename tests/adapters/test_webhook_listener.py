@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from autoscaler.app.served import WebhookServer
+from autoscaler.errors import StateUnusableError
 from autoscaler.observe.github.webhook_receiver import FORM, WebhookReceiver
 from autoscaler.observe.github.webhook_source import WebhookSource
 from autoscaler.observe.github.webhooks import sign
@@ -29,6 +31,7 @@ from tests.adapters.webhook_support import (
     headers,
     hook_config,
 )
+from tests.unit.test_group_commit import GatedStore
 from tests.unit.webhook_payloads import SECRET, body, payload
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -408,3 +411,48 @@ def test_a_half_sent_body_is_closed_at_the_body_deadline(
         "ci_autoscaler_http_connections_dropped_total", {"reason": "webhook_body_timeout"}
     )
     assert value == 1
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["durable", "store-down"])
+def test_deliveries_sharing_a_commit_are_answered_only_after_it_and_all_of_them(
+    fails: bool,
+) -> None:
+    """The listener awaits each delivery's commit on its event loop, and brings a batch's
+    answers back from the committer thread together. The story this guards: answers
+    handed over as a batch must still each wait for the write that holds them (none
+    answered while the store is stalled), none may be dropped or crossed between
+    connections, and a write that fails answers every delivery it held with 503."""
+    metrics = fresh_metrics()
+    store = GatedStore()
+    if fails:
+        store.fail = StateUnusableError("disk gone", path="state.db", code="io")
+    receiver = WebhookReceiver(hook_config(), metrics, store=store)
+    server = WebhookServer(receiver, metrics, "127.0.0.1", 0)
+    server.start()
+    answers: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def send(job_id: int) -> None:
+        raw = body("queued", job_id)
+        status = post(server, raw, headers(raw, delivery=f"d-{job_id}")).status_code
+        with lock:
+            answers[job_id] = status
+
+    senders = [threading.Thread(target=send, args=(job_id,)) for job_id in range(1, 41)]
+    try:
+        for thread in senders:
+            thread.start()
+        assert store.writing.wait(5)
+        time.sleep(0.3)  # every delivery sent and waiting on the stalled write
+        assert answers == {}, "answered before the write that holds it returned"
+        store.gate.set()
+        for thread in senders:
+            thread.join(10)
+    finally:
+        server.stop()
+        receiver.close()
+    expected = 503 if fails else 202
+    assert answers == dict.fromkeys(range(1, 41), expected)
+    if not fails:
+        assert sorted(j for batch in store.batches for j in batch) == list(range(1, 41))
+        assert len(store.batches) < 40, "rows that waited together were written together"

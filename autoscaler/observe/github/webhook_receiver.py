@@ -43,7 +43,6 @@ Labels stay bounded whatever a client sends: ``event`` is ``workflow_job``, ``pi
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import queue
 import re
@@ -56,6 +55,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import parse_qs
 
+from prometheus_client import Counter
+
 from autoscaler.config import WebhookConfig
 from autoscaler.errors import StateError
 from autoscaler.observe.github.group_commit import GroupCommit
@@ -67,7 +68,7 @@ from autoscaler.observe.github.webhooks import (
     SIGNATURE_HEADER,
     WorkflowJobEvent,
     parse_workflow_job,
-    verify_signature,
+    signed_digest,
 )
 from autoscaler.telemetry import Metrics
 
@@ -155,6 +156,8 @@ class WebhookReceiver:
         self._seen: OrderedDict[str | bytes, None] = OrderedDict()
         self._lock = threading.Lock()
         self._logged: dict[str, float] = {}
+        #: The counters' children by labels, looked up once (a lookup takes a lock).
+        self._counters: dict[tuple[str, str, str], Counter] = {}
 
     def __repr__(self) -> str:
         return f"WebhookReceiver(max_body={self._max_body})"
@@ -197,15 +200,16 @@ class WebhookReceiver:
             )
         if len(body) > self._max_body:
             return self.too_large(headers)
-        if not verify_signature(self._secret, body, headers.get(SIGNATURE_HEADER)):
+        digest = signed_digest(self._secret, body, headers.get(SIGNATURE_HEADER))
+        if digest is None:
             return self._refuse(
                 401, event, "none", "bad_signature", delivery=shown, reason="signature"
             )
         if event == "ping":
-            self._metrics.webhook_events.labels("ping", "none", "accepted").inc()
+            self._count("ping", "none", "accepted")
             return Answer(200, b"pong\n")
         if event != "workflow_job":
-            self._metrics.webhook_events.labels("other", "none", "ignored").inc()
+            self._count("other", "none", "ignored")
             log.debug("webhook delivery %s: event not handled, ignored", shown)
             return Answer(202, b"ignored: only workflow_job is handled\n")
         try:
@@ -216,7 +220,6 @@ class WebhookReceiver:
                 status, event, "other", "invalid", delivery=shown, reason=f"{exc.kind}: {exc}"
             )
         action = parsed.action if parsed.action in ACTIONS else "other"
-        digest = hashlib.sha256(body).digest()
         if not self._first(delivery, digest):
             return self._refuse(
                 409, event, action, "duplicate", delivery=shown, reason="delivered before"
@@ -273,16 +276,23 @@ class WebhookReceiver:
                 return
             except Exception as exc:  # a bug: the committer logged it, the listener answers 500
                 self._forget(delivery, digest)
-                self._metrics.webhook_events.labels("workflow_job", action, "error").inc()
+                self._count("workflow_job", action, "error")
                 answer.set_exception(exc)
                 return
-            self._metrics.webhook_events.labels("workflow_job", action, result.value).inc()
+            self._count("workflow_job", action, result.value)
             if result is Outcome.ACCEPTED and parsed.action == "queued":
                 self._on_event()  # demand: wake this process's tick (the leader's watches)
             answer.set_result(Answer(202, f"{result.value}\n".encode()))
 
         self._commits.submit(event_row(parsed, self._clock())).add_done_callback(written)
         return answer
+
+    def _count(self, event: str, action: str, result: str) -> None:
+        key = (event, action, result)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self._metrics.webhook_events.labels(*key)
+        counter.inc()
 
     def _first(self, delivery: str, digest: bytes) -> bool:
         """Remember this delivery id and body digest; False when either was seen already."""
@@ -304,7 +314,7 @@ class WebhookReceiver:
     def _refuse(
         self, status: int, event: str, action: str, result: str, *, delivery: str, reason: str
     ) -> Answer:
-        self._metrics.webhook_events.labels(event, action, result).inc()
+        self._count(event, action, result)
         now = time.monotonic()
         with self._lock:
             loud = now - self._logged.get(result, -LOG_EVERY) >= LOG_EVERY
