@@ -4,11 +4,10 @@ The scenario has what makes the emulator's bookkeeping hard: two runner types, a
 with two pools whose first is out of capacity while a GPU matrix lands, a CPU matrix
 larger than one scaling activity launches, lognormal boots, billing minimums and the
 poll's latency. ``sim_pinned.json`` holds each policy's ``simulate --output json`` row,
-as shipped and at equal knobs, and the oracle's, as the simulator computed them before
-its event loop and its peers' views were made incremental. A change that is only meant
-to be faster must leave every figure as it was; a change to a policy's rule or to the
-world rewrites the file on purpose (``python -m tests.unit.test_sim_pinned``) and says
-so in its commit.
+as shipped and at equal knobs, and the oracle's. A change that is only meant to make
+the replay faster must leave every figure as it was; a change to a policy's rule or to
+the world rewrites the file on purpose (``python -m tests.unit.test_sim_pinned``) and
+says so in its commit.
 """
 
 from __future__ import annotations
