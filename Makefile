@@ -12,7 +12,7 @@ DEMO_DURATION ?= 60
 # never writes a .pyc and every command would compile the package again.
 COMPILE := $(BIN)/python -m compileall -q autoscaler
 
-.PHONY: demo test test-fast lint bench clean references docs lock
+.PHONY: demo test test-fast test-cpu lint bench clean references docs lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,8 @@ demo: $(DEMO_STAMP)
 # directories, or /opt); the e2e tests read TF_PLUGIN_DIR and never walk the filesystem.
 TF_MIRROR_ROOTS := /opt /usr/local/share /usr/share $(HOME)/.terraform.d $(HOME)/.local/share
 TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
+TF_ENV = TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 \
+  -path '$(TF_PROVIDER)' -print -quit 2>/dev/null | sed 's\#/registry.terraform.io/.*\#\#')}"
 
 # The whole suite, one pytest-xdist worker per core (PYTEST_WORKERS=0: in this process).
 # worksteal: an idle worker takes half of a busy one's queue. With the default (load) one
@@ -41,15 +43,26 @@ TF_PROVIDER := */registry.terraform.io/hashicorp/aws/*/terraform-provider-aws_*
 # had finished everything else and waited.
 PYTEST_WORKERS ?= auto
 XDIST := -n $(PYTEST_WORKERS) --dist worksteal
+# Tests run with byte-code caches: with PYTHONDONTWRITEBYTECODE each worker compiled every
+# test module again (pytest caches its assertion rewrites only where Python may write
+# byte code; 11 s of CPU per worker to collect, 4 s cached), and every `python -m
+# autoscaler` of the tests compiled the modules changed since the install. __pycache__ is
+# ignored by git.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 test: $(STAMP) references
-	TF_PLUGIN_DIR="$${TF_PLUGIN_DIR:-$$(find $(TF_MIRROR_ROOTS) -maxdepth 7 -path '$(TF_PROVIDER)' \
-	  -print -quit 2>/dev/null | sed 's#/registry.terraform.io/.*##')}" \
-	  $(BIN)/python -m pytest $(XDIST)
+	$(COMPILE)
+	$(TF_ENV) $(PYTEST) $(XDIST)
 
 # The unit tier: pure code, fakes at the ports; no moto server, no network, no tools.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest tests/unit $(XDIST) -q
+	$(PYTEST) tests/unit $(XDIST) -q
+
+# The whole suite with each test's CPU seconds (tests/cpu_report.py): the top 40 tests,
+# files and fixture setups. CPU, not wall: the machine is shared.
+test-cpu: $(STAMP) references
+	$(COMPILE)
+	$(TF_ENV) $(PYTEST) $(XDIST) -q --cpu-report 40
 
 # GitHub's OpenAPI description and webhook examples/schemas (pinned in
 # tests/conformance/references.txt), fetched once with npm into .cache/octokit.

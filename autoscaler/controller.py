@@ -44,7 +44,12 @@ from autoscaler.health import Health
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.queue import compute_queue
 from autoscaler.observe.starts import ObjectiveStatus, StartTracker
-from autoscaler.observe.waits import RecentWaits, StageSummary
+from autoscaler.observe.waits import (
+    RecentWaits,
+    StageRegression,
+    StageSummary,
+    stage_regressions,
+)
 from autoscaler.ports import JobSource
 from autoscaler.scale.diagnosis import diagnose
 from autoscaler.scale.view import ScalingView
@@ -81,6 +86,14 @@ class Reporter(Protocol):
 
     def tick_finished(self, seconds: float) -> None: ...
 
+    def tick_overran(self) -> None: ...
+
+
+class WaitTracing(Protocol):
+    """Where each job's wait goes as a trace (autoscaler.tracing.WaitTracer)."""
+
+    def job_waits(self, waits: Sequence[JobWait]) -> None: ...
+
 
 class AlertStep(Protocol):
     """The alerting stage (autoscaler.alerting.engine.AlertEngine)."""
@@ -99,6 +112,7 @@ class AlertStep(Protocol):
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
         unlisted: Sequence[str] | None = None,
+        stages: Sequence[StageRegression] | None = None,
     ) -> Sequence[Any]: ...
 
 
@@ -207,8 +221,11 @@ class Controller:
         retries: RetryStep | None = None,
         interruptions: InterruptionStep | None = None,
         leadership: Leadership | None = None,
+        tracer: WaitTracing | None = None,
     ) -> None:
         self.config = config
+        #: Each job's wait as a trace (``telemetry.otlp_endpoint``); None: no traces.
+        self.tracer = tracer
         #: Jobs lost to infrastructure: re-run after scaling, before alerting.
         self.retries = retries
         #: EC2 interruption warnings: read before scaling, so a warned pool is backed off.
@@ -230,7 +247,8 @@ class Controller:
         #: The jobs the last poll saw start (their waits are split after scaling).
         self.last_starts: Sequence[JobStart] = ()
         #: Where recent jobs' waits went, per runner type (``explain``, the page).
-        self.waits = RecentWaits()
+        rule = config.alerts.builtin.stage_regression
+        self.waits = RecentWaits(window=rule.recent + rule.baseline)
         self.objectives: Mapping[str, ObjectiveStatus] = {}
         #: (when, decision) for decisions that changed something, newest last.
         self.recent_decisions: deque[tuple[datetime, Any]] = deque(maxlen=RECENT_DECISIONS)
@@ -247,6 +265,7 @@ class Controller:
             observation_fresh = fresh and self.observation_is_fresh(now)
             alerts, scaler = self.alerts, self.scaler
             problems: Sequence[ScalingProblem] | None = None
+            stages: Sequence[StageRegression] | None = None
             skew: ClockSkew | None = None
             if self.last_observation is not None:
                 skew = ClockSkew(github=self.last_observation.clock_skew_seconds)
@@ -276,6 +295,12 @@ class Controller:
                 waits = self._guarded("waits", lambda: scaler.job_waits(starts, observation))
                 self.waits.add(waits)
                 self.reporter.job_waits(waits)
+                if self.tracer is not None:
+                    self._trace(self.tracer, waits)
+                rule = self.config.alerts.builtin.stage_regression
+                stages = self._guarded(
+                    "waits", lambda: stage_regressions(self.waits.all(), now, rule)
+                )
             result.waits = self.waits.summary()
             try:
                 result.causes = diagnose(
@@ -321,6 +346,7 @@ class Controller:
                         objectives=self.objectives,
                         retries=retry_report,
                         unlisted=unlisted,
+                        stages=stages,
                     ),
                 )
         finally:
@@ -383,6 +409,14 @@ class Controller:
         self.reporter.jobs_started(starts, self.objectives)
         result.snapshot = snapshot
         return True
+
+    def _trace(self, tracer: WaitTracing, waits: Sequence[JobWait]) -> None:
+        """Hand the waits to the tracer; a bug there never ends the loop."""
+        try:
+            tracer.job_waits(waits)
+        except Exception:
+            log.exception("tracing the job waits failed; the loop goes on")
+            self.reporter.stage_failed("tracing")
 
     def _guarded(self, stage: str, run: Callable[[], Sequence[Any]]) -> Sequence[Any]:
         """Run a stage; a bug or outage in one stage never ends the loop or skips the others."""

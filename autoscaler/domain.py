@@ -272,6 +272,9 @@ class WarmPoolState:
     spec: WarmPoolSpec
     #: One entry per warm instance, its state (one of :data:`WARM_INSTANCE_STATES`).
     instances: tuple[str, ...] = ()
+    #: The warm instances' ids, in the order of :attr:`instances`: they are the pool's
+    #: (not orphans, not idle runners), whatever their state.
+    instance_ids: tuple[str, ...] = ()
 
     def count(self, state: str) -> int:
         return sum(1 for s in self.instances if s == state)
@@ -339,6 +342,10 @@ class JobStart:
     """When we first saw it queued (a poll or a webhook); None: first seen started."""
     runner_name: str | None = None
     """The runner that took it (GitHub's ``runner_name``), when GitHub said."""
+    repository: str = ""
+    """``owner/name`` of the job's repository."""
+    job_id: int | None = None
+    """GitHub's id of the job."""
 
 
 #: The stages of a job's wait, in the order it goes through them
@@ -352,6 +359,13 @@ class JobWait:
 
     runner_type: str
     stages: tuple[float, ...]
+    started_at: datetime | None = None
+    """When the job started: the windows of the stage regression alert count from it."""
+    created_at: datetime | None = None
+    pool: str = ""
+    """The pool whose instance ran it."""
+    repository: str = ""
+    job_id: int | None = None
 
     @property
     def total(self) -> float:

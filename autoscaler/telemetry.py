@@ -145,6 +145,20 @@ class Metrics:
             buckets=FAST,
             registry=r,
         )
+        self.tick_overruns = Counter(
+            P + "tick_overruns_total",
+            "Ticks that took longer than the poll interval (the next one started at once; "
+            "ticks never overlap).",
+            registry=r,
+        )
+        self.github_polls_cut = Counter(
+            P + "github_polls_cut_total",
+            "GitHub polls that ended before every listing they asked for was in, by cause "
+            "(deadline: the poll's share of the interval passed; rate_limited). Listings "
+            "not reached keep their last answer.",
+            ["cause"],
+            registry=r,
+        )
 
         # --- the served application (the status and webhook listeners)
         self.http_connections_open = Gauge(
@@ -219,6 +233,7 @@ class Metrics:
             P + "github_listings_total",
             "Listings the poll asked for, by listing (runs: a repository's runs in every "
             "status that can hold a queued job; recent_runs: its newest runs in any status; "
+            "all_runs: its runs in any status, read to the end, when they fit a few pages; "
             "jobs: a run's jobs) and reason (new, live, quiet, stale, short, busy, status, "
             "runner; reconcile: the webhook reconcile lists them all).",
             ["listing", "reason"],
@@ -642,6 +657,9 @@ class Metrics:
 
     def tick_finished(self, seconds: float) -> None:
         self.tick_duration.observe(seconds)
+
+    def tick_overran(self) -> None:
+        self.tick_overruns.inc()
 
 
 def report_queue(metrics: Metrics, snapshot: QueueSnapshot, now: datetime) -> None:

@@ -27,6 +27,7 @@ from bench import (
     scaling,
     state_requests,
     steady_tick,
+    warm_pools,
     webhooks,
 )
 
@@ -36,6 +37,7 @@ BENCHMARKS: dict[str, Callable[[], bool]] = {
     "github_budget": github_budget.run,
     "github_payloads": github_payloads.run,
     "scaling": scaling.run,
+    "warm_pools": warm_pools.run,
     "failover": failover.run,
     "state_requests": state_requests.run,
     "index_requests": index_requests.run,

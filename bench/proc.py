@@ -16,6 +16,7 @@ with ``dry_run``: everything is decided, nothing acted on (the pool is not real)
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import sys
 import tempfile
@@ -103,6 +104,31 @@ def _latency_sum(metrics: Metrics) -> float:
         if family.name == "ci_autoscaler_github_request_duration_seconds":
             total += sum(s.value for s in family.samples if s.name.endswith("_sum"))
     return total
+
+
+def _listings(metrics: Metrics) -> dict[str, float]:
+    """Listings the poll asked for so far, by ``listing/reason``, from its own metric."""
+    out: dict[str, float] = {}
+    for family in metrics.registry.collect():
+        if family.name == "ci_autoscaler_github_listings":
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    key = f"{sample.labels['listing']}/{sample.labels['reason']}"
+                    out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+class CutPolls(logging.Handler):
+    """Counts the poll's "cut short" warnings: the one sign of a poll that ran out of its
+    deadline that both code paths give (the baseline has no metric for it)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "cut short" in str(record.msg):
+            self.count += 1
 
 
 def _statuses(metrics: Metrics) -> dict[str, float]:
@@ -219,6 +245,8 @@ def run_controller(params: dict[str, Any]) -> None:
         },
     }
     config = parse_config(raw, env={})
+    cut_polls = CutPolls()
+    logging.getLogger("autoscaler.observe.github").addHandler(cut_polls)
     clock = {"now": T0.timestamp()}
     metrics = Metrics()
     with tempfile.TemporaryDirectory() as state_dir:
@@ -245,11 +273,14 @@ def run_controller(params: dict[str, Any]) -> None:
                 return {"ms": round_trip(params["url"], path, command["requests"])}
             clock["now"] = command["t"]
             before, latency = _statuses(metrics), _latency_sum(metrics)
+            asked = _listings(metrics)
+            cuts = cut_polls.count
             cpu, started = _cpu(), time.perf_counter()
             result = controller.tick(datetime.fromtimestamp(command["t"], UTC), dry_run=True)
             wall, cpu = time.perf_counter() - started, _cpu() - cpu
             after = _statuses(metrics)
             statuses = {k: int(v - before.get(k, 0.0)) for k, v in after.items()}
+            listings = {k: int(v - asked.get(k, 0.0)) for k, v in _listings(metrics).items()}
             observation = controller.last_observation
             budget = observation.budget if observation else None
             snapshot = result.snapshot
@@ -268,9 +299,12 @@ def run_controller(params: dict[str, Any]) -> None:
                 "wall": wall,
                 "cpu": cpu,
                 "statuses": {k: v for k, v in statuses.items() if v},
+                "listings": {k: v for k, v in listings.items() if v},
                 "latency_sum": _latency_sum(metrics) - latency,
                 "rss_mb": _peak_rss_mb(),
                 "poll_error": result.poll_error,
+                "partial": result.poll_partial,
+                "cut": cut_polls.count > cuts,
                 "queued": queued,
                 "busy_interval": budget.busy_interval if budget else None,
                 "too_small": budget.too_small if budget else None,

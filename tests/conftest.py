@@ -24,6 +24,7 @@
   seconds of CPU per reset here). The tests use moto's 44 default images only
   (``MOTO_AMIS_PATH``, set below before anything imports moto), so a reset costs
   milliseconds.
+- ``--cpu-report``: CPU seconds per test, file and fixture setup (:mod:`tests.cpu_report`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from hypothesis import settings
 
 if TYPE_CHECKING:
     import boto3
+
+pytest_plugins = ["tests.cpu_report"]
 
 #: Hypothesis: the same properties, only the number of examples changes.
 settings.register_profile("quick", max_examples=40)

@@ -18,8 +18,10 @@ from datetime import datetime
 
 from autoscaler.alerting.evaluation import FLEET, Causes, Evaluation, typed_causes
 from autoscaler.config import BuiltinAlertsConfig
+from autoscaler.config.durations import format_seconds
 from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProblem
 from autoscaler.observe.starts import FAST_BURN, SLOW_BURN, ObjectiveStatus
+from autoscaler.observe.waits import StageRegression
 from autoscaler.scale.causes import UNMATCHED
 
 UNMATCHED_RULE = "Jobs no runner type serves"
@@ -29,6 +31,7 @@ CLOCK_SKEW_RULE = "Controller clock skewed"
 BUDGET_RULE = "GitHub budget too small for this org"
 OBJECTIVE_RULE = "Queue-time objective burning"
 UNLISTED_RULE = "GitHub repositories not listed"
+STAGE_RULE = "Job wait stage regressed"
 
 
 def _builtin(
@@ -230,3 +233,47 @@ def evaluate_budget(
         "webhook, use a GitHub App (a higher limit), or raise poll_interval."
     )
     return _builtin(b, BUDGET_RULE, description, values, all_receivers)
+
+
+def evaluate_stage_regressions(
+    b: BuiltinAlertsConfig,
+    judged: Sequence[StageRegression],
+    all_receivers: tuple[str, ...],
+    causes: Causes | None = None,
+) -> list[Evaluation]:
+    """Built-in: a stage of a runner type's wait regressed (``alerts.builtin.
+    stage_regression``: its p95 over the recent window against the baseline before it).
+    One alert per runner type and stage; its description names both, with the two p95s
+    ("boot p95 for gpu went from 95 s to 240 s over the last hour")."""
+    rule = b.stage_regression
+    recent, baseline = _span(rule.recent), _span(rule.baseline)
+    out = []
+    for r in judged:
+        values = {
+            "stage_p95_baseline_secs": round(r.baseline_p95),
+            "stage_p95_recent_secs": round(r.recent_p95),
+            "jobs_baseline": r.baseline_jobs,
+            "jobs_recent": r.recent_jobs,
+            "min_jobs": rule.min_jobs,
+            "threshold_breached": int(r.regressed),
+        }
+        description = (
+            f"{r.stage} p95 for {r.runner_type} went from {round(r.baseline_p95)} s to"
+            f" {round(r.recent_p95)} s over the last {recent} (baseline: the {baseline}"
+            " before)"
+        )
+        evaluation = _builtin(b, STAGE_RULE, description, values, all_receivers)
+        out.append(
+            replace(
+                evaluation,
+                scope=f"{r.runner_type}/{r.stage}",
+                labels={"runner_type": r.runner_type, "stage": r.stage},
+                causes=None if causes is None else typed_causes([r.runner_type], causes),
+            )
+        )
+    return out
+
+
+def _span(seconds: float) -> str:
+    """``hour``, ``day``, or the duration (``30m``): "over the last hour"."""
+    return {3600.0: "hour", 86400.0: "day"}.get(seconds, format_seconds(seconds))

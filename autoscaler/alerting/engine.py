@@ -38,12 +38,14 @@ from autoscaler.alerting.builtin_rules import (
     CLOCK_SKEW_RULE,
     OBJECTIVE_RULE,
     PROVISIONING_RULE,
+    STAGE_RULE,
     UNLISTED_RULE,
     UNMATCHED_RULE,
     evaluate_budget,
     evaluate_clock_skew,
     evaluate_objective,
     evaluate_provisioning,
+    evaluate_stage_regressions,
     evaluate_unlisted,
     evaluate_unmatched,
     evaluate_unreachable,
@@ -61,6 +63,7 @@ from autoscaler.errors import NotLeaderError, StateError
 from autoscaler.health import STATE, Health
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.observe.waits import StageRegression
 from autoscaler.telemetry import Metrics
 
 log = logging.getLogger(__name__)
@@ -155,12 +158,14 @@ class AlertEngine:
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
         unlisted: Sequence[str] | None = None,
+        stages: Sequence[StageRegression] | None = None,
     ) -> tuple[list[Evaluation], set[str]]:
         """This tick's evaluations, and the rules to keep as they are (no snapshot; no
         scaling run this tick: ``problems`` is None; no clock measured: ``clock_skew`` is
         None or empty; no budget plan this tick: ``budget`` is None). ``causes`` (runner
         type -> why its jobs wait) go on the queue alerts' ``Cause:`` line; ``objectives``
-        feed the built-in queue-time objective alert."""
+        feed the built-in queue-time objective alert, ``stages`` (each runner type's wait
+        stages judged) the stage regression alert (None: not judged this tick)."""
         everyone = tuple(self.config.receivers)
         b = self.config.builtin
         evaluations: list[Evaluation] = []
@@ -198,6 +203,10 @@ class AlertEngine:
                 keep.add(CLOCK_SKEW_RULE)
             else:
                 evaluations.append(evaluate_clock_skew(b, clock_skew, everyone))
+        if b.stage_regression.enabled and stages is None:
+            keep.add(STAGE_RULE)
+        elif b.stage_regression.enabled and stages is not None:
+            evaluations += evaluate_stage_regressions(b, stages, everyone, causes)
         if retries is None:  # the retry stage did not run: unknown, not fine
             keep |= {EXHAUSTED_RULE, DENIED_RULE}
         else:
@@ -219,12 +228,14 @@ class AlertEngine:
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
         unlisted: Sequence[str] | None = None,
+        stages: Sequence[StageRegression] | None = None,
     ) -> list[AlertView]:
         """One tick: ``snapshot`` is a QueueSnapshot, or None when the poll failed;
         ``clock_skew`` the peers' clocks as last measured; ``budget`` the CI source's
         rate-limit plan of this tick, when it has one; ``causes`` why each runner type's
         jobs wait (the ``Cause:`` line); ``objectives`` each type's queue-time objective;
-        ``retries`` the job-retry stage's report (None: it did not run this tick)."""
+        ``retries`` the job-retry stage's report (None: it did not run this tick);
+        ``stages`` the wait stages judged for regressions (None: not judged this tick)."""
         if self.started_at is None:
             self.started_at = now
         evaluations, keep = self.evaluate(
@@ -238,6 +249,7 @@ class AlertEngine:
             objectives=objectives,
             retries=retries,
             unlisted=unlisted,
+            stages=stages,
         )
         try:
             old = self.store.load_states()

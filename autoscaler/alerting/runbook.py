@@ -17,6 +17,7 @@ from autoscaler.alerting.builtin_rules import (
     CLOCK_SKEW_RULE,
     OBJECTIVE_RULE,
     PROVISIONING_RULE,
+    STAGE_RULE,
     UNLISTED_RULE,
     UNMATCHED_RULE,
     UNREACHABLE_RULE,
@@ -33,6 +34,7 @@ BUILTIN_RULES: tuple[str, ...] = (
     CLOCK_SKEW_RULE,
     BUDGET_RULE,
     OBJECTIVE_RULE,
+    STAGE_RULE,
     EXHAUSTED_RULE,
     DENIED_RULE,
 )

@@ -31,6 +31,7 @@ from autoscaler.domain import (
 from autoscaler.job_retry.decide import ASK, RERUN, RetryReport
 from autoscaler.observe.waits import StageSummary
 from autoscaler.scale.causes import UNMATCHED, fmt_age
+from autoscaler.scale.plan import WarmSizing
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class WarmRow:
     action: str
     reason: str
     done: bool
+    sizing: WarmSizing | None = None
+    """The hot and warm capacity decided from the type's objective (``size: slo``)."""
 
     def counts(self) -> dict[str, int]:
         """Warm instances by state (the states with any)."""
@@ -89,7 +92,8 @@ class WarmRow:
             if self.action == "keep"
             else f" ({self.action}{'' if self.done else ' planned'}: {self.reason})"
         )
-        return f"{said}; warm: {counts}{change}"
+        sized = "" if self.sizing is None else f"; sized: {self.sizing.reason}"
+        return f"{said}; warm: {counts}{change}{sized}"
 
     def as_dict(self) -> dict[str, Any]:
         spec = self.configured
@@ -101,6 +105,7 @@ class WarmRow:
             "instances": self.counts(),
             "action": self.action,
             "done": self.done,
+            "sized": None if self.sizing is None else self.sizing.as_dict(),
         }
 
 
@@ -130,8 +135,17 @@ class TypeReport:
 
 def _pools(result: TickResult, config: Config, name: str) -> tuple[PoolRow, ...]:
     view = result.scaling
+    plan = view.plan if view is not None else None
+    sized = {w.pool: w for w in (plan.warm_sizes if plan is not None else ())}
     warm = {
-        v.change.pool: WarmRow(v.change.spec, v.found, v.change.action, v.change.reason, v.done)
+        v.change.pool: WarmRow(
+            v.change.spec,
+            v.found,
+            v.change.action,
+            v.change.reason,
+            v.done,
+            sized.get(v.change.pool),
+        )
         for v in (view.warm if view is not None else ())
     }
     rows = []

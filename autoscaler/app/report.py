@@ -58,8 +58,18 @@ def to_json(result: TickResult) -> dict[str, Any]:
         "ghost_jobs": snap.ghost_jobs if snap else 0,
         "alerts": [_plain(a) for a in result.alerts],
         "decisions": [_plain(d) for d in result.decisions],
+        "warm_sizes": warm_sizes_json(result),
         **({} if result.retries is None else retries_json(result.retries)),
     }
+
+
+def warm_sizes_json(result: TickResult) -> list[dict[str, Any]]:
+    """The hot and warm capacity decided from each type's objective (``size: slo``)."""
+    plan = result.scaling.plan if result.scaling is not None else None
+    return [
+        {"runner_type": w.runner_type, **w.as_dict()}
+        for w in (plan.warm_sizes if plan is not None else ())
+    ]
 
 
 def _fmt_age(seconds: float) -> str:

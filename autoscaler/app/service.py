@@ -8,6 +8,11 @@ With webhooks a :class:`Wakeup` ends the wait early: a queued event calls
 100-job matrix is one tick, one scale-up) and ticks. Woken ticks are spaced by at least
 the last tick's length, so a stream of deliveries never keeps the loop ticking back to
 back.
+
+Ticks never overlap: one thread runs them in turn. A tick longer than the interval (a
+first poll of a large org, a slow cloud API) is logged and counted
+(``ci_autoscaler_tick_overruns_total``), and the next one starts at once: the loop
+keeps to its interval as closely as a tick allows, without piling ticks up.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ def run_loop(
     max_ticks: int | None = None,
     wake: threading.Event | Wakeup | None = None,
     due_in: Callable[[datetime], float | None] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> int:
     """Tick until ``stop`` is set (or ``max_ticks``); returns the number of ticks run.
 
@@ -99,10 +105,11 @@ def run_loop(
     next tick at once instead of at the end of the interval; :func:`stop_on_signals`
     sets it too, so a stop is not held up by the wait. A :class:`Wakeup` also takes
     debounced notifies (a queued webhook). ``due_in``: seconds until something is due
-    (the webhooks' reconcile): the wait ends then, if sooner."""
+    (the webhooks' reconcile): the wait ends then, if sooner. ``monotonic``: the clock
+    that times each tick."""
     ticks = 0
     while not stop.is_set():
-        started = time.monotonic()
+        started = monotonic()
         try:
             controller.tick(clock())
             if on_tick is not None:
@@ -113,7 +120,14 @@ def run_loop(
         ticks += 1
         if max_ticks is not None and ticks >= max_ticks:
             break
-        took = time.monotonic() - started
+        took = monotonic() - started
+        if took > interval:
+            log.warning(
+                "tick took %.1fs, longer than the %.0fs poll interval; the next one starts now",
+                took,
+                interval,
+            )
+            controller.reporter.tick_overran()
         left = max(0.0, interval - took)
         due = due_in(clock()) if due_in is not None else None
         if due is not None:

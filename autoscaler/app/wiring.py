@@ -14,7 +14,7 @@ from autoscaler.alerting.delivery import Deliverer
 from autoscaler.alerting.engine import AlertEngine
 from autoscaler.app.backend import open_backend
 from autoscaler.app.service import utc_now
-from autoscaler.config import Config
+from autoscaler.config import DYNAMODB, Config
 from autoscaler.controller import Controller
 from autoscaler.domain import Observation, RunProgress
 from autoscaler.health import Health
@@ -29,6 +29,7 @@ from autoscaler.scale.scaler import Scaler
 from autoscaler.state.fence import Fence, FencedPool, FencedSource, FencedWarmPools
 from autoscaler.state.keeper import LeaseKeeper
 from autoscaler.telemetry import Metrics
+from autoscaler.tracing import build_tracer
 
 if TYPE_CHECKING:
     import boto3
@@ -36,6 +37,22 @@ if TYPE_CHECKING:
     from autoscaler.app.webhooks import Webhooks
 
 log = logging.getLogger(__name__)
+
+
+class AwsSession:
+    """One boto3 session for every AWS adapter of a runtime, made on first use. Each new
+    session loads the SDK's endpoint and service models again: with one per adapter that
+    was about 40% of a controller's start-up CPU."""
+
+    def __init__(self, session: boto3.session.Session | None = None) -> None:
+        self._session = session
+
+    def __call__(self) -> boto3.session.Session:
+        if self._session is None:
+            import boto3  # noqa: PLC0415 (light CLI start: only when AWS is used)
+
+            self._session = boto3.session.Session()
+        return self._session
 
 
 @dataclass
@@ -71,7 +88,7 @@ def build_runtime(
 
     ``source``, ``pool`` and ``parameters`` (SSM: every instance's credential) override the real
     adapters (the demo passes a pool with moto's credentials; tests may pass fakes);
-    ``session`` is the state table's boto3 session and ``wall_clock`` the GitHub source's
+    ``session`` is the boto3 session of every AWS adapter and ``wall_clock`` the GitHub source's
     (the benchmark passes moto's credentials and its virtual clock). Scaling is wired only
     when enabled. With a lease (``state.backend: dynamodb``) every change to a pool, every
     deregistration and every notification passes the lease's fence first.
@@ -80,7 +97,9 @@ def build_runtime(
     """
     closers: list[Callable[[], None]] = []
     health = Health()  # the alert stage reports an unwritable state store; readiness reads it
-    backend = open_backend(config, metrics, health, session=session)
+    aws = AwsSession(session)
+    dynamodb = config.state.backend == DYNAMODB
+    backend = open_backend(config, metrics, health, session=aws() if dynamodb else None)
     store = backend.store
     closers.append(store.close)
     if backend.keeper is not None:
@@ -145,12 +164,12 @@ def build_runtime(
         if pool is None:
             from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
 
-            pool = AwsAsgPool(config.aws, metrics)
+            pool = AwsAsgPool(config.aws, metrics, session=aws())
         # Recorded only once the real call went through (inside the fence).
         acting: RunnerPool = RecordingPool(pool, events, utc_now)
         if backend.fence is not None:
             acting = FencedPool(acting, backend.fence)
-        registrar, parameters = _handover_ports(config, metrics, polled, parameters)
+        registrar, parameters = _handover_ports(config, metrics, polled, parameters, aws)
         warm: WarmPools | None = pool if isinstance(pool, WarmPools) else None
         if warm is not None and backend.fence is not None:
             warm = FencedWarmPools(warm, backend.fence)
@@ -192,7 +211,11 @@ def build_runtime(
             scaler=scaler,
             events=events,
             observed=lambda: observed[0].last_observation,
+            aws=aws,
         )
+    tracer = build_tracer(config.telemetry)
+    if tracer is not None:
+        closers.append(tracer.close)  # exports what is queued first
     controller = Controller(
         config,
         source,
@@ -203,6 +226,7 @@ def build_runtime(
         leadership=backend.lease,
         retries=retries,
         interruptions=interruptions,
+        tracer=tracer,
     )
     observed.append(controller)
     return Runtime(controller, closers, keeper=backend.keeper, webhooks=hooks)
@@ -213,6 +237,7 @@ def _handover_ports(
     metrics: Metrics,
     source: JobSource,
     parameters: ParameterStore | None,
+    aws: AwsSession,
 ) -> tuple[RunnerRegistrar, ParameterStore]:
     """GitHub's runner registration (the source, when it speaks it) and SSM: every new
     instance is handed its runner credential through them."""
@@ -222,7 +247,7 @@ def _handover_ports(
     if parameters is None:
         from autoscaler.scale.aws.ssm import SsmParameters  # noqa: PLC0415
 
-        parameters = SsmParameters(config.aws, metrics)
+        parameters = SsmParameters(config.aws, metrics, session=aws())
     return cast("RunnerRegistrar", source), parameters
 
 
@@ -281,6 +306,7 @@ def _interruption_handler(
     scaler: Scaler | None,
     events: InstanceEvents,
     observed: Callable[[], Observation | None],
+    aws: AwsSession,
 ) -> InterruptionHandler:
     from autoscaler.scale.aws.asg import AwsAsgPool  # noqa: PLC0415
     from autoscaler.scale.aws.sqs import SqsInterruptionQueue  # noqa: PLC0415
@@ -288,8 +314,8 @@ def _interruption_handler(
     url = config.aws.interruption_queue_url
     assert url is not None
     return InterruptionHandler(
-        SqsInterruptionQueue(url, config.aws, metrics),
-        pool if pool is not None else AwsAsgPool(config.aws, metrics),
+        SqsInterruptionQueue(url, config.aws, metrics, session=aws()),
+        pool if pool is not None else AwsAsgPool(config.aws, metrics, session=aws()),
         [p for rt in config.runner_types for p in rt.pools],
         source,
         events,

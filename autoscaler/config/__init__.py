@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         AlertsConfig,
         BuiltinAlertsConfig,
         ReceiverConfig,
+        StageRegressionConfig,
     )
     from autoscaler.config.export import json_schema
     from autoscaler.config.job_retry import JobRetryConfig
@@ -66,6 +67,7 @@ __all__ = [
     "RetryConfig",
     "RunnerTypeConfig",
     "ScalingConfig",
+    "StageRegressionConfig",
     "StateConfig",
     "WarmPoolConfig",
     "WebhookConfig",
@@ -83,6 +85,7 @@ _HOME = {
     "AlertsConfig": "alerts",
     "BuiltinAlertsConfig": "alerts",
     "ReceiverConfig": "alerts",
+    "StageRegressionConfig": "alerts",
     "json_schema": "export",
     "JobRetryConfig": "job_retry",
     "LoadedConfig": "load",

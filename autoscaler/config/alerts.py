@@ -180,6 +180,27 @@ class ReceiverConfig(Section):
         return self.model_copy(update={"url": url, "urls": urls})
 
 
+class StageRegressionConfig(Section):
+    """When a stage of the jobs' wait regressed: per runner type and stage, the p95 of the
+    jobs that started in the last `recent` against the `baseline` before it."""
+
+    enabled: Annotated[bool, Flag()] = True
+    """Alert when a stage of a runner type's wait regressed."""
+    recent: Annotated[float, Duration(positive=True)] = 3600.0
+    """The window of jobs judged (it ends now)."""
+    baseline: Annotated[float, Duration(positive=True)] = 86400.0
+    """The window compared against, right before `recent`."""
+    min_jobs: Annotated[int, Integer(20)] = 20
+    """Jobs each window needs before it is judged. At least 20: with fewer, one slow job
+    is the p95 of its window on its own."""
+    min_growth_pct: Annotated[int, Integer(1)] = 100
+    """How much the stage's p95 must have grown, in percent of the baseline's (100: it
+    doubled)."""
+    min_increase: Annotated[float, Duration(positive=True)] = 60.0
+    """How many seconds the stage's p95 must have grown at least, so a stage of a few
+    seconds that doubles does not page."""
+
+
 class BuiltinAlertsConfig(Section):
     """The alerts that need no rule: unmatched jobs, GitHub unreachable or over budget,
     clock skew, queue-time objectives burning."""
@@ -203,6 +224,8 @@ class BuiltinAlertsConfig(Section):
     re-listing the repositories with queued jobs every poll interval."""
     queue_time_objective: Annotated[bool, Flag()] = True
     """Alert when a runner type's queue-time objective (its `slo`) burns too fast."""
+    stage_regression: StageRegressionConfig = Field(default_factory=StageRegressionConfig)
+    """Alert naming the stage of the jobs' wait that regressed (`boot`, `launch`, ...)."""
     shipped_rules: Annotated[bool, Flag()] = True
     """Evaluate the queue rules shipped in the package ("Jobs queueing too long"), with
     this section's team, priority, receivers and links; a rule of `rules` or `rule_files`

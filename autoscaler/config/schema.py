@@ -11,7 +11,9 @@ The sections with a module of their own: ``alerts``, ``jit``, ``job_retry``, ``p
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -209,9 +211,9 @@ class RunnerTypeConfig(Section):
     priority: Annotated[int, Integer()] = 0
     """Higher gets capacity first under a shared budget."""
     idle_timeout: Annotated[float, Duration()] = 120.0
-    """No runner stays idle longer than this; sooner when the arrivals expected before the
-    next poll will not take it (`autoscaler.scale.forecast.idle_to_keep`, which takes
-    this as the cost of a boot until it has measured one). Two minutes, about one boot."""
+    """The longest an idle runner is kept before it is scaled in. It goes sooner when the
+    jobs expected before the next poll will not take it. Until a boot was measured, this
+    is also taken as the cost of one."""
     boot_timeout: Annotated[float, Duration(), AfterValidator(_boots)] = 900.0
     """An instance with no registered runner after this long is an orphan (at least
     `10s`)."""
@@ -303,8 +305,7 @@ class ScalingConfig(Section):
     enabled: Annotated[bool, Flag()] = True
     """False: observe and alert only, never touch a pool."""
     max_scale_in_per_tick: Annotated[int, Integer()] = 20
-    """Idle runners removed per tick at most (5 left runners idle for half an hour after a
-    300-job matrix push in the replays)."""
+    """Idle runners removed per tick at most."""
     max_cleanup_per_tick: Annotated[int, Integer()] = 5
     """Orphan instances and stale runners cleaned up per tick at most."""
     capacity_backoff_initial: Annotated[float, Duration()] = 300.0
@@ -421,6 +422,48 @@ class WebhookConfig(Section):
         return self.listen.port
 
 
+class TelemetryConfig(Section):
+    """OpenTelemetry traces of each job's wait: one span for the wait, one child per
+    stage. Off unless `otlp_endpoint` is set; needs the `otel` extra
+    (`pip install 'ci-autoscaler[otel]'`)."""
+
+    otlp_endpoint: Annotated[SecretUrl, Url()] | None = Field(default=None, repr=False)
+    """The collector's OTLP/HTTP traces URL (`http://collector:4318/v1/traces`); absent:
+    no traces."""
+    service_name: Annotated[str, Text()] = "ci-autoscaler"
+    """The traces' `service.name`."""
+    headers: Mapping[str, Annotated[Secret, SecretText()]] = Field(default_factory=dict, repr=False)
+    """HTTP headers sent with every export (a collector's `Authorization`), by name;
+    their values are secrets (`${ENV}` works)."""
+    timeout: Annotated[float, Duration(positive=True, maximum=60.0)] = 10.0
+    """How long one export may take (exports run beside the loop, never in a tick)."""
+
+    @model_validator(mode="after")
+    def _exporter_installed(self) -> Self:
+        """An endpoint needs the exporter: said at load (and by `check-config`), not when
+        the first trace goes out. Looked up, not imported."""
+        if self.otlp_endpoint is not None and not _installed(OTLP_EXPORTER):
+            fail(
+                (
+                    ("otlp_endpoint",),
+                    "traces need the OpenTelemetry SDK and exporter: install ci-autoscaler"
+                    " with its otel extra (pip install 'ci-autoscaler[otel]')",
+                )
+            )
+        return self
+
+
+#: The module the ``otel`` extra brings (:mod:`autoscaler.tracing` imports it).
+OTLP_EXPORTER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 class Config(Section):
     """The ci-autoscaler configuration file."""
 
@@ -458,6 +501,8 @@ class Config(Section):
     """Where ephemeral runners' JIT configs are handed over (SSM parameter path)."""
     job_retry: JobRetryConfig = Field(default_factory=JobRetryConfig)
     """Re-run jobs lost to infrastructure (off by default: it writes to repositories)."""
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """OpenTelemetry traces of where each job's wait went (off by default)."""
 
     @field_validator("pools", mode="wrap")
     @classmethod
@@ -509,6 +554,7 @@ class Config(Section):
         on-demand group; only a persistent machine may go back to one."""
         types = {p: rt for rt in self.runner_types for p in rt.pools}
         problems: list[tuple[Where, str]] = []
+        sized: dict[str, str] = {}
         for pool in self.pools:
             rt, warm = types.get(pool.name), pool.warm_pool
             if rt is None:  # built in code (a file's names are checked as it is read)
@@ -516,6 +562,22 @@ class Config(Section):
                 continue
             if warm is None:
                 continue
+            if warm.sized and rt.slo is None:
+                problems.append(
+                    (
+                        ("pools", pool.name, "warm_pool", "size"),
+                        f"slo needs runner type {rt.name!r} to have an slo (queue_time and"
+                        " objective): the warm pool is sized to meet it",
+                    )
+                )
+            elif warm.sized and (first := sized.setdefault(rt.name, pool.name)) != pool.name:
+                problems.append(
+                    (
+                        ("pools", pool.name, "warm_pool", "size"),
+                        f"slo is already set on {first!r}: the warm capacity of runner type"
+                        f" {rt.name!r} is sized for one pool",
+                    )
+                )
             if pool.capacity != ON_DEMAND:
                 fallback = [p for p in rt.pools if p != pool.name and self.pool(p).warmable]
                 hint = (

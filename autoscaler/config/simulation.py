@@ -5,6 +5,7 @@ simulation:
   seed: 1                            # boot times and GitHub's runner choice are seeded
   launch_time: {p50: 10s, p95: 30s}  # capacity asked -> instance running (not billed)
   boot_time: {p50: 90s, p95: 240s}   # running -> runner registered (billed), every pool...
+  warm_start: {p50: 20s, p95: 40s}   # a warm pool's stopped instance -> runner registered
   boot_correlation: 0.5              # boots launched together are slow or fast together
   pools:
     ci-gpu-spot:
@@ -58,6 +59,7 @@ __all__ = [
     "SimPoolConfig",
     "SimulationConfig",
     "TimePoint",
+    "WarmStart",
 ]
 
 
@@ -157,6 +159,27 @@ class LaunchTime(Section):
         return self
 
 
+class WarmStart(Section):
+    """Scale-out to registered runner for an instance taken from a warm pool (a stopped
+    one started again), as a lognormal distribution fitted to two quantiles. Billed from
+    the start."""
+
+    p50: Annotated[float, Duration(positive=True)] = 20.0
+    """Median time from a raised desired capacity to a registered runner, from the warm
+    pool."""
+    p95: Annotated[float, Duration(positive=True)] = Field(
+        default_factory=lambda given: max(given.get("p50", 0.0), 40.0)
+    )
+    """95th percentile of the same (at least `p50`). Absent: 40s, or `p50` when that is
+    longer."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.p95 < self.p50:
+            fail((("p95",), f"must be at least p50 ({self.p50:g}s)"))
+        return self
+
+
 class Launches(Section):
     """How fast a raised desired capacity becomes instances: the throttles of a burst."""
 
@@ -225,6 +248,10 @@ class SimulationConfig(Section):
     it has one, else polling only."""
     launch_time: LaunchTime = Field(default_factory=LaunchTime)
     """Capacity asked to instance running (not billed)."""
+    warm_start: WarmStart = Field(default_factory=WarmStart)
+    """Capacity asked to registered runner for an instance from a warm pool (the pools
+    listed under `pools` with a `warm_pool`). A warm pool is refilled at cold speed
+    (`launch_time` + `boot_time`); its stopped instances are billed for storage only."""
     boot_correlation: Annotated[float, Share()] = 0.5
     """Correlation (0-1) of the log boot times of a pool's instances launched within the
     same 5 minutes (one image pulled by many, one zone's load): a burst's boots are slow

@@ -302,15 +302,22 @@ class GitHubState:
             runner.online = True
             return runner_id
 
-    def register_with_token(self, token: str, name: str, labels: Sequence[str]) -> int:
+    def register_with_token(
+        self, token: str, name: str, labels: Sequence[str], *, replace: bool = False
+    ) -> int:
         """A machine runs ``config.sh --token``: a runner of ``name`` registers (online,
         idle) where the token was issued (the org, or its repository). Returns its id;
         ValueError when the token expired or was never issued, or the name is taken
-        (``config.sh --unattended`` without ``--replace`` stops there)."""
+        (``config.sh --unattended`` without ``--replace`` stops there). ``replace``
+        (``--replace``): a runner of that name is removed first, and the new one takes a
+        new id."""
         repo = self.jit.check_token(token, self.clock())
         with self.lock:
-            if any(r.name == name for r in self._runners.values()):
+            taken = [rid for rid, r in self._runners.items() if r.name == name]
+            if taken and not replace:
                 raise ValueError(f"a runner named {name} exists already")
+            for rid in taken:
+                del self._runners[rid]
             return self.register_runner(name, labels, repo)
 
     def remove_runner(self, runner_id: int) -> None:

@@ -117,6 +117,8 @@ class StartTracker:
                     started_at=job.started_at,
                     first_seen=first_seen,
                     runner_name=job.runner_name,
+                    repository=job.repo,
+                    job_id=job.id,
                 )
             )
         self._first = False

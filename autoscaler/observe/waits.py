@@ -16,6 +16,13 @@ Each moment is clamped between the one before it and the start, so the stages ne
 negative and always add up to the queue time (``started - created``) exactly: a moment
 that came before the job was seen (a runner already booting when the job arrived) makes
 its stage zero. The moments we saw (first seen, online) are as precise as the poll.
+
+:func:`stage_regressions` judges, per runner type and stage, whether the stage regressed:
+the p95 of the jobs that started in the last ``recent`` against the p95 of those that
+started in the ``baseline`` right before it. Both windows need ``min_jobs`` jobs (at least
+20, so that one slow job is never a window's p95 alone), and the p95 must have grown by
+``min_growth_pct`` percent and by ``min_increase`` seconds (a 2 s stage doubling to 4 s
+pages nobody).
 """
 
 from __future__ import annotations
@@ -24,10 +31,14 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from autoscaler.domain import STAGES, JobWait
+
+if TYPE_CHECKING:
+    from autoscaler.config import StageRegressionConfig
 
 
 def wait_stages(  # noqa: PLR0917 (the moments, in the order they happen)
@@ -69,20 +80,82 @@ class StageSummary:
     queue_p95: float
 
 
-class RecentWaits:
-    """The last ``keep`` waits per runner type, summarised for ``explain`` and the page."""
+@dataclass(frozen=True)
+class StageRegression:
+    """One stage of one runner type's wait, judged: its p95 in the baseline window and in
+    the recent one, and whether that is a regression."""
 
-    def __init__(self, keep: int = 500) -> None:
+    runner_type: str
+    stage: str
+    baseline_p95: float
+    recent_p95: float
+    baseline_jobs: int
+    recent_jobs: int
+    regressed: bool
+
+
+def stage_regressions(
+    waits: Sequence[JobWait], now: datetime, rule: StageRegressionConfig
+) -> list[StageRegression]:
+    """Every stage of every runner type with a job in either window, judged by ``rule``
+    (the waits' ``started_at`` place them; a wait without one is left out)."""
+    recent_from = now - timedelta(seconds=rule.recent)
+    baseline_from = recent_from - timedelta(seconds=rule.baseline)
+    windows: dict[str, tuple[list[JobWait], list[JobWait]]] = {}
+    for w in waits:
+        at = w.started_at
+        if at is None or not baseline_from <= at <= now:
+            continue
+        baseline, recent = windows.setdefault(w.runner_type, ([], []))
+        (recent if at > recent_from else baseline).append(w)
+    out = []
+    for name, (baseline, recent) in sorted(windows.items()):
+        enough = len(baseline) >= rule.min_jobs and len(recent) >= rule.min_jobs
+        for i, stage in enumerate(STAGES):
+            before = quantile([w.stages[i] for w in baseline], 0.95)
+            after = quantile([w.stages[i] for w in recent], 0.95)
+            grown = (
+                after >= before * (1 + rule.min_growth_pct / 100)
+                and after - before >= rule.min_increase
+            )
+            out.append(
+                StageRegression(
+                    name, stage, before, after, len(baseline), len(recent), enough and grown
+                )
+            )
+    return out
+
+
+class RecentWaits:
+    """Recent waits per runner type: the last ``keep`` summarised for ``explain`` and the
+    page, and those that started within ``window`` seconds of the newest (at most
+    ``most`` a type) for :func:`stage_regressions`."""
+
+    def __init__(self, keep: int = 500, window: float = 0.0, most: int = 20_000) -> None:
         self.keep = keep
+        self.window = window
         self._waits: dict[str, deque[JobWait]] = {}
+        self._most = max(keep, most)
 
     def add(self, waits: Sequence[JobWait]) -> None:
         for w in waits:
-            self._waits.setdefault(w.runner_type, deque(maxlen=self.keep)).append(w)
+            kept = self._waits.setdefault(w.runner_type, deque(maxlen=self._most))
+            kept.append(w)
+            newest = w.started_at
+            if newest is None:
+                continue
+            cutoff = newest - timedelta(seconds=self.window)
+            while len(kept) > self.keep and (kept[0].started_at or newest) < cutoff:
+                kept.popleft()
+
+    def all(self) -> list[JobWait]:
+        """Every wait kept, oldest first per type."""
+        return [w for waits in self._waits.values() for w in waits]
 
     def summary(self) -> dict[str, StageSummary]:
         out = {}
-        for name, waits in sorted(self._waits.items()):
+        for name, kept in sorted(self._waits.items()):
+            waits = list(kept)[-self.keep :]
             columns = {s: [w.stages[i] for w in waits] for i, s in enumerate(STAGES)}
             totals = [w.total for w in waits]
             out[name] = StageSummary(

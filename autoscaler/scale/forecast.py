@@ -172,15 +172,21 @@ def steady_rate(
 
 
 def idle_to_keep(
-    rt: RunnerTypeConfig, state: ScalingState, now: datetime, poll_interval: float
+    rt: RunnerTypeConfig,
+    state: ScalingState,
+    now: datetime,
+    poll_interval: float,
+    replacement: float = 0.0,
 ) -> int | None:
     """Idle runners of the type worth keeping until the next poll (see the module
     docstring); None until its arrivals were watched for a whole window (a controller
-    just started has no rate to weigh: ``idle_timeout`` alone decides)."""
+    just started has no rate to weigh: ``idle_timeout`` alone decides). ``replacement``:
+    compute seconds a new runner costs besides its boot (a warm instance's cold boot
+    into the warm pool, which the controller does not see)."""
     since = state.watching_since
     if since is None or (now - since).total_seconds() < window_of(rt):
         return None
-    boot = boot_seconds(rt, state)
+    boot = boot_seconds(rt, state) + replacement
     if poll_interval >= boot:
         return 0
     mean = steady_rate(rt, state, now) * poll_interval

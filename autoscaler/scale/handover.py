@@ -36,6 +36,13 @@ nothing else:
 - **came online**: the runner connected; its parameter has served and is deleted.
 - **gone**: the instance left its (described) pool: the record is dropped and a
   parameter left behind deleted.
+- **parked** (persistent): the instance went back to its group's warm pool
+  (``warm_pool.reuse``). Its record stays, marked :attr:`HandoverRecord.warmed`, and a
+  parameter left behind is deleted: the token in it is an hour old when the instance
+  returns. Back in service it is handed a fresh token, whether or not a runner of its
+  name is still registered (the machine registers again with it, ``--replace``). While
+  its pool's warm pool was not described this tick, a record of a reusing pool is kept
+  as it is: the instance may be warm.
 - **stray parameters**: parameters listed under the path (after a restart: a crash can
   leave one behind) whose instance is gone or whose runner is online.
 
@@ -93,6 +100,9 @@ class HandoverRecord:
     """TOKEN: storing the parameter succeeded. False after a failed write (which may have
     reached SSM all the same): the next tick hands over a new token, and
     :attr:`expires_at` stays the latest expiry of any token the machine may hold."""
+    warmed: bool = False
+    """TOKEN: the instance went back to the warm pool since its token was handed over:
+    its next stint in service needs a fresh one."""
 
     @property
     def runner_name(self) -> str:
@@ -111,6 +121,7 @@ class HandoverRecord:
                 "expires_at": _iso(self.expires_at),
                 "withdrawn": self.withdrawn,
                 "stored": self.stored,
+                "warmed": self.warmed,
             },
             sort_keys=True,
         )
@@ -135,6 +146,7 @@ class HandoverRecord:
             expires_at=_parse(d.get("expires_at")),
             withdrawn=bool(d.get("withdrawn", False)),
             stored=bool(d.get("stored", True)),
+            warmed=bool(d.get("warmed", False)),
         )
 
 
@@ -212,6 +224,9 @@ class HandoverPlan:
     gone: tuple[HandoverRecord, ...] = ()
     """Records whose instance left its pool: drop them (and a parameter left behind)."""
     stray_parameters: tuple[StrayParameter, ...] = ()
+    parked: tuple[HandoverRecord, ...] = ()
+    """TOKEN records whose instance went back to the warm pool: mark them
+    :attr:`HandoverRecord.warmed` and delete a parameter left behind."""
 
     @property
     def empty(self) -> bool:
@@ -223,6 +238,7 @@ class HandoverPlan:
                 self.came_online,
                 self.gone,
                 self.stray_parameters,
+                self.parked,
             )
         )
 
@@ -248,6 +264,7 @@ def plan_handover(
     runners_complete: bool,
     parameters: Iterable[tuple[str, str]] | None = None,
     exclude: Collection[str] = (),
+    warm: Mapping[str, Collection[str]] | None = None,
 ) -> HandoverPlan:
     """This tick's duties towards every pool's instances. Pure.
 
@@ -257,7 +274,8 @@ def plan_handover(
     would look removed) and was taken after the record's credential was asked for.
     ``parameters`` are the (pool, instance id) of parameters listed under the path
     (None: not listed this tick). ``exclude``: instances another duty already terminates
-    (a scale-in whose termination is pending).
+    (a scale-in whose termination is pending). ``warm``: pool -> the instances in its
+    warm pool, for each pool whose warm pool was described this tick.
     """
     by_name = {r.name: r for r in runners}
     boot = {rt.name: rt.boot_timeout for rt in config.runner_types}
@@ -287,7 +305,7 @@ def plan_handover(
             if (
                 record is None
                 or (ephemeral and record.runner_id is None)
-                or (not ephemeral and not record.stored)
+                or (not ephemeral and (not record.stored or record.warmed))
             ):
                 register.append(
                     Register(
@@ -309,12 +327,22 @@ def plan_handover(
                 and observed_at - record.asked_at > timedelta(seconds=boot[rt_name])
             ):
                 never.append(NeverOnline(rt_name, pool, inst.id, record.runner_id, record))
-    gone = tuple(
-        r
-        for iid, r in sorted(ledger.items())
-        if iid not in live and r.pool in pools and iid not in exclude
-    )
-    handled = {r.instance_id for r in gone if r.parameter}
+    warm = warm or {}
+    reusing = {p.name for p in config.pools if p.warm_pool is not None and p.warm_pool.reuse}
+    parked: list[HandoverRecord] = []
+    gone_list: list[HandoverRecord] = []
+    for iid, rec in sorted(ledger.items()):
+        if iid in live or rec.pool not in pools or iid in exclude:
+            continue
+        if rec.kind == TOKEN and iid in warm.get(rec.pool, ()):
+            if not rec.warmed or rec.parameter:
+                parked.append(rec)
+        elif rec.kind == TOKEN and rec.pool in reusing and rec.pool not in warm:
+            continue  # its warm pool is unknown this tick: it may be there
+        else:
+            gone_list.append(rec)
+    gone = tuple(gone_list)
+    handled = {g.instance_id for g in (*gone, *parked) if g.parameter}
     stray = tuple(
         StrayParameter(pool, iid)
         for pool, iid in sorted(set(parameters or ()))
@@ -331,6 +359,7 @@ def plan_handover(
         came_online=tuple(online),
         gone=gone,
         stray_parameters=stray,
+        parked=tuple(parked),
     )
 
 

@@ -36,7 +36,7 @@ The reasons an orphan is kept are counted in ``ci_autoscaler_orphans_kept_total{
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -130,6 +130,7 @@ class HandoverDuties:
         *,
         observation_fresh: bool,
         exclude: Collection[str] = (),
+        warm: Mapping[str, Collection[str]] | None = None,
     ) -> tuple[dict[str, PoolState], tuple[Runner, ...]]:
         """Do this tick's duties; return the pools and runners the policy plans with."""
         self.calls.new_tick()
@@ -150,6 +151,7 @@ class HandoverDuties:
             runners_complete=observation is None or observation.skipped_runners == 0,
             parameters=listed,
             exclude=exclude,
+            warm=warm,
         )
         self.last_plan = plan
         removed: set[str] = set()
@@ -166,6 +168,8 @@ class HandoverDuties:
             self._came_online(record)
         for record in plan.gone:
             self._gone(record, listed=record.runner_name in names)
+        for record in plan.parked:
+            self._parked(record)
         for stray in plan.stray_parameters:
             if self.calls.delete_parameter(stray.pool, stray.instance_id) is not None:
                 log.info("deleted parameter of %s %s left behind", stray.pool, stray.instance_id)
@@ -283,6 +287,17 @@ class HandoverDuties:
             return  # retried next tick (online_at stays unset)
         self.ledger.put(replace(record, parameter=False))
         log.info("runner %s is online: its parameter is deleted", record.runner_name)
+
+    def _parked(self, record: HandoverRecord) -> None:
+        """The instance went back to the warm pool: its token is stale by the time it
+        returns, so the parameter goes and the next stint gets a fresh one."""
+        if (
+            record.parameter
+            and self.calls.delete_parameter(record.pool, record.instance_id) is None
+        ):
+            return  # retried next tick
+        self.ledger.put(replace(record, parameter=False, warmed=True))
+        log.info("%s went back to the warm pool: a fresh token when it returns", record.runner_name)
 
     def _gone(self, record: HandoverRecord, *, listed: bool) -> None:
         """The instance left its pool: no runner we created may stay registered without it."""

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from autoscaler.domain import WarmPoolSpec
+
 if TYPE_CHECKING:
     from autoscaler.config import ScalingConfig
 
@@ -218,6 +220,11 @@ class ScalingState:
     boots: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Runner type -> seconds from launch to a registered runner of its last new runners
     (at most :data:`~autoscaler.scale.forecast.BOOTS_KEPT`)."""
+    warm_held: Mapping[str, tuple[int, datetime]] = field(default_factory=dict)
+    """Runner type -> the warm size kept and when it was last needed that large: a warm
+    pool shrinks only once its size was not needed for
+    :data:`~autoscaler.scale.sizing.WARM_HOLD` (a stopped instance dropped and prepared
+    again costs a cold boot; kept, only its disks)."""
     removed_runners: Mapping[int, datetime] = field(default_factory=dict)
     """Runner id -> when this controller deleted it at GitHub (or GitHub answered 404:
     already gone). A webhook tick plans with the last poll's runner list
@@ -294,6 +301,39 @@ class ScalingState:
 
 
 @dataclass(frozen=True)
+class WarmSizing:
+    """One runner type's decided hot and warm capacity, and why."""
+
+    runner_type: str
+    pool: str
+    """The group whose warm pool holds the warm capacity."""
+    hot: int
+    """Idle running runners kept (joins the demand beside ``min_idle``)."""
+    warm: int
+    """Stopped instances asked of the warm pool (before ``min_size``/``max_prepared``)."""
+    reason: str
+    """``hot 2, warm 12: p90 arrivals in the next boot = 14; ...``"""
+    refill: float
+    """Seconds the group takes to prepare a new warm instance (compute a new runner
+    costs besides its warm start)."""
+    spec: WarmPoolSpec
+    """What the pool's warm pool is put to: ``warm`` within ``min_size`` and
+    ``max_prepared`` beside the group's desired capacity."""
+    needed: int
+    """The warm size the arrivals call for now (``warm`` is larger while a size needed
+    within the last hour is held)."""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "pool": self.pool,
+            "hot": self.hot,
+            "warm": self.warm,
+            "warm_pool_size": self.spec.min_size,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class Plan:
     decisions: tuple[Decision, ...]
     scale_ups: tuple[ScaleUp, ...]
@@ -316,3 +356,5 @@ class Plan:
     (:data:`SKEW_FRACTION`)."""
     refused: tuple[LaunchRefused, ...] = ()
     """Pools of configured types whose launches a person must fix (paged every tick)."""
+    warm_sizes: tuple[WarmSizing, ...] = ()
+    """Hot and warm capacity decided from each type's objective (``size: slo`` pools)."""

@@ -36,7 +36,7 @@ Runner <-> instance: a runner is named ``f"{pool}-{instance_id}"`` (:func:`insta
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -75,8 +75,10 @@ from autoscaler.scale.plan import (
     ScaleUp,
     ScalingState,
     TerminateOrphan,
+    WarmSizing,
     slot_target,
 )
+from autoscaler.scale.sizing import size_types
 
 if TYPE_CHECKING:
     from autoscaler.config import BudgetConfig, Config, RunnerTypeConfig
@@ -124,6 +126,7 @@ class _Type:
     demand: int
     desired: int
     oldest: datetime | None
+    sizing: WarmSizing | None = None
     grant: int = 0
 
 
@@ -178,6 +181,7 @@ def _types(
     now: datetime,
     *,
     state: ScalingState,
+    sizings: Mapping[str, WarmSizing],
 ) -> list[_Type]:
     out = []
     by_pool = runners_by_pool(runners)
@@ -189,13 +193,17 @@ def _types(
         stats = snapshot.per_type.get(rt.name)
         queued = stats.queue_size if stats is not None else 0
         busy = sum(1 for r, _ in mine if r.online and r.busy)
-        demand = queued + busy + warm_runners(rt, state, now)
+        sizing = sizings.get(rt.name)
+        hot = 0 if sizing is None else sizing.hot
+        demand = queued + busy + max(warm_runners(rt, state, now), hot)
         cap = sum(p.max_size for p in present)
         if rt.max is not None:
             cap = min(cap, rt.max)
         live = sum(p.live_instances for p in present)
         oldest = stats.oldest_queued_at if stats is not None else None
-        out.append(_Type(rt, present, mine, queued, busy, live, demand, min(demand, cap), oldest))
+        out.append(
+            _Type(rt, present, mine, queued, busy, live, demand, min(demand, cap), oldest, sizing)
+        )
     return out
 
 
@@ -276,7 +284,8 @@ def _scale_in(  # noqa: PLR0917 (the type, its state and the tick's budget)
         key=lambda x: (x[0], x[1].id),
     )
     past = sum(1 for since, _, _ in idle if since <= cutoff)
-    keep = idle_to_keep(t.rt, state, now, poll_interval)
+    refill = 0.0 if t.sizing is None else t.sizing.refill
+    keep = idle_to_keep(t.rt, state, now, poll_interval, refill)
     count = min(excess, past if keep is None else max(past, len(idle) - keep))
     for since, r, pool in idle[:count]:
         out.scale_ins.append(ScaleIn(t.rt.name, pool, r.id, r.name, instance_id_of(r.name) or ""))
@@ -405,6 +414,7 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     runners_complete: bool = True,
     clock_skew: ClockSkew | None = None,
     runners_seen_at: datetime | None = None,
+    warm: Collection[str] = (),
 ) -> Plan:
     """The plan for this tick. Pure: the same arguments give the same plan.
 
@@ -415,10 +425,15 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     is terminated while either skew exceeds :data:`SKEW_FRACTION` of ``boot_timeout``.
     ``runners_seen_at`` is when ``runners`` was read (a webhook tick's list is the last
     poll's; default: the snapshot's time): a runner this controller deleted since is
-    planned without (:func:`without_removed`).
+    planned without (:func:`without_removed`). ``warm`` are the ids of the instances in
+    a warm pool: the pool's, whatever their state. Their runners (a persistent runner
+    registered in an earlier stint) are planned without: no idle supply, no scale-in, no
+    stale runner to deregister.
     """
     skew = clock_skew or ClockSkew()
     scaling = config.scaling
+    if warm:
+        runners = [r for r in runners if instance_id_of(r.name) not in warm]
     state, runners = without_removed(
         state, runners, snapshot.observed_at if runners_seen_at is None else runners_seen_at
     )
@@ -438,7 +453,8 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         }
         state = replace(state, idle_since=idle_since)
     state = track_short(pools, state, now)
-    types = _types(snapshot, runners, pools, config, now, state=state)
+    sizings, state = size_types(config, state, now)
+    types = _types(snapshot, runners, pools, config, now, state=state, sizings=sizings)
     budget_use = _grant_budgets(types, config.budgets, now)
     out = _Builder(pools)
     releases: list[Release] = []
@@ -454,11 +470,14 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
     for t in types:
         summary = (
             f"demand {t.demand} (queued {t.queued} + busy {t.busy}"
-            f" + min_idle {t.demand - t.queued - t.busy}),"
+            f" + {'min_idle' if t.sizing is None else 'min_idle/hot'}"
+            f" {t.demand - t.queued - t.busy}),"
             f" supply {t.live}"
         )
         for p in t.pools:
             out.note(t.rt.name, p.name, summary)
+            if t.sizing is not None and t.sizing.pool == p.name:
+                out.note(t.rt.name, p.name, t.sizing.reason)
         for r in releases:
             if r.runner_type == t.rt.name:
                 _note_release(r, state, out)
@@ -510,7 +529,25 @@ def decide(  # noqa: PLR0917 (the signature the callers share)
         pending_terminations=tuple(pending),
         orphans_held=tuple(out.held),
         refused=refused,
+        warm_sizes=_warm_sizes(types, pools, config, out),
     )
+
+
+def _warm_sizes(
+    types: Sequence[_Type], pools: Mapping[str, PoolState], config: Config, out: _Builder
+) -> tuple[WarmSizing, ...]:
+    """Each decided warm size, put within its pool's bounds beside the desired capacity
+    this plan leaves the group at."""
+    sized = []
+    for t in types:
+        s = t.sizing
+        warm_pool = None if s is None else config.pool(s.pool).warm_pool
+        if s is None or warm_pool is None:
+            continue
+        found = pools.get(s.pool)
+        desired = out.targets.get((t.rt.name, s.pool), found.desired_capacity if found else 0)
+        sized.append(replace(s, spec=warm_pool.spec_for(s.warm, desired)))
+    return tuple(sized)
 
 
 def _note_release(r: Release, state: ScalingState, out: _Builder) -> None:

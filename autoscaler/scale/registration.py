@@ -234,7 +234,8 @@ class Registration:
             r.instance_id,
             r.pool,
             r.runner_type,
-            asked_at=now if before is None else before.asked_at,
+            # a new stint (back from the warm pool) starts its clock again
+            asked_at=now if before is None or before.warmed else before.asked_at,
             kind=TOKEN,
             parameter=True,
             expires_at=expires,

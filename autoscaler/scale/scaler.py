@@ -40,9 +40,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from autoscaler.config import Config
 from autoscaler.domain import (
@@ -67,6 +67,7 @@ from autoscaler.scale.policy import decide, pool_of_runner
 from autoscaler.scale.provisioning import ProvisioningClock
 from autoscaler.scale.registration import ParameterStore, RunnerRegistrar
 from autoscaler.scale.view import CapacityFailure, ScalingView
+from autoscaler.scale.warm import from_warm, warm_instances
 from autoscaler.scale.warm_keeper import WarmPoolKeeper
 from autoscaler.telemetry import Metrics
 
@@ -120,6 +121,9 @@ class Scaler:
         #: Back-offs, last scale-ups, refused launches and pending terminations, kept in
         #: the state store across restarts and failovers.
         self.memory = None if memory is None else Recollection(memory, self._memory_failed)
+        #: Instance id -> when it was last seen in a warm pool (its boot clock restarts
+        #: when it leaves: :func:`autoscaler.scale.warm.from_warm`).
+        self.warmed_at: dict[str, datetime] = {}
         #: The listed groups' warm pools (none without a port: a pool with no warm pools).
         self.warm = (
             None
@@ -172,11 +176,12 @@ class Scaler:
                 self.last_problems.append(
                     ScalingProblem("missing", self._type_of[name], name, "NotFound", msg)
                 )
-        warm = (
-            ()
-            if self.warm is None
-            else self.warm.step(list(pools), self.last_problems, dry_run=dry_run)
-        )
+        # Described before the decision (its instances are the warm pool's, not orphans);
+        # put after it (a ``size: slo`` warm pool takes the size the policy decided).
+        found = {} if self.warm is None else self.warm.describe(list(pools), self.last_problems)
+        in_warm = warm_instances(found)
+        self._remember_warm(in_warm, now)
+        pools = from_warm(pools, self.warmed_at, self.pool.clock_skew() or 0.0)
         runners = observation.runners if observation is not None else ()
         fresh = observation_fresh and observation is not None
         if dry_run:
@@ -191,6 +196,7 @@ class Scaler:
                 now,
                 observation_fresh=fresh,
                 exclude=set(self.state.pending_terminations),
+                warm=in_warm,
             )
             self.last_problems.extend(self.handover.problems)
         plan = decide(
@@ -204,8 +210,19 @@ class Scaler:
             runners_complete=observation is None or observation.skipped_runners == 0,
             clock_skew=self._measure_skew(observation),
             runners_seen_at=observation.runners_seen_at if observation is not None else None,
+            warm=frozenset().union(*in_warm.values()),
         )
         self.last_plan = plan
+        warm = (
+            ()
+            if self.warm is None
+            else self.warm.apply(
+                found,
+                self.last_problems,
+                dry_run=dry_run,
+                sized={w.pool: w.spec for w in plan.warm_sizes},
+            )
+        )
         for lr in plan.refused:  # a pool a person must fix is paged every tick until it works
             msg = f"{lr.pool} cannot launch instances ({lr.code}): {lr.message}"
             self.last_problems.append(
@@ -271,13 +288,32 @@ class Scaler:
                 continue  # not a runner we asked for (warm before we watched, or not ours)
             asked, online = answer
             iid = instance_id_of(runner.name)
-            pool = pools.get(pool_of_runner(runner, list(self._type_of)) or "")
+            pool_name = pool_of_runner(runner, list(self._type_of)) or ""
+            pool = pools.get(pool_name)
             running = next(
                 (i.launched_at for i in (pool.instances if pool else ()) if i.id == iid), None
             )
             stages = wait_stages(created, start.first_seen, asked, running, online, started)
-            out.append(JobWait(start.runner_type, stages))
+            out.append(
+                JobWait(
+                    start.runner_type,
+                    stages,
+                    started_at=started,
+                    created_at=created,
+                    pool=pool_name,
+                    repository=start.repository,
+                    job_id=start.job_id,
+                )
+            )
         return out
+
+    def _remember_warm(self, in_warm: Mapping[str, frozenset[str]], now: datetime) -> None:
+        """When each instance was last seen in a warm pool (kept a day: an instance in
+        service longer than that has had its boot clock long enough)."""
+        for ids in in_warm.values():
+            self.warmed_at.update(dict.fromkeys(ids, now))
+        cutoff = now - timedelta(days=1)
+        self.warmed_at = {i: at for i, at in self.warmed_at.items() if at >= cutoff}
 
     def _measure_skew(self, observation: Observation | None) -> ClockSkew:
         github = observation.clock_skew_seconds if observation is not None else None

@@ -9,11 +9,16 @@ the warm instances per group and state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 
 from autoscaler.config import Config
-from autoscaler.domain import WARM_INSTANCE_STATES, ScalingProblem, WarmPoolState
+from autoscaler.domain import (
+    WARM_INSTANCE_STATES,
+    ScalingProblem,
+    WarmPoolSpec,
+    WarmPoolState,
+)
 from autoscaler.errors import AutoscalerError
 from autoscaler.ports import WarmPools
 from autoscaler.retrying import RetryPolicy
@@ -44,10 +49,24 @@ class WarmPoolKeeper:
         self.last: tuple[WarmPoolView, ...] = ()
 
     def step(
-        self, existing: Sequence[str], problems: list[ScalingProblem], *, dry_run: bool = False
+        self,
+        existing: Sequence[str],
+        problems: list[ScalingProblem],
+        *,
+        dry_run: bool = False,
+        sized: Mapping[str, WarmPoolSpec] | None = None,
     ) -> tuple[WarmPoolView, ...]:
         """Make the warm pools of the listed groups in ``existing`` (the groups described
-        this tick) what the configuration says; ``dry_run``: describe only."""
+        this tick) what the configuration says, and the ``size: slo`` ones what the
+        policy decided (``sized``, by group); ``dry_run``: describe only."""
+        found = self.describe(existing, problems)
+        return self.apply(found, problems, dry_run=dry_run, sized=sized)
+
+    def describe(
+        self, existing: Sequence[str], problems: list[ScalingProblem]
+    ) -> dict[str, WarmPoolState | None]:
+        """The warm pools of the listed groups in ``existing``; a group whose describe
+        failed is left out (and told)."""
         types = {p: rt.name for rt in self.config.runner_types for p in rt.pools}
         found: dict[str, WarmPoolState | None] = {}
         for pool in self.config.pools:
@@ -63,8 +82,20 @@ class WarmPoolKeeper:
                 self.report(
                     problems, exc, types.get(pool.name, ""), pool.name, "describe_warm_pool"
                 )
+        return found
+
+    def apply(
+        self,
+        found: Mapping[str, WarmPoolState | None],
+        problems: list[ScalingProblem],
+        *,
+        dry_run: bool = False,
+        sized: Mapping[str, WarmPoolSpec] | None = None,
+    ) -> tuple[WarmPoolView, ...]:
+        """Put or delete what differs from the warm pools ``found`` (:meth:`describe`);
+        ``dry_run``: nothing."""
         views = []
-        for change in plan_warm_pools(self.config, found):
+        for change in plan_warm_pools(self.config, found, sized):
             done = change.action == KEEP or (not dry_run and self._apply(change, problems))
             views.append(WarmPoolView(change, found[change.pool], done))
         self.last = tuple(views)

@@ -293,3 +293,51 @@ class BootingInstances:
                     self._seen_ids.add(iid)
                     if iid in self.pending and inst.get("LifecycleState") == "InService":
                         inst["LifecycleState"] = "Pending"
+
+
+@dataclass
+class WarmInstances:
+    """Instances in a group's warm pool, as real AWS shows them (moto keeps no warm
+    instances): each id of :attr:`warm` (id -> its lifecycle state, ``Warmed:Running``)
+    is left out of DescribeAutoScalingGroups (the group's DesiredCapacity counts it no
+    more) and listed by DescribeWarmPool, with its state. Taking an id out of
+    :attr:`warm` puts it back in service. :meth:`install` it on the autoscaling client.
+    """
+
+    group: str
+    warm: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def install(self, client: Any) -> WarmInstances:
+        client.meta.events.register(
+            "after-call.autoscaling.DescribeAutoScalingGroups", self._describe_group
+        )
+        client.meta.events.register(
+            "before-parameter-build.autoscaling.DescribeWarmPool", self._asked
+        )
+        client.meta.events.register("after-call.autoscaling.DescribeWarmPool", self._describe_warm)
+        return self
+
+    def _asked(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["warm_instances_group"] = params.get("AutoScalingGroupName")
+
+    def _describe_group(self, parsed: dict[str, Any], **_: Any) -> None:
+        with self._lock:
+            for group in parsed.get("AutoScalingGroups", []):
+                if group.get("AutoScalingGroupName") != self.group:
+                    continue
+                kept = [i for i in group.get("Instances", []) if i["InstanceId"] not in self.warm]
+                hidden = len(group.get("Instances", [])) - len(kept)
+                group["Instances"] = kept
+                group["DesiredCapacity"] = max(0, int(group["DesiredCapacity"]) - hidden)
+
+    def _describe_warm(self, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        if not parsed.get("WarmPoolConfiguration"):
+            return
+        if context.get("warm_instances_group") != self.group:
+            return
+        with self._lock:
+            parsed["Instances"] = [
+                {"InstanceId": iid, "LifecycleState": state, "InstanceType": "g5.4xlarge"}
+                for iid, state in sorted(self.warm.items())
+            ]

@@ -14,9 +14,9 @@ it read them, as this project's controller does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from autoscaler.sim.emulator import DEFAULT_MAX_SIZE, Emulator
 from autoscaler.sim.entities import SimInstance, SimJob
@@ -145,6 +145,49 @@ def equal_knobs_change(config: Config, name: str) -> bool:
     )
 
 
+class LiveRunners(Sequence[RunnerView]):
+    """One runner type's live instances as :class:`RunnerView` items, built on first read.
+
+    A peer that reacts to every queued job (terraform-aws-github-runner, the scale set)
+    mostly reads only how many there are; building a view of hundreds of instances per
+    message made those replays quadratic in the trace's length."""
+
+    def __init__(self, emulator: Emulator, t: int) -> None:
+        self._emulator = emulator
+        self._t = t
+        self._items: tuple[RunnerView, ...] | None = None
+
+    def _built(self) -> tuple[RunnerView, ...]:
+        if self._items is None:
+            em, now = self._emulator, self._emulator.now
+            self._items = tuple(
+                RunnerView(
+                    i.id,
+                    i.launched,
+                    i.ready is None,
+                    i.job is not None,
+                    i.idle_since,
+                    now >= i.running,
+                )
+                for pool in em.pools_of[self._t]
+                for i in pool.live.values()
+            )
+        return self._items
+
+    def __len__(self) -> int:
+        return self._emulator.live_count[self._t]
+
+    @overload
+    def __getitem__(self, index: int) -> RunnerView: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[RunnerView]: ...
+    def __getitem__(self, index: int | slice) -> RunnerView | Sequence[RunnerView]:
+        return self._built()[index]
+
+    def __iter__(self) -> Iterator[RunnerView]:
+        return iter(self._built())
+
+
 class PeerDriver:
     """Runs one peer's rule for every runner type that has pools."""
 
@@ -183,20 +226,12 @@ class PeerDriver:
 
     def view(self, t: int) -> TypeView:
         em = self.emulator
-        now = em.now
-        runners = tuple(
-            RunnerView(
-                i.id, i.launched, i.ready is None, i.job is not None, i.idle_since, now >= i.running
-            )
-            for pool in em.pools_of[t]
-            for i in pool.live.values()
-        )
         desired = sum(pool.desired for pool in em.pools_of[t])
         return TypeView(
-            now,
+            em.now,
             em.queued_home[t],
             em.running[t],
-            runners,
+            LiveRunners(em, t),
             self.min_size[t],
             self.max_size[t],
             desired,

@@ -14,6 +14,14 @@
   (``boot_correlation``): a burst's boots are slow or fast together.
   Every policy sees the same sequence of boot draws per pool (one seeded stream per pool:
   common random numbers).
+- **Warm pools** (only this project's driver puts them, :meth:`Emulator.set_warm_pool`):
+  a group with one keeps ``MinSize`` stopped instances (or up to
+  ``MaxGroupPreparedCapacity`` beside the desired capacity). A scale-out starts stopped
+  ones first: a runner ``simulation.warm_start`` later, billed from the start, not
+  throttled by the launch limits. The pool refills at cold speed (launch + boot, the
+  same token bucket), billed as compute while it initialises; a stopped instance is
+  billed for storage only (its own column). With ``reuse`` an idle instance scaled in
+  goes back to the warm pool stopped instead of terminating.
 - **GitHub** hands a queued job at once to an idle runner whose labels cover the job's (any
   of them: drawn with the seeded RNG), and a runner turning idle takes the oldest queued
   job it can run; one job per runner. With ``ephemeral`` a runner's instance terminates
@@ -33,6 +41,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from autoscaler.domain import WarmPoolSpec
 from autoscaler.observe.queue import match_job
 from autoscaler.sim.clock import VirtualClock
 from autoscaler.sim.entities import (
@@ -91,6 +100,8 @@ class Emulator(EmulatorView):
                     random.Random(f"{sim.seed}:launch:{name}"),  # noqa: S311
                     f"{sim.seed}:weather:{name}",
                     self.clock,
+                    warm_start=sim.warm_start,
+                    warm_rng=random.Random(f"{sim.seed}:warm:{name}"),  # noqa: S311
                 )
                 self.pools[name] = pool
                 self.pools_of[t].append(pool)
@@ -128,6 +139,9 @@ class Emulator(EmulatorView):
         self.ephemeral = False
         """True: a runner's instance terminates when its job ends (one job per machine)."""
         self.instances: list[SimInstance] = []
+        """Instances that went into service (launched, or started from a warm pool)."""
+        self.warm_launched: list[SimInstance] = []
+        """Instances launched into a warm pool (some later started: also in instances)."""
         self.samples: list[Sample] = []
         self.scale_actions = 0
         self.on_queued: list[Callable[[SimJob], None]] = []
@@ -271,10 +285,16 @@ class Emulator(EmulatorView):
         return granted
 
     def _reconcile(self, pool: SimPool) -> None:
-        """One scaling activity: launch what the group lacks, as far as the throttles let."""
+        """One scaling activity: start stopped warm instances, then launch what the group
+        still lacks, as far as the throttles let; then refill the warm pool."""
         if pool.in_outage(self.now):
             return
         missing = pool.desired - len(pool.live)
+        while missing > 0 and pool.stopped:
+            self._warm_start(pool.stopped.pop(0))
+            missing -= 1
+        if pool.warm_spec is not None or pool.stopped or pool.warming:
+            self._refill(pool)
         if missing <= 0:
             return
         launches = self.config.simulation.launches
@@ -295,15 +315,80 @@ class Emulator(EmulatorView):
 
     def _launch(self, pool: SimPool) -> None:
         pool.launched += 1
-        number = len(self.instances) + 1
+        number = len(self.instances) + len(self.warm_launched) + 1
         latency, boot = pool.cold_start()
         inst = SimInstance(f"i-{number:017x}", pool, self.now, self.now + latency, boot)
         inst.launched_at = self.clock.datetime()
         pool.live[inst.id] = inst
         self.live_count[pool.type_index] += 1
+        inst.counted = True
         self.instances.append(inst)
         self.clock.at(inst.running, self._running, inst)
         self.clock.at(inst.running + boot, self._ready, inst)
+
+    # --- warm pools
+    def set_warm_pool(self, pool: SimPool, spec: WarmPoolSpec | None) -> None:
+        """PutWarmPool (``spec``) or DeleteWarmPool (None)."""
+        if spec == pool.warm_spec:
+            return
+        pool.warm_spec = spec
+        self._refill(pool)
+
+    def _refill(self, pool: SimPool) -> None:
+        """Make the warm pool hold its target: stopped instances beyond it terminated
+        (newest first), missing ones launched at cold speed (the token bucket's)."""
+        target = pool.warm_target()
+        while len(pool.stopped) + len(pool.warming) > target and pool.stopped:
+            inst = pool.stopped.pop()
+            inst.stored = inst.stored_until(self.now)
+            inst.stopped_at, inst.terminated = None, self.now
+        want = target - len(pool.stopped) - len(pool.warming)
+        if want <= 0 or pool.in_outage(self.now):
+            return
+        count = self._take_tokens(want)
+        for _ in range(count):
+            latency, boot = pool.cold_start()
+            number = len(self.instances) + len(self.warm_launched) + 1
+            inst = SimInstance(f"i-{number:017x}", pool, self.now, self.now + latency, boot)
+            pool.warming[inst.id] = inst
+            self.warm_launched.append(inst)
+            self.clock.at(inst.running + boot, self._prepared, inst)
+        if count < want and not pool.refill_pending:
+            pool.refill_pending = True
+            self.clock.after(self.config.simulation.launches.retry, self._refill_again, pool)
+
+    def _refill_again(self, pool: SimPool) -> None:
+        pool.refill_pending = False
+        self._refill(pool)
+
+    def _prepared(self, inst: SimInstance) -> None:
+        """A warm instance finished its initialisation: it stops and waits."""
+        pool = inst.pool
+        del pool.warming[inst.id]
+        minimum = self.config.simulation.billing_minimum
+        inst.prior_compute = max(minimum, self.now - inst.running)
+        inst.prior_boot = self.now - inst.running
+        inst.stopped_at, inst.parked = self.now, True
+        pool.stopped.append(inst)
+        self._refill(pool)
+
+    def _warm_start(self, inst: SimInstance) -> None:
+        """The group moves a stopped instance into service: it starts again."""
+        pool = inst.pool
+        inst.stored = inst.stored_until(self.now)
+        inst.stopped_at, inst.parked = None, False
+        inst.warm_started = True
+        inst.launched = inst.running = self.now
+        inst.boot = pool.warm_draw()
+        inst.launched_at = self.clock.datetime()
+        inst.described = None
+        pool.launched += 1
+        pool.live[inst.id] = inst
+        self.live_count[pool.type_index] += 1
+        if not inst.counted:
+            inst.counted = True
+            self.instances.append(inst)
+        self.clock.at(self.now + inst.boot, self._ready, inst)
 
     def _running(self, inst: SimInstance) -> None:
         inst.described = None  # InService from now on
@@ -316,9 +401,26 @@ class Emulator(EmulatorView):
         if inst.job is not None:
             raise RuntimeError(f"policy terminated busy instance {inst.id}")
         pool = inst.pool
-        inst.terminated = self.now
         if inst.idle_pos >= 0:
             self.idle[pool.type_index].remove(inst)
         del pool.live[inst.id]
         self.live_count[pool.type_index] -= 1
         pool.desired = max(0, pool.desired - 1)
+        spec = pool.warm_spec
+        if spec is not None and spec.reuse and inst.ready is not None:
+            self._stop(inst)
+        else:
+            inst.terminated = self.now
+        if spec is not None:
+            self._refill(pool)
+
+    def _stop(self, inst: SimInstance) -> None:
+        """Reuse on scale-in: the instance goes back to the warm pool, stopped; its runner
+        registers again when it next starts."""
+        minimum = self.config.simulation.billing_minimum
+        inst.prior_compute += max(minimum, self.now - inst.running)
+        inst.prior_boot += min(inst.boot, self.now - inst.running)
+        inst.ready = inst.idle_since = inst.described = None
+        inst.runners = {}
+        inst.stopped_at, inst.parked = self.now, True
+        inst.pool.stopped.append(inst)

@@ -31,12 +31,13 @@ from autoscaler.domain import (
     PoolState,
     Runner,
     ScalingActivity,
+    WarmPoolSpec,
 )
 from autoscaler.sim.clock import VirtualClock
 from autoscaler.sim.trace import Trace
 
 if TYPE_CHECKING:
-    from autoscaler.config.simulation import BootTime, LaunchTime
+    from autoscaler.config.simulation import BootTime, LaunchTime, WarmStart
 
 _Z95 = 1.6448536269514722
 
@@ -44,7 +45,7 @@ BOOT_WINDOW = 300.0
 """Seconds over which the boots of a pool share their factor (``boot_correlation``)."""
 
 
-def lognormal(boot: BootTime | LaunchTime) -> tuple[float, float]:
+def lognormal(boot: BootTime | LaunchTime | WarmStart) -> tuple[float, float]:
     """(mu, sigma) of the lognormal whose median is p50 and 95th percentile p95."""
     return math.log(boot.p50), math.log(boot.p95 / boot.p50) / _Z95
 
@@ -72,9 +73,10 @@ class SimInstance:
     """One instance, from the capacity asked for it to its termination.
 
     ``launched`` (the group's activity started it), ``running`` (EC2 runs it: billing
-    starts), ``ready`` (its runner registered: ``running + boot``), ``terminated``. A
-    start from another state (a warm pool's stopped instance) would set its own
-    ``running`` and ``boot``."""
+    starts), ``ready`` (its runner registered: ``running + boot``), ``terminated``. An
+    instance taken from a warm pool was launched into it, initialised (billed:
+    :attr:`prior_compute`), stopped (its disks billed: :attr:`stored`), and started again:
+    its ``running`` and ``boot`` are those of the warm start."""
 
     id: str
     pool: SimPool
@@ -93,6 +95,23 @@ class SimInstance:
     launched_at: datetime | None = None
     runners: dict[bool, Runner] = field(default_factory=dict)
     described: Instance | None = None
+    prior_compute: float = 0.0
+    """Seconds billed as compute before its last warm start: its initialisation in the
+    warm pool and its earlier runs (reused on scale-in), each at least the billing
+    minimum."""
+    prior_boot: float = 0.0
+    """Seconds of those spent booting (its initialisation, its earlier starts)."""
+    stopped_at: float | None = None
+    """Since when it waits stopped in the warm pool (None: not stopped)."""
+    stored: float = 0.0
+    """Seconds it spent stopped (billed for storage only), up to its last warm start."""
+    warm_started: bool = False
+    """Taken from a warm pool."""
+    counted: bool = False
+    """In the emulator's instances (it went into service once)."""
+    parked: bool = False
+    """In a warm pool (initialised or reused): billed nothing beyond
+    :attr:`prior_compute` until it starts again."""
 
     def describe(self) -> Instance:
         """The instance as the Auto Scaling adapter reports it: pending until running."""
@@ -120,9 +139,14 @@ class SimInstance:
         """Seconds billed: from running to terminated (or ``end``), at least ``minimum``;
         nothing when it never ran."""
         stop = end if self.terminated is None else self.terminated
-        if stop <= self.running:
-            return 0.0
-        return max(minimum, stop - self.running)
+        if self.parked or stop <= self.running:
+            return self.prior_compute
+        return self.prior_compute + max(minimum, stop - self.running)
+
+    def stored_until(self, end: float) -> float:
+        """Seconds stopped in a warm pool, counting a stop still going on at ``end``."""
+        ongoing = 0.0 if self.stopped_at is None else max(0.0, end - self.stopped_at)
+        return self.stored + ongoing
 
 
 class IdleSet:
@@ -173,6 +197,17 @@ class SimPool:
     next_activity: float = 0.0
     """The group starts no activity before this (one every ``launches.retry``)."""
     retry_pending: bool = False
+    warm_start: WarmStart | None = None
+    """How long a warm start takes (``simulation.warm_start``)."""
+    warm_rng: random.Random | None = None
+    """Warm start draws, in start order."""
+    warm_spec: WarmPoolSpec | None = None
+    """The group's warm pool as the controller put it (None: it has none)."""
+    stopped: list[SimInstance] = field(default_factory=list)
+    """Warm instances ready to start, oldest first."""
+    warming: dict[str, SimInstance] = field(default_factory=dict)
+    """Warm instances launched and still initialising."""
+    refill_pending: bool = False
     _factors: dict[int, float] = field(default_factory=dict)
 
     @property
@@ -199,8 +234,22 @@ class SimPool:
         own = math.sqrt(1.0 - self.correlation) * self.rng.gauss(0.0, 1.0)
         return _draw(self.launch, self.launch_rng.gauss(0.0, 1.0)), _draw(self.boot, shared + own)
 
+    def warm_draw(self) -> float:
+        """Seconds from a warm instance's start to its registered runner."""
+        assert self.warm_start is not None and self.warm_rng is not None
+        return _draw(self.warm_start, self.warm_rng.gauss(0.0, 1.0))
 
-def _draw(latency: BootTime | LaunchTime, z: float) -> float:
+    def warm_target(self) -> int:
+        """Instances the warm pool holds: ``MinSize``, or more up to
+        ``MaxGroupPreparedCapacity`` (absent: MaxSize) beside the desired capacity."""
+        spec = self.warm_spec
+        if spec is None:
+            return 0
+        prepared = self.max_size if spec.max_prepared is None else spec.max_prepared
+        return max(spec.min_size, prepared - self.desired, 0)
+
+
+def _draw(latency: BootTime | LaunchTime | WarmStart, z: float) -> float:
     mu, sigma = lognormal(latency)
     return math.exp(mu + sigma * z) if sigma > 0 else latency.p50
 

@@ -6,6 +6,9 @@
 - **Runner-hours**: what EC2 bills, instance-seconds from running to termination (or the
   end), boot included, at least ``billing_minimum`` per instance. **Idle** runner-hours:
   billed and neither booting nor running a job.
+- **Storage hours**: instance-hours stopped in a warm pool, billed for their disks only;
+  their own column, never in runner-hours. A warm instance's initialisation (its cold
+  boot before it stops) is compute, in runner-hours and boot hours.
 - **x oracle**: runner-hours over the oracle's (:mod:`autoscaler.sim.oracle`), the
   fewest any policy could spend starting every job at once with perfect foresight.
 """
@@ -69,6 +72,10 @@ class PolicyResult:
     """When the replay ended (the last job completed), from the trace's start."""
     samples: tuple[Sample, ...] = ()
     per_type: tuple[TypeResult, ...] = ()
+    storage_hours: float = 0.0
+    """Instance-hours stopped in a warm pool (billed for storage only)."""
+    warm_starts: int = 0
+    """Instances taken from a warm pool."""
 
     def oracle_ratio(self, floor: Floor | None) -> float | None:
         """Runner-hours over the oracle's (None without one, or when it is zero)."""
@@ -101,6 +108,8 @@ class PolicyResult:
             "scale_actions": self.scale_actions,
             "jobs_waited_over_10m": self.waited_over_10m,
             "instances_launched": self.instances_launched,
+            "storage_hours": round(self.storage_hours, 2),
+            "warm_starts": self.warm_starts,
             "jobs": self.jobs,
             "unserved_jobs": self.unserved,
             "unfinished_jobs": self.unfinished,
@@ -130,10 +139,22 @@ def summarize(name: str, em: Emulator, end: float) -> PolicyResult:
         total += billed
         type_hours[inst.pool.type_index] += billed
         stop = end if inst.terminated is None else inst.terminated
-        boot += max(0.0, min(inst.boot, stop - inst.running))
+        boot += inst.prior_boot
+        if not inst.parked:
+            boot += max(0.0, min(inst.boot, stop - inst.running))
         busy += inst.busy_seconds
-        if inst.job is not None and inst.job.started is not None:
+        if not inst.parked and inst.job is not None and inst.job.started is not None:
             busy += max(0.0, stop - inst.job.started)  # still running at the end
+    storage = sum(inst.stored_until(end) for inst in em.instances)
+    for inst in em.warm_launched:
+        if inst.counted:
+            continue  # billed and stored above
+        storage += inst.stored_until(end)
+        # initialised (or initialising at the end) and never started: its boot is compute
+        billed = inst.prior_compute or max(0.0, min(end, inst.running + inst.boot) - inst.running)
+        total += billed
+        boot += billed
+        type_hours[inst.pool.type_index] += billed
     per_type = tuple(
         TypeResult(rt.name, len(type_waits[t]), percentile(type_waits[t], 95), type_hours[t] / 3600)
         for t, rt in enumerate(em.types)
@@ -157,6 +178,8 @@ def summarize(name: str, em: Emulator, end: float) -> PolicyResult:
         end_seconds=end,
         samples=tuple(em.samples),
         per_type=per_type,
+        storage_hours=storage / 3600,
+        warm_starts=sum(1 for i in em.instances if i.warm_started),
     )
 
 
@@ -172,7 +195,7 @@ def format_table(results: Iterable[PolicyResult], floor: Floor | None = None) ->
     """A table for a person: one row per policy; ``x oracle`` when ``floor`` is given."""
     header = (
         f"{'policy':<28} {'p50':>6} {'p95':>6} {'p99':>6} {'runner-h':>9} {'idle-h':>8}"
-        f" {'x oracle':>8} {'actions':>8} {'>10m':>5}"
+        f" {'x oracle':>8} {'actions':>8} {'>10m':>5} {'storage-h':>9}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
@@ -182,6 +205,6 @@ def format_table(results: Iterable[PolicyResult], floor: Floor | None = None) ->
             f"{r.name:<28} {_duration(r.p50_queue_seconds):>6} {_duration(r.p95_queue_seconds):>6}"
             f" {_duration(r.p99_queue_seconds):>6} {r.runner_hours:>9.1f}"
             f" {r.idle_runner_hours:>8.1f} {shown:>8} {r.scale_actions:>8}"
-            f" {r.waited_over_10m:>5}"
+            f" {r.waited_over_10m:>5} {r.storage_hours:>9.1f}"
         )
     return "\n".join(lines) + "\n"

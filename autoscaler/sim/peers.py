@@ -27,6 +27,7 @@ wherever it has the same knob (``simulate --equal-knobs``): rule against rule.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 
@@ -52,8 +53,9 @@ class TypeView:
     """Jobs waiting for this type."""
     running: int
     """Jobs running on this type's runners."""
-    runners: tuple[RunnerView, ...]
-    """Live instances (launching, booting, idle or busy)."""
+    runners: Sequence[RunnerView]
+    """Live instances (launching, booting, idle or busy). The simulator passes a sequence
+    that knows its length at once and builds its items only when a rule reads them."""
     min_size: int
     max_size: int
     desired: int = -1
@@ -160,11 +162,12 @@ def per_event_scale_up(view: TypeView, p: PerEventParams, still_queued: bool) ->
     ``scale-up.ts``: with the job-queued check on (persistent runners) a job no longer
     queued creates nothing (line 244); else one runner, unless ``runners_maximum_count``
     is reached (line 278). At the maximum an ephemeral message is handed back for retry
-    (line 291); a persistent one is dropped.
+    (line 291); a persistent one is dropped. TFA creates its instances at once, so the
+    instances the groups still owe after a throttled activity count as created.
     """
     if p.job_queued_check and not still_queued:
         return 0, False
-    if view.total < view.max_size:
+    if view.asg_desired < view.max_size:
         return 1, False
     return 0, p.ephemeral
 

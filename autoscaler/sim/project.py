@@ -3,7 +3,8 @@
 Every ``poll_interval`` the driver observes the emulator the way the GitHub and Auto
 Scaling adapters would, calls the same pure functions the live controller calls, and
 carries out the plan ``simulation.poll_latency`` later (the poll's answers are that old
-when the tick acts), the way :class:`autoscaler.scale.scaler.Scaler` does: release pools
+when the tick acts), the way :class:`autoscaler.scale.scaler.Scaler` does: put the warm
+pools of the groups listed under ``pools`` (a ``size: slo`` one at its decided size), release pools
 whose launches failed, scale up pool by pool (remembering ``scaled_up``), deregister then
 terminate idle runners (a runner that took a job meanwhile is refused by GitHub and
 stays), terminate orphans. With webhooks (:func:`reaction_of`) it also decides that long
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 from autoscaler.observe.queue import compute_queue
 from autoscaler.scale.plan import Plan, ScalingState, slot_target
 from autoscaler.scale.policy import decide
+from autoscaler.scale.warm import warm_spec
 from autoscaler.sim.emulator import Emulator
 from autoscaler.sim.entities import SimJob
 
@@ -105,6 +107,13 @@ class ProjectDriver:
     def _execute(self, plan: Plan) -> None:
         em = self.emulator
         now = em.clock.datetime()
+        # The warm pools first (the live scaler puts them before it scales): a scale-out
+        # then takes the stopped instances they hold.
+        sized = {w.pool: w.spec for w in plan.warm_sizes}
+        for listed in self.config.pools:
+            pool = em.pools.get(listed.name)
+            if pool is not None:
+                em.set_warm_pool(pool, warm_spec(listed.name, listed.warm_pool, sized))
         for r in plan.releases:
             if r.desired < r.current:
                 em.set_desired(em.pools[r.pool], r.desired)

@@ -180,7 +180,10 @@ def test_a_link_back_to_a_page_already_read_stops_the_listing(
     and a tick that never ended."""
 
     def handler(request: httpx.Request) -> httpx.Response | None:
-        if request.url.path.endswith("/runs") and request.url.params.get("status") == "queued":
+        if request.url.path.endswith("/runs") and request.url.params.get("status") in {
+            "queued",
+            None,
+        }:
             return httpx.Response(200, json={"total_count": 1, "workflow_runs": [RUN]})
         if request.url.path.endswith("/runs/7/jobs"):
             page = request.url.params.get("page", "1")

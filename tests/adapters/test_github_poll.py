@@ -57,6 +57,13 @@ class World:
         return [j.id for j in observation.jobs if j.status is JobStatus.QUEUED]
 
 
+def history(fake: FakeGitHub, repo: str, runs: int = 40) -> None:
+    """Completed runs of ``repo`` before T0: more than a page of its newest runs, so
+    that listing does not end and a first poll lists the repository whole."""
+    for i in range(runs):
+        fake.complete_job(fake.queue_job(repo, CPU, created_at=T0 - timedelta(hours=2, minutes=i)))
+
+
 @pytest.fixture
 def world() -> Iterator[World]:
     holder: list[World] = []
@@ -73,7 +80,9 @@ def test_run_statuses_are_githubs_enum_minus_conclusions() -> None:
 def test_queued_jobs_of_runs_in_every_status_are_seen(world: World, status: str) -> None:
     """The client listed only queued and in_progress runs: a run waiting for an
     environment approval (or requested, or pending a concurrency group) can hold queued
-    jobs, which were never seen, scaled for or alerted on."""
+    jobs, which were never seen, scaled for or alerted on. (Its history is longer than a
+    page of newest runs: the listings by status are what finds it.)"""
+    history(world.fake, "app")
     gate = world.fake.queue_job("app", CPU, status="waiting", name="deploy")
     run_id = world.fake.job(gate).run_id
     queued = world.fake.queue_job("app", CPU, run_id=run_id, name="test")
@@ -127,10 +136,11 @@ def test_running_jobs_make_a_steady_tick_cost_requests(world: World) -> None:
         f"/repos/demo-org/app/actions/runs/{world.fake.job(running).run_id}"
         "/jobs?filter=latest&per_page=100"
     ]
-    # runners, repos, 2 x 5 run listings, and the jobs of one run of two: neither can have
-    # changed unseen (its runner is still busy on it; all queued in a run still queued),
-    # so they take turns within the staleness limit, the one listed longest ago first
-    assert len(answered) == 13
+    # runners, repos, each repository's runs in one listing without a status (their
+    # history fits a page: it ends, and stands for the five by status), and the jobs of
+    # one run of two: neither can have changed unseen (its runner is still busy on it;
+    # all queued in a run still queued), so they take turns within the staleness limit
+    assert len(answered) == 5
 
 
 def test_quiet_repos_are_stretched_first_and_busy_ones_stay_every_tick(world: World) -> None:
@@ -139,6 +149,8 @@ def test_quiet_repos_are_stretched_first_and_busy_ones_stay_every_tick(world: Wo
     the quiet ones are re-listed every few ticks, the busy one every tick, and a new
     queued job in a quiet repository is still seen within the quiet interval."""
     world.fake.RATE_LIMIT = 600
+    for repo in ("busy", *(f"quiet{i}" for i in range(5))):
+        history(world.fake, repo)  # listed whole by status, not by one short listing
     world.fake.queue_job("busy", CPU)
     for i in range(5):
         job = world.fake.queue_job(f"quiet{i}", CPU)
@@ -242,8 +254,9 @@ def test_a_restart_is_not_a_cold_start(world: World, tmp_path: object) -> None:
         second.close()
         store.close()
     answered = [r for r in world.fake.requests[sent:] if r.path != "/rate_limit"]
-    # a new process lists each repository's newest runs before its runs: from the cache
-    assert [r.status for r in answered] == [304] * 16
+    # a new process lists the runners, the repositories, each one's newest runs (they
+    # end: that listing stands for a whole one) and the jobs of its run: from the cache
+    assert [r.status for r in answered] == [304] * 6
     assert after.jobs == before.jobs
     assert after.runners == before.runners
 
@@ -379,3 +392,88 @@ def test_polling_alone_sees_every_queued_job_within_two_intervals(
     assert any(seen)
     whole = [r for r in world.fake.requests[sent:] if "/quiet" in r.path and "status=" in r.path]
     assert len(whole) < 2 * 20 * len(RUN_STATUSES) / 2  # not every quiet repository whole
+
+
+def test_a_repository_whose_runs_fit_a_few_pages_is_listed_whole_by_one_listing(
+    world: World,
+) -> None:
+    """Every live repository was listed once per status (five listings) every tick, even
+    one with a handful of runs, where the listing without a status ends on its first page
+    and already shows every run in every status. Such a listing now stands for the five;
+    a repository that outgrows a few pages goes back to the listings by status."""
+    gate = world.fake.queue_job("app", CPU, status="waiting", name="deploy")
+    run_id = world.fake.job(gate).run_id
+    queued = world.fake.queue_job("app", CPU, run_id=run_id, name="test")
+    running = world.fake.queue_job("app", CPU, name="build")
+    world.fake.assign_job(running, world.fake.register_runner("r1", CPU))
+    source = world.source()
+    try:
+        seen = [world.tick(source) for _ in range(3)]
+        by_status = world.fake.count(path_regex=r"/app/actions/runs\?status=")
+        world.fake.complete_job(running)
+        after_end = world.tick(source)
+        live = world.sample("ci_autoscaler_github_repos", activity="live")
+        history(world.fake, "app", runs=100)  # more than three pages of newest runs
+        sent = len(world.fake.requests)
+        grown = world.tick(source)
+    finally:
+        source.close()
+    assert seen == [[queued]] * 3 and after_end == [queued] and grown == [queued]
+    assert by_status == 0
+    assert live == 1  # the waiting run is still live; the finished one is gone
+    asked = [r.path for r in world.fake.requests[sent:]]
+    assert sum("/app/actions/runs?status=" in p for p in asked) == len(RUN_STATUSES)
+
+
+def test_a_poll_asks_for_runs_listings_before_jobs_listings(world: World) -> None:
+    """A poll re-reads the repository list every tick; the runs listings waited for it,
+    and so queued behind every jobs listing already asked for. A poll cut by its deadline
+    (a cold 1,000-repository tick) then listed no repository at all, and the same ones
+    went unlisted tick after tick. The runs listings now start from the repositories
+    known, before the jobs; on a cold tick the newest runs of every repository go first."""
+    for repo in ("a", "b", "c"):
+        history(world.fake, repo)
+        run_id = world.fake.job(world.fake.queue_job(repo, CPU)).run_id
+        job = world.fake.queue_job(repo, CPU, run_id=run_id, name="test")
+        world.fake.assign_job(job, world.fake.register_runner(f"r-{repo}", CPU))
+    source = world.source(max_concurrency=1)  # one request at a time: in priority order
+    try:
+        world.tick(source, 0)
+        cold = [r.path for r in world.fake.requests]
+        world.tick(source)
+        steady = [r.path for r in world.fake.requests[len(cold) :]]
+    finally:
+        source.close()
+
+    def last_runs_before_first_jobs(paths: list[str]) -> bool:
+        runs = [i for i, p in enumerate(paths) if p.split("?")[0].endswith("/actions/runs")]
+        jobs = [i for i, p in enumerate(paths) if "/jobs?" in p]
+        return bool(runs) and bool(jobs) and max(runs) < min(jobs)
+
+    newest = [p for p in cold if p.endswith("/actions/runs?per_page=30") or "/jobs?" in p]
+    assert all("/jobs?" not in p for p in newest[:3])  # every repository's newest runs first
+    assert last_runs_before_first_jobs(steady)
+
+
+def test_a_poll_cut_by_its_deadline_is_counted(world: World) -> None:
+    """A poll that ran out of its share of the interval returned what it had and logged
+    it, with nothing on /metrics to alert or graph on: now it is counted by cause."""
+    for repo in ("a", "b", "c", "d"):
+        world.fake.queue_job(repo, CPU)
+    world.fake.latency = 0.2
+    cfg = GitHubConfig(
+        owner="demo-org", api_url=world.fake.url, token=Secret("fake-token"), max_concurrency=1
+    )
+    source = GitHubSource(
+        cfg,
+        world.metrics,
+        sleep=world.sleeps.append,
+        wall_clock=lambda: world.now.timestamp(),  # noqa: PLW0108
+        poll_interval=1.0,  # a 0.8 s deadline: the skeleton fits, not every listing
+    )
+    try:
+        source.observe(T0)
+    finally:
+        source.close()
+    assert world.sample("ci_autoscaler_github_polls_cut_total", cause="deadline") == 1
+    assert world.sample("ci_autoscaler_github_unlisted_repos") > 0

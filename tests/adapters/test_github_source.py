@@ -93,11 +93,12 @@ def test_second_observe_reuses_bodies_on_304(world: World, source: GitHubSource)
     assert world.fake.count(path_regex="^/rate_limit$") == 1  # the first tick learns the limit
     second = source.observe(T0 + timedelta(seconds=30))
     answered = world.fake.requests[sent:]
-    # runners, repos, 5 run statuses x 2 repos, one run's jobs (the runs are still queued
-    # with every job queued: they take turns within the staleness limit); GET /rate_limit
-    # only once; the first tick also listed each repository's newest runs and both jobs
-    assert len(answered) == 13
-    assert sent == 1 + 2 + 2 + 10 + 2
+    # runners, repos, each repository's runs without a status (the listing ends: it stands
+    # for the five by status), one run's jobs (the runs are still queued with every job
+    # queued: they take turns within the staleness limit); GET /rate_limit only once; the
+    # first tick listed both runs' jobs
+    assert len(answered) == 5
+    assert sent == 1 + 2 + 2 + 2
     assert all(r.status == 304 for r in answered)
     assert second.jobs == first.jobs
     assert second.runners == first.runners
@@ -261,9 +262,10 @@ def test_rate_limit_headers_are_exported(world: World) -> None:
         source.observe(T0)
     finally:
         source.close()
-    # /rate_limit is free; runners, repos, the newest runs and 5 run listings spent 8
+    # /rate_limit is free; runners, repos and the newest runs (they end: no listing by
+    # status follows) spent 3
     remaining = world.sample("ci_autoscaler_github_rate_limit_remaining", resource="core")
-    assert remaining == 5000 - 8
+    assert remaining == 5000 - 3
     assert world.sample("ci_autoscaler_github_rate_limit_limit", resource="core") == 5000
     reset = world.sample("ci_autoscaler_github_rate_limit_reset_timestamp_seconds", resource="core")
     assert reset == T0.timestamp() + 3600
@@ -271,7 +273,7 @@ def test_rate_limit_headers_are_exported(world: World) -> None:
 
 def test_5xx_is_retried_with_backoff(world: World, source: GitHubSource) -> None:
     world.fake.queue_job("app", CPU)
-    world.fake.inject_fault(r"/actions/runs\?status=queued", 502, times=2)
+    world.fake.inject_fault(r"/actions/runs\?per_page=", 502, times=2)
     observation = source.observe(T0)
     assert len(observation.jobs) == 1
     assert len(world.sleeps) == 2

@@ -52,6 +52,7 @@ RULE = "CPU jobs queueing"
 
 _STAMP = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 ACQUIRED = re.compile(_STAMP + r" INFO .*: leader: took the lease on .* \(epoch (\d+);")
+FOLLOWING = re.compile(r" INFO .*: following: .* \(epoch (\d+)\)$")
 ACTION = re.compile(_STAMP + r" INFO autoscaler\.state\.fence: epoch (\d+): (\S+) ?(.*)$")
 
 
@@ -274,8 +275,14 @@ class Pair:
         return [{k: next(iter(v.values())) for k, v in i.items()} for i in out]
 
     def following(self, c: Controller, epoch: int) -> bool:
-        """``c`` has seen the lease of ``epoch`` (a warm follower: it can take over)."""
-        return any(f"(epoch {epoch})" in line and "following:" in line for line in c.lines())
+        """``c`` has seen the lease of ``epoch`` or a later one (a warm follower: it can take
+        over). Or later: a leader whose renewal timed out but landed takes its own lease
+        again under the next epoch, and a follower started since sees only that one."""
+        return any(int(m[1]) >= epoch for line in c.lines() if (m := FOLLOWING.search(line)))
+
+    def serving(self, c: Controller) -> bool:
+        """``c`` has started: imported, wired, its /metrics listener up."""
+        return any("serving /metrics" in line for line in c.lines())
 
     def leader(self) -> Controller | None:
         """The running controller the lease item names (None: nobody, or a dead one)."""

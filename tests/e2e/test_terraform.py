@@ -369,3 +369,22 @@ def test_boot_script_reads_the_parameter_the_controller_writes() -> None:
     assert claim in template
     assert template.index(claim) < template.index("./config.sh")
     assert "169.254.169.254/latest/api/token" in template  # IMDSv2 for its instance id
+
+
+def test_a_reused_instance_registers_again_with_each_stints_fresh_token() -> None:
+    """warm_pool.reuse (persistent): back from the warm pool, the machine claims the fresh
+    token the controller wrote for this stint, drops its last stint's registration and
+    registers with --replace; back in the warm pool it stops taking jobs, and systemd
+    starts the next stint."""
+    template = (
+        TERRAFORM_DIR / "modules" / "runner-pool" / "templates" / "user-data.sh.tftpl"
+    ).read_text(encoding="utf-8")
+    reuse = template[template.index("%{ if warm_reuse ~}") :]
+    claim = template.index('aws ssm delete-parameter --region "$REGION" --name "$PARAMETER"')
+    assert claim < template.index("%{ if warm_reuse ~}")  # claimed first, in every mode
+    drop = reuse.index("rm -f .runner .credentials .credentials_rsaparams")
+    register = reuse.index("./config.sh --unattended --replace --disableupdate")
+    assert drop < register < reuse.index("./run.sh &")
+    assert "--ephemeral" not in reuse[: reuse.index("%{ else ~}")]
+    assert 'kill -INT "$RUNNER_PID"' in reuse
+    assert "Restart=always" in template

@@ -131,3 +131,8 @@ def test_the_module_creates_the_warm_pool_and_null_removes_it(
     code, out = root.plan()
     assert code != 0
     assert "warm_pool needs an on-demand group" in " ".join(out.split())
+
+    root.write(warm_pool="{ reuse = true }")  # the pool is ephemeral
+    code, out = root.plan()
+    assert code != 0
+    assert 'warm_pool.reuse needs mode = "persistent"' in " ".join(out.split())

@@ -29,14 +29,14 @@ def moto_url(moto_endpoint: str) -> str:
     return moto_endpoint
 
 
-def configured(tmp: Path, github_url: str, aws_url: str, pools: dict[str, Any]) -> Path:
+def configured(tmp: Path, github_url: str, aws_url: str, pools: dict[str, Any], **cpu: Any) -> Path:
     return write_config(
         tmp,
         github_url,
         free_port(),
         **ONE_TICK,
         runner_types={
-            "linux.4xlarge": {"labels": CPU, "pools": ["ci-cpu"], "mode": "ephemeral"},
+            "linux.4xlarge": {"labels": CPU, "pools": ["ci-cpu"], "mode": "ephemeral", **cpu},
             "linux.g5.4xlarge.nvidia.gpu": {"labels": GPU, "pools": ["ci-gpu"]},
         },
         scaling={"enabled": True},
@@ -88,6 +88,7 @@ def test_once_puts_the_warm_pool_and_taking_it_out_removes_it(
         "instances": {},
         "action": "keep",
         "done": True,
+        "sized": None,
     }
     assert text.returncode == 0, text.stderr
     assert "  warm pool ci-cpu: stopped, min 2, max prepared 4; warm: no instances" in text.stdout
@@ -117,3 +118,45 @@ def test_once_leaves_describe_warm_pool_showing_the_configured_state_and_sizes(
         3,
     )
     assert found["InstanceReusePolicy"] == {"ReuseOnScaleIn": False}
+
+
+def test_once_puts_a_warm_pool_sized_from_the_objective_at_the_decided_size(
+    tmp_path: Path, moto_url: str
+) -> None:
+    """``size: slo``: the policy decides the warm size (a first tick has no arrival rate
+    yet: none, so ``min_size``) and the keeper puts it as an absolute size."""
+    fake = seeded_github(gpu_jobs=0)
+    try:
+        config = configured(
+            tmp_path,
+            fake.url,
+            moto_url,
+            {"ci-cpu": {"warm_pool": {"size": "slo", "min_size": 2, "max_prepared": 4}}},
+            slo={"queue_time": "45s", "objective": 0.95},
+        )
+        result = cli("once", "--config", str(config), "--output", "json", env=AWS_ENV)
+        explained = cli(
+            "explain", "linux.4xlarge", "--config", str(config), "--output", "json", env=AWS_ENV
+        )
+    finally:
+        fake.stop()
+    assert result.returncode == 0, result.stderr
+    [decided] = json.loads(result.stdout)["warm_sizes"]
+    assert (decided["runner_type"], decided["pool"], decided["warm_pool_size"]) == (
+        "linux.4xlarge",
+        "ci-cpu",
+        2,
+    )
+    found = warm_pool(moto_url, "ci-cpu")
+    assert found is not None
+    assert (found["PoolState"], found["MinSize"], found["MaxGroupPreparedCapacity"]) == (
+        "Stopped",
+        2,
+        2,
+    )
+    assert explained.returncode == 0, explained.stderr
+    [pool] = json.loads(explained.stdout)["runner_types"][0]["pools"]
+    sized = pool["warm_pool"]["sized"]
+    assert (sized["hot"], sized["warm"], sized["warm_pool_size"]) == (0, 0, 2)
+    assert sized["reason"].startswith("hot 0, warm 0: p95 arrivals in the next boot = 0")
+    assert (pool["warm_pool"]["min_size"], pool["warm_pool"]["action"]) == (2, "keep")

@@ -105,10 +105,31 @@ def test_a_group_not_listed_has_no_warm_pool_of_ours() -> None:
             id="unknown-group",
         ),
         pytest.param(
+            {"ci-gpu-od": {"warm_pool": {"max_size": 3}}},
+            "ephemeral",
+            ["pools.ci-gpu-od.warm_pool.max_size: unknown key (did you mean 'min_size'?)"],
+            id="unknown-key",
+        ),
+        pytest.param(
             {"ci-gpu-od": {"warm_pool": {"size": 3}}},
             "ephemeral",
-            ["pools.ci-gpu-od.warm_pool.size: unknown key (did you mean 'min_size'?)"],
-            id="unknown-key",
+            ["pools.ci-gpu-od.warm_pool.size: must be one of fixed, slo, got 3"],
+            id="size-a-number",
+        ),
+        pytest.param(
+            {"ci-gpu-od": {"warm_pool": {"size": "slo"}}},
+            "ephemeral",
+            [
+                "pools.ci-gpu-od.warm_pool.size: slo needs runner type 'gpu' to have an slo"
+                " (queue_time and objective): the warm pool is sized to meet it"
+            ],
+            id="slo-without-objective",
+        ),
+        pytest.param(
+            {"ci-gpu-od": {"warm_pool": {"size": "slo", "start": "0s"}}},
+            "ephemeral",
+            ["pools.ci-gpu-od.warm_pool.start: must be greater than zero"],
+            id="zero-start",
         ),
     ],
 )
@@ -129,6 +150,52 @@ def test_refused(pools: dict[str, Any], mode: str, expected: list[str]) -> None:
 def test_accepted(pools: dict[str, Any]) -> None:
     config = parse_config(doc(pools, "persistent"), env={})
     assert config.pool("ci-gpu-od").warm_pool is not None
+
+
+def sized(pools: dict[str, Any]) -> dict[str, Any]:
+    out = doc(pools, "ephemeral")
+    out["runner_types"]["gpu"]["slo"] = {"queue_time": "45s", "objective": 0.95}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("pools", "expected"),
+    [
+        pytest.param({"ci-gpu-od": {"warm_pool": {"size": "slo"}}}, [], id="slo-with-objective"),
+        pytest.param(
+            {
+                "ci-gpu-spot": {"warm_pool": {"size": "slo"}},
+                "ci-gpu-od": {"warm_pool": {"size": "slo"}},
+            },
+            [
+                "pools.ci-gpu-od.warm_pool.size: slo is already set on 'ci-gpu-spot': the warm"
+                " capacity of runner type 'gpu' is sized for one pool"
+            ],
+            id="slo-on-two-pools",
+        ),
+    ],
+)
+def test_sized_from_the_objective(pools: dict[str, Any], expected: list[str]) -> None:
+    if expected:
+        assert config_problems(sized(pools)) == expected
+    else:
+        assert parse_config(sized(pools), env={}).pool("ci-gpu-od").warm_pool is not None
+
+
+def test_a_sized_warm_pool_is_put_as_an_absolute_size_within_its_bounds() -> None:
+    config = parse_config(
+        sized({"ci-gpu-od": {"warm_pool": {"size": "slo", "min_size": 2, "max_prepared": 10}}}),
+        env={},
+    )
+    warm = config.pool("ci-gpu-od").warm_pool
+    assert warm is not None
+    assert (warm.start, warm.refill) == (40.0, 120.0)
+    sizes = [
+        warm.spec_for(decided, desired).min_size
+        for decided, desired in [(5, 0), (0, 0), (12, 0), (5, 7), (5, 12)]
+    ]
+    assert sizes == [5, 2, 10, 3, 2]
+    assert warm.spec_for(5, 0) == WarmPoolSpec("stopped", 5, 5, reuse=False)
 
 
 def test_check_config_tells_the_line_of_a_warm_pool_on_a_spot_group(tmp_path: Path) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from autoscaler.alerting.builtin_rules import UNREACHABLE_RULE
 from autoscaler.app.service import run_loop
@@ -29,6 +32,7 @@ from autoscaler.domain import (
 from autoscaler.errors import AutoscalerError, TransientError
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.observe.waits import StageRegression
 from autoscaler.scale.view import ScalingView
 from autoscaler.telemetry import Metrics
 from tests.factories import alert_engine, load_config
@@ -183,6 +187,7 @@ class RecordingAlerts:
     problems: list[Sequence[ScalingProblem] | None]
     skews: list[ClockSkew | None] = field(default_factory=list)
     unlisted: list[Sequence[str] | None] = field(default_factory=list)
+    stages: list[Sequence[StageRegression] | None] = field(default_factory=list)
 
     def step(
         self,
@@ -198,10 +203,12 @@ class RecordingAlerts:
         objectives: Mapping[str, ObjectiveStatus] | None = None,
         retries: RetryReport | None = None,
         unlisted: Sequence[str] | None = None,
+        stages: Sequence[StageRegression] | None = None,
     ) -> Sequence[Any]:
         self.problems.append(problems)
         self.skews.append(clock_skew)
         self.unlisted.append(unlisted)
+        self.stages.append(stages)
         return []
 
 
@@ -401,3 +408,119 @@ def test_an_exception_escaping_the_source_is_a_failed_poll_and_alerting_still_ru
     assert value("ci_autoscaler_polls_total", {"result": "error"}) == 2.0
     assert value("ci_autoscaler_stage_failures_total", {"stage": "alerting"}) is None
     assert [(a.rule, a.state) for a in later.alerts] == [(UNREACHABLE_RULE, "firing")]
+
+
+def test_a_tick_longer_than_the_interval_is_logged_counted_and_the_next_starts_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A first poll of a large org can take longer than the interval. The loop waited
+    `interval - took` (nothing), said nothing and counted nothing: a controller ticking
+    back to back looked healthy. Ticks still never overlap; the overrun is logged and
+    counted, and the next tick starts at once rather than an interval later."""
+    clock = {"now": 0.0}
+    durations = iter([45.0, 10.0, 10.0])
+
+    class Slow(FakeSource):
+        def observe(self, now: datetime) -> Observation:
+            began.append(clock["now"])
+            clock["now"] += next(durations)
+            return super().observe(now)
+
+    began: list[float] = []
+    metrics = Metrics()
+    controller = Controller(config(), Slow([observation(1, T0)]), metrics)
+    waits: list[float] = []
+
+    class Stop(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout or 0.0)
+            clock["now"] += timeout or 0.0
+            return False
+
+    with caplog.at_level(logging.WARNING, logger="autoscaler.app.service"):
+        ticks = run_loop(
+            controller, 30.0, Stop(), clock=lambda: T0, max_ticks=3, monotonic=lambda: clock["now"]
+        )
+    assert ticks == 3
+    assert began == [0.0, 45.0, 75.0]  # one at a time; the second at once, the third on time
+    assert waits == [0.0, 20.0]
+    assert metrics.registry.get_sample_value("ci_autoscaler_tick_overruns_total") == 1.0
+    assert [r.getMessage() for r in caplog.records] == [
+        "tick took 45.0s, longer than the 30s poll interval; the next one starts now"
+    ]
+
+
+@dataclass
+class WaitingScaler(RecordingScaler):
+    """A scaler whose runners took jobs: each tick's waits are the next of ``waits``."""
+
+    waits: list[list[JobWait]] = field(default_factory=list)
+
+    def job_waits(
+        self, starts: Sequence[JobStart], observation: Observation | None
+    ) -> Sequence[JobWait]:
+        return self.waits.pop(0) if self.waits else []
+
+
+@dataclass
+class RecordingTracer:
+    traced: list[Sequence[JobWait]] = field(default_factory=list)
+    fail: bool = False
+
+    def job_waits(self, waits: Sequence[JobWait]) -> None:
+        if self.fail:
+            raise RuntimeError("a bug in the tracer")
+        self.traced.append(waits)
+
+
+def boots(n: int, seconds: float, start: datetime) -> list[JobWait]:
+    return [
+        JobWait("cpu", (1.0, 1.0, 10.0, seconds, 2.0), started_at=start + timedelta(minutes=i))
+        for i in range(n)
+    ]
+
+
+def test_each_ticks_waits_are_traced_and_judged_for_a_regressed_stage() -> None:
+    """The day before: 30 jobs booting in 90 s; the last hour: 30 booting in 240 s. The
+    tracer gets each tick's waits, and alerting hears the boot stage regressed."""
+    now = T0 + timedelta(days=1)
+    day_before = boots(30, 90.0, now - timedelta(hours=12))
+    last_hour = boots(30, 240.0, now - timedelta(minutes=40))
+    scaler = WaitingScaler(calls=[], waits=[day_before, last_hour])
+    alerts = RecordingAlerts(problems=[])
+    tracer = RecordingTracer()
+    controller = Controller(
+        config(),
+        FakeSource([observation(0, now)]),
+        Metrics(),
+        alerts=alerts,
+        scaler=scaler,
+        tracer=tracer,
+    )
+    controller.tick(now)
+    controller.tick(now + timedelta(seconds=30))
+    assert tracer.traced == [day_before, last_hour]
+    first, second = alerts.stages
+    assert first is not None and not any(s.regressed for s in first)  # no recent jobs yet
+    assert second is not None
+    assert [(s.runner_type, s.stage) for s in second if s.regressed] == [("cpu", "boot")]
+
+
+def test_a_failing_tracer_does_not_stop_the_tick() -> None:
+    scaler = WaitingScaler(calls=[], waits=[boots(1, 90.0, T0)])
+    alerts = RecordingAlerts(problems=[])
+    metrics = Metrics()
+    controller = Controller(
+        config(),
+        FakeSource([observation(0, T0)]),
+        metrics,
+        alerts=alerts,
+        scaler=scaler,
+        tracer=RecordingTracer(fail=True),
+    )
+    controller.tick(T0)
+    assert len(alerts.stages) == 1
+    failed = metrics.registry.get_sample_value(
+        "ci_autoscaler_stage_failures_total", {"stage": "tracing"}
+    )
+    assert failed == 1

@@ -145,6 +145,7 @@ ENV = {
     "GITHUB_TOKEN": "x",
     "PD_KEY": "x",
     "GITHUB_WEBHOOK_SECRET": "x",
+    "OTLP_API_KEY": "x",
     "INTERRUPTION_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/interruptions",
 }
 #: YAML blocks of other programs' configs: Alertmanager's, Prometheus's (global, scrape).

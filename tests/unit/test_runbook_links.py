@@ -28,6 +28,7 @@ from autoscaler.domain import ClockSkew, PollBudget, QueueSnapshot, ScalingProbl
 from autoscaler.job_retry.decide import RetryReport
 from autoscaler.job_retry.ledger import Exhausted
 from autoscaler.observe.starts import ObjectiveStatus
+from autoscaler.observe.waits import StageRegression
 from tests.factories import alert_engine, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,6 +104,7 @@ def test_every_builtin_alert_links_its_own_section() -> None:
         objectives={"gpu": objective},
         retries=RetryReport(exhausted=(exhausted,), denied={"o/r": "forbidden"}),
         unlisted=["o/r"],
+        stages=[StageRegression("gpu", "boot", 95.0, 240.0, 40, 30, regressed=True)],
     )
     shipped = {body["name"] for body in shipped_rule_bodies()}  # on by default
     assert {e.rule for e in evaluations} == set(BUILTIN_RULES) | shipped

@@ -178,12 +178,16 @@ def test_never_terminates_a_busy_runner_and_never_exceeds_bounds(rounds: list[Ro
     )
     world = World(fake)
     fake.world = world
+    # Time moves only by the scaler's own waits: with the real monotonic clock a retry's
+    # deadline depended on how fast the machine ran the example (not reproducible).
+    clock = [0.0]
     scaler = Scaler(
         fake,
         world,
         CFG,
         Metrics(CollectorRegistry()),
-        sleep=lambda _: None,
+        sleep=lambda seconds: clock.__setitem__(0, clock[0] + seconds),
+        monotonic=lambda: clock[0],
         rng=random.Random(0),
         **handover_ports(world),
     )

@@ -228,6 +228,15 @@ def test_terraform_aws_github_runner_scale_up(
     assert per_event_scale_up(view(runners, hi=10), params, still_queued) == result
 
 
+def test_an_ephemeral_message_at_a_maximum_still_owed_goes_back_to_sqs_not_lost() -> None:
+    """A 150-job matrix on a type of max 120: one activity launched some, the group owed
+    the rest. Counting only live instances, the 121st message asked for one more, the
+    group at its maximum launched nothing, and the message was neither served nor handed
+    back: its job waited for the replay's 7-day drain."""
+    owed = view(busy(3), hi=10, desired=10)
+    assert per_event_scale_up(owed, PerEventParams(ephemeral=True), True) == (0, True)
+
+
 def test_terraform_aws_github_runner_scale_down_counts_from_launch() -> None:
     p = PerEventParams()
     runners = [*idle(1, launched=NOW - 301), RunnerView("young", NOW - 100, False, False, NOW)]

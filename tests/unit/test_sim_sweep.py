@@ -97,6 +97,7 @@ def test_the_table_has_a_row_per_policy_with_the_cost_over_the_oracle() -> None:
         "oracle",
         "actions",
         ">10m",
+        "storage-h",
     ]
     assert table.splitlines()[2].split() == [
         "ci-autoscaler",
@@ -108,4 +109,5 @@ def test_the_table_has_a_row_per_policy_with_the_cost_over_the_oracle() -> None:
         "1.15",
         "0",
         "0",
+        "0.0",
     ]

@@ -12,8 +12,13 @@ Polling alone, a tick no longer re-reads everything. Per repository:
   quiet repository is seen within two intervals. It is read down to the newest run of
   the last listing; when that takes more than a few pages the repository is listed
   whole in the same tick;
-- **never listed**: both, its newest runs first (a first picture, cheap under a budget)
-  and whole after them;
+- **never listed**: its newest runs first, with the skeleton (a first picture, cheap
+  under a budget), and whole once they are in, unless that listing ended: a listing
+  without ``status`` that ends holds every run in every status, and stands for a whole
+  one (whichever kind of listing ends that way);
+- a repository whose last listing without a status **ended** within a few pages (a
+  short history: every run it has fits) is listed whole by that one listing, read to its
+  end, instead of one listing per status; when it no longer ends there, by status;
 - and every repository whole at least once per **staleness limit**
   (:data:`STALE_TICKS` ticks): a re-run keeps its run's creation time, so a re-run of an
   old run of a quiet repository shows only there.
@@ -91,8 +96,9 @@ def cadence(plan: BudgetPlan) -> Cadence:
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """One listing a poll makes: ``what`` is ``whole`` or ``recent`` (a repository's runs)
-    or ``jobs`` (a run's); ``urgent`` goes before the budget's quiet work."""
+    """One listing a poll makes: ``what`` is ``whole`` (a repository's runs, one listing
+    per status), ``all`` (its runs without a status, read to the end) or ``recent`` (its
+    newest runs), or ``jobs`` (a run's); ``urgent`` goes before the budget's quiet work."""
 
     key: str | int
     what: str
@@ -111,21 +117,29 @@ def repos_due(
     asks: list[Ask] = []
     for name in names:
         unit = state.repos[name]
-        if unit.whole_at is None:
-            if unit.last is None:
+        if unit.whole_at is None:  # no picture of it yet
+            if unit.last is None:  # its newest runs; whole after them, unless they end
                 asks.append(Ask(name, "recent", True, "new"))
-            asks.append(Ask(name, "whole", True, "new"))  # no picture of it yet
+            else:
+                asks.append(Ask(name, "whole", True, "new"))
         elif unit.runs:
             (live_busy if state.repo_busy(unit) else live).append((name, unit.last))
         else:
             quiet_whole.append((name, unit.whole_at))
             quiet_new.append((name, unit.last))
-    asks += [Ask(n, "whole", True, "live") for n in pick_due(live_busy, cad.busy, poll, now)]
-    asks += [Ask(n, "whole", False, "live") for n in pick_due(live, cad.live, poll, now)]
+
+    def whole(name: str, urgent: bool, reason: str) -> Ask:
+        """A whole listing: one listing without a status, read to its end, when the last
+        one ended; else one per status."""
+        return Ask(name, "all" if state.repos[name].ends else "whole", urgent, reason)
+
+    asks += [whole(n, True, "live") for n in pick_due(live_busy, cad.busy, poll, now)]
+    asks += [whole(n, False, "live") for n in pick_due(live, cad.live, poll, now)]
     stale = set(pick_due(quiet_whole, cad.staleness, poll, now))
-    asks += [Ask(n, "whole", False, "stale") for n in sorted(stale)]
+    asks += [whole(n, False, "stale") for n in sorted(stale)]
     quiet = [(n, last) for n, last in quiet_new if n not in stale]
-    asks += [Ask(n, "recent", True, "quiet") for n in pick_due(quiet, cad.quiet, poll, now)]
+    for n in pick_due(quiet, cad.quiet, poll, now):
+        asks.append(Ask(n, "all" if state.repos[n].ends else "recent", True, "quiet"))
     return asks
 
 

@@ -119,8 +119,9 @@ class Fetcher:
 
     def recent(
         self, repo: str, since: float | None, deadline: float, allowance: Allowance
-    ) -> tuple[list[RunRef], Listed, bool]:
-        """The repository's newest runs in every status, down to ``since``."""
+    ) -> tuple[list[RunRef], Listed, bool, bool]:
+        """The repository's newest runs in every status, down to ``since``
+        (:func:`~autoscaler.observe.github.listing.list_recent`)."""
         self.afford(allowance)
         interner = self.http.cache.interner
         return list_recent(

@@ -190,11 +190,13 @@ def list_recent(  # noqa: PLR0917
     *,
     per_page: int,
     max_pages: int,
-) -> tuple[list[RunRef], Listed, bool]:
+) -> tuple[list[RunRef], Listed, bool, bool]:
     """The newest runs of ``repo`` in every status, pages read until one shows a run
-    created before ``since`` (unix time, GitHub's clock) or the listing ends; and whether
+    created before ``since`` (unix time, GitHub's clock) or the listing ends; whether
     that happened within ``max_pages`` (False: runs created since may be missing; with
-    ``since`` None, only the first page is read)."""
+    ``since`` None, only the first page is read); and whether the listing ended (its
+    last page has no ``next``): then it holds every run of the repository, in every
+    status, and stands for a whole listing."""
     path = f"/repos/{owner}/{quote(repo, safe='')}/actions/runs?per_page={per_page}"
     listed = Listed()
     runs: dict[int, RunRef] = {}
@@ -214,11 +216,11 @@ def list_recent(  # noqa: PLR0917
         items: tuple[RunRef, ...] = page.record.items
         for run in items:
             runs.setdefault(run.id, run)
-        if page.next_url is None or (
-            since is not None and any(run.created_at < since for run in items)
-        ):
-            return list(runs.values()), listed, True
+        if page.next_url is None:
+            return list(runs.values()), listed, True, True
+        if since is not None and any(run.created_at < since for run in items):
+            return list(runs.values()), listed, True, False
         if since is None or len(listed.records) >= max_pages:
-            return list(runs.values()), listed, False
+            return list(runs.values()), listed, False, False
         url = http.url(page.next_url)
-    return list(runs.values()), listed, True
+    return list(runs.values()), listed, True, True

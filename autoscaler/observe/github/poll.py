@@ -146,6 +146,9 @@ class Poll:
         self.budget.report(
             self._planned(tick), tick.cadence, tick.allowance, tick.deferred, tick.busy_deferred
         )
+        if tick.cut is not None:
+            cause = "rate_limited" if isinstance(tick.cut, RateLimitedError) else "deadline"
+            self.metrics.github_polls_cut.labels(cause).inc()
         if tick.runners is None or tick.names is None:
             raise tick.cut or TransientError("GitHub poll ended before the runner list came in")
         if tick.cut is not None:
@@ -217,6 +220,11 @@ class Poll:
         ):
             tick.repos_asked = True
             tick.batch.submit(("repos", 0), self.fetch.repo_list, 0, tick.deadline, priority=FIRST)
+            if st.repo_names is not None and tick.alone and self.runner_scope != "repos":
+                # The runs listings start from the repositories known; the list, when it
+                # comes, adds the new ones. Else they queued behind every jobs listing
+                # below, and a cut poll listed no repository.
+                self._repos_known(tick, st.repo_names)
         else:
             self._repos_known(tick, st.repo_names)
         if tick.lean_poll:
@@ -355,8 +363,15 @@ class Poll:
         st.repo_list.cost = average(st.repo_list.cost, listed.counted)
         st.repo_list.skips = skip_counts(listed.records)
         st.repo_list.last = tick.now
+        known = tick.names
         st.repo_names = tick.listed_names = tuple(dict.fromkeys(names))
-        if tick.plan is not None:  # else the plan, when it comes, lists them
+        if known is not None:  # listing started from the repositories known (_start)
+            added = set(st.repo_names) - set(known)
+            tick.names = st.repo_names
+            self.http.cache.drop(st.keep_repos(st.repo_names))
+            if added:
+                self._ask_runs(tick, tuple(n for n in st.repo_names if n in added))
+        elif tick.plan is not None:  # else the plan, when it comes, lists them
             self._repos_known(tick, st.repo_names)
 
     def _on_runs(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
@@ -371,7 +386,7 @@ class Poll:
             tick.incomplete.add(repo)
         elif error is not None:
             raise error
-        else:
+        elif repo in self.state.repos:  # else dropped by the repository list meanwhile
             runs, listed = value
             tick.runs_counted[repo] += listed.counted
             tick.runs_urls[repo] += listed.urls
@@ -401,9 +416,11 @@ class Poll:
         self._lean_if_ready(tick)
 
     def _on_recent(self, tick: Tick, tag: Any, value: Any, error: BaseException | None) -> None:
-        """A quiet repository's newest runs (:mod:`.cadence`): a run not completed there is
-        live (new: its jobs are listed now); a live one completed has ended; when they did
-        not reach the newest run of the last listing, the repository is listed whole."""
+        """A repository's newest runs (:mod:`.cadence`): a run not completed there is live
+        (new: its jobs are listed now); a live one completed has ended. A listing that
+        ended holds every run of the repository: it stands for a whole listing (a live run
+        it does not show ended). Otherwise, when it did not reach the newest run of the
+        last listing, or the repository was never listed whole, it is listed whole."""
         repo = tag[1]
         st = self.state
         unit = st.repos.get(repo)
@@ -412,27 +429,33 @@ class Poll:
             return
         if isinstance(error, BadPage | TransientError):
             self._failed(tick, "runs_page", error, unit)
+            if unit is not None and unit.whole_at is None:
+                self._ask_whole(tick, repo, BUSY, "new")  # no picture of it yet
             return
         if error is not None:
             raise error
         if unit is None:
             return  # no longer watched
         runs: list[RunRef]
-        runs, listed, reached = value
-        ended = []
+        runs, listed, reached, whole = value
+        live = {run.id for run in runs if not run.completed}
+        if whole:
+            ended = sorted(r for r in unit.runs if r not in live and r in st.runs)
+        else:
+            ended = sorted(
+                r.id for r in runs if r.completed and r.id in unit.runs and r.id in st.runs
+            )
         for run in runs:
-            known = st.runs.get(run.id)
             if run.completed:
-                if known is not None and run.id in unit.runs:
-                    ended.append(run.id)
                 continue
+            known = st.runs.get(run.id)
             if known is None:
                 st.runs[run.id] = RunUnit(run, status=run.status)
                 self._ask_jobs(tick, run, BUSY, "new")
             else:
                 known.ref, known.status = run, run.status
             unit.runs.add(run.id)
-        self.finished.extend(st.runs[r].ref for r in sorted(ended))
+        self.finished.extend(st.runs[r].ref for r in ended)
         self.http.cache.drop(st.drop_runs(ended))
         unit.runs.difference_update(ended)
         for run_id in status_moved(st, unit.runs):
@@ -444,9 +467,15 @@ class Poll:
         unit.recent_relisted = unit.last is not None
         unit.recent_urls = listed.urls
         unit.last = tick.now
+        unit.ends = whole
+        if whole:
+            unit.whole_at = tick.now
+            tick.listed_repos.add(repo)
         if unit.whole_at is not None:  # else a whole listing's failure this tick stands
             unit.failed = None
-        if not reached:
+        if unit.whole_at is None:
+            self._ask_whole(tick, repo, BUSY, "new")
+        elif not reached:
             self._ask_whole(tick, repo, BUSY, "short")
 
     @staticmethod
@@ -575,8 +604,9 @@ class Poll:
         if tick.cadence is not None:
             for ask in repos_due(st, names, tick.cadence, poll, now):
                 repo = str(ask.key)
-                if ask.what == "recent":
-                    self._ask_recent(tick, repo, ask.reason)
+                if ask.what in {"recent", "all"}:
+                    priority = BUSY if ask.urgent else QUIET
+                    self._ask_recent(tick, repo, ask.reason, priority, whole=ask.what == "all")
                 else:
                     self._ask_whole(tick, repo, BUSY if ask.urgent else QUIET, ask.reason)
             return
@@ -606,11 +636,20 @@ class Poll:
                 priority=priority,
             )
 
-    def _ask_recent(self, tick: Tick, repo: str, reason: str) -> None:
-        """The repository's newest runs in every status, down to its newest run known."""
+    def _ask_recent(
+        self, tick: Tick, repo: str, reason: str, priority: int, *, whole: bool = False
+    ) -> None:
+        """The repository's newest runs in every status, down to its newest run known
+        (``whole``: to the end of the listing). A first one goes with the skeleton: one
+        request shows a repository's live runs (and all of a short history), before the
+        jobs and whole listings that follow from it."""
         newest = self.state.repos[repo].newest
         since = None if newest is None else newest - RECENT_SLACK
-        self.metrics.github_listings.labels("recent_runs", reason).inc()
+        if whole:
+            since = 0.0  # no run is older: read until the listing ends
+        if reason == "new":
+            priority = FIRST
+        self.metrics.github_listings.labels("all_runs" if whole else "recent_runs", reason).inc()
         tick.batch.submit(
             ("recent", repo),
             self.fetch.recent,
@@ -618,7 +657,7 @@ class Poll:
             since,
             tick.deadline,
             tick.allowance,
-            priority=BUSY,
+            priority=priority,
         )
 
     def _ask_repo_runners(self, tick: Tick, names: tuple[str, ...]) -> None:

@@ -73,8 +73,9 @@ class RunUnit:
 
 @dataclass(slots=True)
 class RepoUnit:
-    """A repository's runs: listed whole (one listing per status in RUN_STATUSES) or, while
-    it holds no live run, by its newest runs in every status (:mod:`.cadence`)."""
+    """A repository's runs: listed whole (one listing per status in RUN_STATUSES, or one
+    without a status read to its end when its runs fit a few pages) or, while it holds no
+    live run, by its newest runs in every status (:mod:`.cadence`)."""
 
     name: str
     last: float | None = None
@@ -96,6 +97,9 @@ class RepoUnit:
     """Counted requests per listing of its newest runs (an average)."""
     recent_relisted: bool = False
     recent_urls: list[str] = field(default_factory=list)
+    ends: bool = False
+    """Its last listing of newest runs ended (every run it has fits in a few pages): read
+    to its end, that one listing stands for a whole listing (:mod:`.cadence`)."""
 
 
 @dataclass(slots=True)

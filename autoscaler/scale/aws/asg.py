@@ -331,13 +331,13 @@ class AwsAsgPool:
         kwargs: dict[str, Any] = {"AutoScalingGroupName": pool, "MaxRecords": _WARM_PAGE}
         config: Mapping[str, Any] | None = None
         states: list[str] = []
+        ids: list[str] = []
         while True:
             page = self._call("DescribeWarmPool", self.autoscaling.describe_warm_pool, **kwargs)
             config = page.get("WarmPoolConfiguration") or config
-            states += [
-                _WARMED.get(str(i.get("LifecycleState", "")), "other")
-                for i in page.get("Instances", [])
-            ]
+            for i in page.get("Instances", []):
+                states.append(_WARMED.get(str(i.get("LifecycleState", "")), "other"))
+                ids.append(str(i.get("InstanceId", "")))
             token = page.get("NextToken")
             if not token:
                 break
@@ -352,7 +352,7 @@ class AwsAsgPool:
             max_prepared=None if prepared is None or int(prepared) < 0 else int(prepared),
             reuse=_true(reuse.get("ReuseOnScaleIn")),
         )
-        return WarmPoolState(pool, spec, tuple(states))
+        return WarmPoolState(pool, spec, tuple(states), tuple(ids))
 
     def put_warm_pool(self, pool: str, spec: WarmPoolSpec) -> None:
         """Create or change the group's warm pool. ``ReuseOnScaleIn`` is always sent: an

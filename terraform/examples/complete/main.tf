@@ -92,8 +92,7 @@ locals {
     jit = { parameter_path = var.jit_parameter_path }
     # The controller module's interruption queue (its URL reaches the task as a variable).
     aws = { region = var.region, interruption_queue_url = "$${INTERRUPTION_QUEUE_URL}" }
-    # Two controllers share this table; one holds the lease and acts (README: Running two
-    # controllers).
+    # Two controllers share this table; one holds the lease and acts (docs/two-controllers.md).
     state = { backend = "dynamodb", table = local.state_table, lease_duration = "30s" }
     alerts = {
       receivers = local.receivers

@@ -36,6 +36,7 @@ locals {
     runner_arch        = var.runner_arch
     extra_user_data    = var.extra_user_data
     warm_pool          = var.warm_pool != null
+    warm_reuse         = var.warm_pool != null && try(var.warm_pool.reuse, false)
     warm_hook          = local.warm_hook
   })
 
@@ -221,7 +222,8 @@ resource "aws_autoscaling_group" "pool" {
   }
 
   # Instances kept stopped (or hibernated, or running) beside the group; a scale-out takes
-  # one before it launches one. A used instance is terminated on scale-in, never put back.
+  # one before it launches one. A used instance is terminated on scale-in, never put back,
+  # unless warm_pool.reuse (persistent mode).
   # With a warm pool, an instance waits in Pending:Wait (and Warmed:Pending:Wait) until its
   # boot script says its setup is done, so the group never stops one half installed.
   dynamic "initial_lifecycle_hook" {
@@ -241,7 +243,7 @@ resource "aws_autoscaling_group" "pool" {
       min_size                    = warm_pool.value.min_size
       max_group_prepared_capacity = warm_pool.value.max_prepared == null ? -1 : warm_pool.value.max_prepared
       instance_reuse_policy {
-        reuse_on_scale_in = false
+        reuse_on_scale_in = warm_pool.value.reuse
       }
     }
   }

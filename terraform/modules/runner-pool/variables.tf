@@ -218,12 +218,13 @@ variable "spot" {
 }
 
 variable "warm_pool" {
-  description = "The group's EC2 Auto Scaling warm pool: pre-initialised instances a scale-out takes before it launches new ones. null: none. `state`: stopped (billed for EBS only), hibernated or running; `min_size`: kept at least; `max_prepared`: the group and its warm pool together at most (null: the group's max_size); `setup_timeout`: seconds an instance may take to finish its setup (the launch lifecycle hook's heartbeat) before the group goes on anyway. The boot script starts the runner, and reads its credential, only when the group puts the instance in service. A used instance never returns to the warm pool (reuse on scale-in is off). AWS keeps no warm pool for a group with Spot instances (`spot`). The controller can manage it instead (`pools.<group>.warm_pool` in its config): use one or the other."
+  description = "The group's EC2 Auto Scaling warm pool: pre-initialised instances a scale-out takes before it launches new ones. null: none. `state`: stopped (billed for EBS only), hibernated or running; `min_size`: kept at least; `max_prepared`: the group and its warm pool together at most (null: the group's max_size); `setup_timeout`: seconds an instance may take to finish its setup (the launch lifecycle hook's heartbeat) before the group goes on anyway. The boot script starts the runner, and reads its credential, only when the group puts the instance in service. A used instance never returns to the warm pool, unless `reuse` (persistent mode only): then an instance the group scales in goes back to the warm pool, and each time it returns it registers again with the fresh token the controller writes for it. AWS keeps no warm pool for a group with Spot instances (`spot`). The controller can manage it instead (`pools.<group>.warm_pool` in its config): use one or the other."
   type = object({
     state         = optional(string, "stopped")
     min_size      = optional(number, 0)
     max_prepared  = optional(number)
     setup_timeout = optional(number, 900)
+    reuse         = optional(bool, false)
   })
   default = null
 
@@ -243,6 +244,11 @@ variable "warm_pool" {
   validation {
     condition     = var.warm_pool == null || var.spot == null
     error_message = "warm_pool needs an on-demand group: AWS keeps no warm pool for a group with Spot instances or a mixed instances policy (spot is set). Keep this pool cold and give its on-demand fallback the warm pool."
+  }
+
+  validation {
+    condition     = var.warm_pool == null ? true : (!var.warm_pool.reuse || var.mode == "persistent")
+    error_message = "warm_pool.reuse needs mode = \"persistent\": an ephemeral machine runs one job, and a used one never serves another."
   }
 }
 
