@@ -222,7 +222,8 @@ def test_two_controllers_one_scales_and_pages(tmp_path: Path, moto: str) -> None
 
 def test_kill_9_the_leader_again_and_again(tmp_path: Path, moto: str) -> None:
     """Three controllers; the leader is killed (SIGKILL) at a random moment, at least ten
-    times and until the leaders have acted more than ten times between them, and replaced. A follower takes over within lease + one interval (all kills but one: on a
+    times and until the leaders have acted more than ten times between them, and replaced.
+    A follower takes over within lease + one interval (all kills but one: on a
     shared, loaded machine moto's one-request-at-a-time server in this process can hold a
     lease read for seconds; seen once, 5.8 s at load average 7; none beyond twice the
     bound; bench/failover.py measures p50/p95 over 20 kills); no two act under overlapping
